@@ -1,0 +1,28 @@
+"""Backends turn a Graph into a callable on NumPy arrays: compile(graph) -> run(list) -> list.
+
+'interpret' is the NumPy oracle; compiled backends register here as they land."""
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+
+_AVAILABLE = {"interpret": "tracekern.backends.interpret"}
+_PLANNED = {"cpu": "the Numba CPU backend (issue #3)", "cuda": "the Numba CUDA backend (issue #6)"}
+
+
+def default_backend() -> str:
+    """The backend tk.jit uses when none is named: 'cpu' once it exists, else 'interpret'."""
+    return "cpu" if "cpu" in _AVAILABLE else "interpret"
+
+
+def available_backends() -> list[str]:
+    return sorted(_AVAILABLE)
+
+
+def get_compiler(name: str) -> Callable:
+    if name in _AVAILABLE:
+        return importlib.import_module(_AVAILABLE[name]).compile_graph
+    if name in _PLANNED:
+        raise ValueError(f"backend {name!r} is not available in this version of tracekern: "
+                         f"{_PLANNED[name]} has not landed yet. Available: {available_backends()}")
+    raise ValueError(f"unknown backend {name!r}; available: {available_backends()}")

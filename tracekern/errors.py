@@ -1,0 +1,66 @@
+"""Error types of tracekern and the helper that names the user's source line.
+
+Every error raised while tracing says where in the user's code the offending value was made."""
+from __future__ import annotations
+
+import linecache
+import os
+import sys
+
+_PKG_DIR = os.path.dirname(os.path.abspath(__file__))
+_NUMPY_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__import__("numpy").__file__)))
+
+
+class TracekernError(Exception):
+    """Base class of tracekern's own errors."""
+
+
+class TracerBoolError(TypeError, TracekernError):
+    """Python control flow asked for the concrete value of a traced array."""
+
+
+class ShapeError(ValueError, TracekernError):
+    """Shapes of operands do not fit the operation."""
+
+
+class IRError(TracekernError):
+    """A graph is malformed (raised by the verifier: an internal error, or a hand-built graph)."""
+
+
+class TracerLeakError(TracekernError):
+    """A traced value escaped the function being traced and was used afterwards."""
+
+
+class GradientCheckError(AssertionError, TracekernError):
+    """tk.check_grad found reverse mode and finite differences disagree."""
+
+
+def _is_internal(filename: str) -> bool:
+    path = os.path.abspath(filename)
+    return path.startswith(_PKG_DIR) or path.startswith(os.path.join(_NUMPY_DIR, "numpy"))
+
+
+def user_frame_location() -> str | None:
+    """'file:line' of the innermost stack frame outside tracekern and NumPy, or None."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if not _is_internal(frame.f_code.co_filename):
+            return f"{frame.f_code.co_filename}:{frame.f_lineno}"
+        frame = frame.f_back
+    return None
+
+
+def describe_location(location: str | None) -> str:
+    """A line for an error message: the file, line number and the text of that line."""
+    if not location:
+        return "  (no user source line found)"
+    filename, _, lineno = location.rpartition(":")
+    text = linecache.getline(filename, int(lineno)).strip() if lineno.isdigit() else ""
+    return f"  at {location}" + (f": {text}" if text else "")
+
+
+def with_location(message: str, location: str | None = None) -> str:
+    """Append the user's source line (found now when `location` is None) to a message."""
+    if location is None:
+        location = user_frame_location()
+    return f"{message}\n{describe_location(location)}"

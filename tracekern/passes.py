@@ -1,0 +1,72 @@
+"""Graph-to-graph passes run on every graph: dead-code elimination and common-subexpression
+elimination (simplify = both). Each returns a new Graph."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .ir import Eqn, Graph, Var
+
+
+def dce(graph: Graph) -> Graph:
+    """Drop equations whose outputs are never used (effectful equations stay)."""
+    live: set[Var] = set(graph.outputs)
+    kept: list[Eqn] = []
+    for e in reversed(graph.eqns):
+        if e.primitive.effectful or any(v in live for v in e.outputs):
+            kept.append(e)
+            live.update(e.inputs)
+    if len(kept) == len(graph.eqns):
+        return graph
+    return Graph(graph.inputs, tuple(reversed(kept)), graph.outputs, graph.input_notes)
+
+
+def _param_key(p: Any) -> Any:
+    if isinstance(p, np.ndarray):
+        return ("array", p.dtype.str, p.shape, p.tobytes())
+    if isinstance(p, np.dtype):
+        return ("dtype", p.str)
+    if isinstance(p, (list, tuple)):
+        return tuple(_param_key(x) for x in p)
+    if isinstance(p, dict):
+        return tuple(sorted((k, _param_key(v)) for k, v in p.items()))
+    if isinstance(p, Graph):
+        return ("graph", id(p))
+    if isinstance(p, (float, np.floating)) and p != p:  # nan == nan for keying purposes
+        return ("nan", type(p).__name__)
+    return (type(p).__name__, p)
+
+
+def cse(graph: Graph) -> Graph:
+    """Merge equations that apply the same primitive with the same params to the same inputs."""
+    rename: dict[Var, Var] = {}
+    seen: dict[Any, tuple[Var, ...]] = {}
+    eqns: list[Eqn] = []
+    changed = False
+    for e in graph.eqns:
+        inputs = tuple(rename.get(v, v) for v in e.inputs)
+        if inputs != e.inputs:
+            e = Eqn(e.primitive, inputs, e.outputs, e.params, e.source)
+            changed = True
+        if not e.primitive.effectful:
+            try:
+                key = (e.primitive.name, tuple(v.id for v in inputs), _param_key(e.params))
+                hash(key)
+            except TypeError:
+                key = None
+            if key is not None:
+                if key in seen:
+                    rename.update(zip(e.outputs, seen[key]))
+                    changed = True
+                    continue
+                seen[key] = e.outputs
+        eqns.append(e)
+    if not changed:
+        return graph
+    outputs = tuple(rename.get(v, v) for v in graph.outputs)
+    return Graph(graph.inputs, tuple(eqns), outputs, graph.input_notes)
+
+
+def simplify(graph: Graph) -> Graph:
+    return dce(cse(graph))

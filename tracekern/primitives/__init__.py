@@ -1,0 +1,49 @@
+"""Every primitive of the IR, one object each (see core.Primitive for the rules each holds).
+
+Import a primitive from its room; this package re-exports them and the registry."""
+from .core import REGISTRY, Primitive
+from .elementwise import (
+    absolute,
+    add,
+    arctan,
+    convert,
+    cos,
+    div,
+    eq,
+    exp,
+    expm1,
+    ge,
+    gt,
+    le,
+    log,
+    log1p,
+    logical_and,
+    logical_not,
+    logical_or,
+    lt,
+    maximum,
+    minimum,
+    mul,
+    ne,
+    neg,
+    power,
+    select,
+    sign,
+    sin,
+    sqrt,
+    stop_gradient,
+    sub,
+    tan,
+    tanh,
+)
+from .linalg import matmul
+from .reductions import reduce_max, reduce_min, reduce_prod, reduce_sum
+from .shape import broadcast_to, concatenate, const, full, reshape, slice_, transpose, unslice
+
+__all__ = [
+    "REGISTRY", "Primitive", "absolute", "add", "arctan", "broadcast_to", "concatenate", "const",
+    "convert", "cos", "div", "eq", "exp", "expm1", "full", "ge", "gt", "le", "log", "log1p",
+    "logical_and", "logical_not", "logical_or", "lt", "matmul", "maximum", "minimum", "mul", "ne",
+    "neg", "power", "reduce_max", "reduce_min", "reduce_prod", "reduce_sum", "reshape", "select",
+    "sign", "sin", "slice_", "sqrt", "stop_gradient", "sub", "tan", "tanh", "transpose", "unslice",
+]

@@ -1,0 +1,59 @@
+"""The Primitive base class: one object holds all of a primitive's rules.
+
+Rules: abstract evaluation (shape, dtype), a NumPy implementation, and a VJP built from primitives."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..ir import Aval
+
+REGISTRY: dict[str, Primitive] = {}
+
+
+class Primitive:
+    """A primitive operation of the IR.
+
+    Subclasses (or instances configured with functions) provide:
+      abstract_eval(*avals, **params) -> tuple[Aval, ...]
+      impl(*arrays, **params) -> array (or tuple of arrays when multiple_results)
+      vjp(cts, ins, outs, active, **params) -> list of cotangents (None = zero) per input
+    `ins`, `outs` and `cts` are traced values in the backward pass, so a VJP rule is ordinary
+    array code (operators, tracekern.numpy functions) and is itself differentiable.
+    """
+
+    multiple_results = False
+    effectful = False  # effectful equations survive dead-code elimination and are never merged
+
+    def __init__(self, name: str):
+        if name in REGISTRY:
+            raise ValueError(f"primitive {name!r} defined twice")
+        self.name = name
+        REGISTRY[name] = self
+
+    def __repr__(self) -> str:
+        return f"<primitive {self.name}>"
+
+    # -- rules -------------------------------------------------------------------
+    def abstract_eval(self, *avals: Aval, **params) -> tuple[Aval, ...]:
+        raise NotImplementedError(f"{self.name}: abstract_eval")
+
+    def impl(self, *arrays: np.ndarray, **params) -> Any:
+        raise NotImplementedError(f"{self.name}: impl")
+
+    def vjp(self, cts: Sequence, ins: Sequence, outs: Sequence, active: Sequence[bool], **params) -> list:
+        raise NotImplementedError(f"{self.name} is not differentiable")
+
+    def differentiable(self, **params) -> bool:
+        """Whether cotangents flow through this equation at all (False: stop_gradient, comparisons...)."""
+        return True
+
+    # -- use ---------------------------------------------------------------------
+    def bind(self, *args, **params):
+        from ..trace import bind
+
+        return bind(self, args, params)
+
+    __call__ = bind

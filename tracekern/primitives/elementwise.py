@@ -1,0 +1,207 @@
+"""Elementwise primitives: arithmetic, transcendentals, comparisons, logic, select, convert.
+
+Operands broadcast as in NumPy; every VJP is un-broadcast to its operand's shape in one place."""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from ..errors import ShapeError
+from ..ir import FLOAT_DTYPES, SUPPORTED_DTYPES, Aval, is_float
+from .core import Primitive
+
+
+def broadcast_shapes(name: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
+    try:
+        return tuple(np.broadcast_shapes(*shapes))
+    except ValueError:
+        listed = " and ".join(str(tuple(s)) for s in shapes)
+        raise ShapeError(
+            f"{name}: operands could not be broadcast together: shapes {listed}. NumPy broadcasting "
+            "aligns trailing dimensions, which must be equal or 1; reshape or np.expand_dims one "
+            "operand to line its axes up."
+        ) from None
+
+
+def unbroadcast(ct, shape: tuple[int, ...]):
+    """Sum a cotangent over the axes that broadcasting added or stretched, giving `shape`."""
+    from .reductions import reduce_sum
+    from .shape import reshape
+
+    if tuple(ct.shape) == tuple(shape):
+        return ct
+    lead = len(ct.shape) - len(shape)
+    axes = tuple(range(lead)) + tuple(
+        lead + i for i, s in enumerate(shape) if s == 1 and ct.shape[lead + i] != 1
+    )
+    if axes:
+        ct = reduce_sum(ct, axes=axes)
+    return reshape(ct, new_shape=tuple(shape)) if tuple(ct.shape) != tuple(shape) else ct
+
+
+class Elementwise(Primitive):
+    """An elementwise primitive. Operands share one dtype (the API layer converts them first);
+    `out_dtype` gives the result dtype (bool for comparisons). `grads[i](ct, *ins, out)` gives the
+    cotangent of operand i before un-broadcasting; None marks an operand without a gradient."""
+
+    def __init__(self, name: str, ufunc: Callable | None, grads: Sequence[Callable | None] | None,
+                 out_bool: bool = False, nin: int | None = None, dtypes: str = "any"):
+        super().__init__(name)
+        self.ufunc = ufunc
+        self.grads = tuple(grads) if grads is not None else None
+        self.out_bool = out_bool
+        self.nin = nin if nin is not None else ufunc.nin
+        self.dtypes = dtypes  # "any", "float", "bool"
+
+    def abstract_eval(self, *avals: Aval, **params) -> tuple[Aval, ...]:
+        if len(avals) != self.nin:
+            raise TypeError(f"{self.name} takes {self.nin} operands, got {len(avals)}")
+        dtype = avals[0].dtype
+        if any(a.dtype != dtype for a in avals):
+            raise TypeError(f"{self.name}: operand dtypes differ ({', '.join(a.dtype.name for a in avals)})")
+        if self.dtypes == "float" and dtype not in FLOAT_DTYPES:
+            raise TypeError(f"{self.name} needs float32 or float64 operands, got {dtype}")
+        if self.dtypes == "bool" and dtype != np.bool_:
+            raise TypeError(f"{self.name} needs bool operands, got {dtype}")
+        shape = broadcast_shapes(self.name, *[a.shape for a in avals])
+        return (Aval(shape, np.dtype(bool) if self.out_bool else dtype),)
+
+    def impl(self, *arrays, **params):
+        return self.ufunc(*arrays)
+
+    def differentiable(self, **params) -> bool:
+        return self.grads is not None
+
+    def vjp(self, cts, ins, outs, active, **params):
+        (ct,) = cts
+        result = []
+        for i, (x, act) in enumerate(zip(ins, active)):
+            rule = self.grads[i]
+            if not act or rule is None:
+                result.append(None)
+                continue
+            result.append(unbroadcast(rule(ct, *ins, outs[0]), tuple(x.shape)))
+        return result
+
+
+def _fill_like(x, value):
+    from .shape import full
+
+    return full(shape=tuple(x.shape), dtype=x.dtype, value=value)
+
+
+def _safe_log(x):
+    # log(x), with log(1) = 0 standing in where x == 0: pow's exponent gradient at a zero base
+    return log(select(x == 0, _fill_like(x, 1), x))
+
+
+def _pow_base(ct, x, y, out):
+    return ct * select(y == 0, _fill_like(out, 0), y * power(x, y - 1))
+
+
+def _share(ct, wins, ties):
+    # the winning operand takes the cotangent; ties share it equally (as JAX does)
+    zero = _fill_like(ct, 0)
+    return select(wins, ct, zero) + select(ties, ct * 0.5, zero)
+
+
+# -- arithmetic -------------------------------------------------------------------------------
+add = Elementwise("add", np.add, [lambda ct, x, y, out: ct, lambda ct, x, y, out: ct])
+sub = Elementwise("sub", np.subtract, [lambda ct, x, y, out: ct, lambda ct, x, y, out: -ct])
+mul = Elementwise("mul", np.multiply, [lambda ct, x, y, out: ct * y, lambda ct, x, y, out: ct * x])
+div = Elementwise("div", np.true_divide,
+                  [lambda ct, x, y, out: ct / y, lambda ct, x, y, out: -(ct * out) / y], dtypes="float")
+neg = Elementwise("neg", np.negative, [lambda ct, x, out: -ct])
+power = Elementwise("pow", np.power, [_pow_base, lambda ct, x, y, out: ct * _safe_log(x) * out])
+absolute = Elementwise("abs", np.absolute, [lambda ct, x, out: ct * sign(x)])
+sign = Elementwise("sign", np.sign, None)
+maximum = Elementwise("maximum", np.maximum,
+                      [lambda ct, x, y, out: _share(ct, x > y, x == y), lambda ct, x, y, out: _share(ct, y > x, x == y)])
+minimum = Elementwise("minimum", np.minimum,
+                      [lambda ct, x, y, out: _share(ct, x < y, x == y), lambda ct, x, y, out: _share(ct, y < x, x == y)])
+
+# -- transcendentals (float only) ---------------------------------------------------------------
+exp = Elementwise("exp", np.exp, [lambda ct, x, out: ct * out], dtypes="float")
+log = Elementwise("log", np.log, [lambda ct, x, out: ct / x], dtypes="float")
+log1p = Elementwise("log1p", np.log1p, [lambda ct, x, out: ct / (x + 1)], dtypes="float")
+expm1 = Elementwise("expm1", np.expm1, [lambda ct, x, out: ct * (out + 1)], dtypes="float")
+sqrt = Elementwise("sqrt", np.sqrt, [lambda ct, x, out: ct * 0.5 / out], dtypes="float")
+sin = Elementwise("sin", np.sin, [lambda ct, x, out: ct * cos(x)], dtypes="float")
+cos = Elementwise("cos", np.cos, [lambda ct, x, out: -(ct * sin(x))], dtypes="float")
+tan = Elementwise("tan", np.tan, [lambda ct, x, out: ct * (out * out + 1)], dtypes="float")
+tanh = Elementwise("tanh", np.tanh, [lambda ct, x, out: ct * (1 - out * out)], dtypes="float")
+arctan = Elementwise("arctan", np.arctan, [lambda ct, x, out: ct / (x * x + 1)], dtypes="float")
+
+# -- comparisons and logic: bool results, no gradient -------------------------------------------
+lt = Elementwise("lt", np.less, None, out_bool=True)
+le = Elementwise("le", np.less_equal, None, out_bool=True)
+gt = Elementwise("gt", np.greater, None, out_bool=True)
+ge = Elementwise("ge", np.greater_equal, None, out_bool=True)
+eq = Elementwise("eq", np.equal, None, out_bool=True)
+ne = Elementwise("ne", np.not_equal, None, out_bool=True)
+logical_and = Elementwise("and", np.logical_and, None, out_bool=True, dtypes="bool")
+logical_or = Elementwise("or", np.logical_or, None, out_bool=True, dtypes="bool")
+logical_not = Elementwise("not", np.logical_not, None, out_bool=True, dtypes="bool")
+
+
+class Select(Elementwise):
+    """select(cond, a, b): a where cond else b (np.where). cond is bool; a and b share a dtype."""
+
+    def __init__(self):
+        super().__init__(
+            "select", None,
+            [None, lambda ct, c, a, b, out: select(c, ct, _fill_like(ct, 0)),
+             lambda ct, c, a, b, out: select(c, _fill_like(ct, 0), ct)],
+            nin=3,
+        )
+
+    def abstract_eval(self, c: Aval, a: Aval, b: Aval, **params):
+        if c.dtype != np.bool_:
+            raise TypeError(f"select: condition must be bool, got {c.dtype}")
+        if a.dtype != b.dtype:
+            raise TypeError(f"select: the two value operands differ in dtype ({a.dtype}, {b.dtype})")
+        return (Aval(broadcast_shapes("where", c.shape, a.shape, b.shape), a.dtype),)
+
+    def impl(self, c, a, b, **params):
+        return np.where(c, a, b)
+
+
+select = Select()
+
+
+class Convert(Primitive):
+    """convert(x, dtype): x.astype(dtype). Differentiable between float dtypes only."""
+
+    def abstract_eval(self, x: Aval, *, dtype):
+        if np.dtype(dtype) not in SUPPORTED_DTYPES:
+            raise TypeError(f"astype: dtype {dtype} is not supported")
+        return (Aval(x.shape, np.dtype(dtype)),)
+
+    def impl(self, x, *, dtype):
+        return np.asarray(x).astype(dtype)
+
+    def vjp(self, cts, ins, outs, active, *, dtype):
+        (ct,), (x,) = cts, ins
+        if not (active[0] and is_float(x.dtype) and is_float(dtype)):
+            return [None]
+        return [convert(ct, dtype=x.dtype) if x.dtype != ct.dtype else ct]
+
+
+convert = Convert("convert")
+
+
+class StopGradient(Primitive):
+    """Identity in the forward pass; no cotangent flows through it."""
+
+    def abstract_eval(self, x: Aval):
+        return (x,)
+
+    def impl(self, x):
+        return x
+
+    def differentiable(self, **params) -> bool:
+        return False
+
+
+stop_gradient = StopGradient("stop_gradient")

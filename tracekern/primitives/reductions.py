@@ -1,0 +1,80 @@
+"""Reductions over static axes: sum, max, min, prod (keepdims is handled by the API layer).
+
+`axes` is a sorted tuple of non-negative axis numbers; the reduced axes are dropped."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import ShapeError
+from ..ir import Aval
+from .core import Primitive
+
+
+def keepdims_shape(shape: tuple[int, ...], axes: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(1 if i in axes else s for i, s in enumerate(shape))
+
+
+class Reduce(Primitive):
+    def __init__(self, name: str, np_fn, has_identity: bool):
+        super().__init__(name)
+        self.np_fn = np_fn
+        self.has_identity = has_identity
+
+    def abstract_eval(self, x: Aval, *, axes: tuple[int, ...]):
+        if tuple(sorted(set(axes))) != tuple(axes) or any(not 0 <= a < x.ndim for a in axes):
+            raise ShapeError(f"{self.name}: axes {axes} are not valid sorted axes of an array of shape {x.shape}")
+        if not self.has_identity and any(x.shape[a] == 0 for a in axes):
+            raise ShapeError(f"{self.name}: zero-size reduction over axes {axes} of shape {x.shape} has no identity")
+        return (Aval(tuple(s for i, s in enumerate(x.shape) if i not in axes), x.dtype),)
+
+    def impl(self, x, *, axes):
+        return self.np_fn(x, axis=axes)
+
+    def _expand(self, v, x, axes):
+        """A reduced value reshaped to keepdims form and broadcast back to x's shape."""
+        from .shape import broadcast_to, reshape
+
+        return broadcast_to(reshape(v, new_shape=keepdims_shape(tuple(x.shape), axes)), shape=tuple(x.shape))
+
+
+class ReduceSum(Reduce):
+    def vjp(self, cts, ins, outs, active, *, axes):
+        return [self._expand(cts[0], ins[0], axes)]
+
+
+class ReduceMinMax(Reduce):
+    """The cotangent goes to the positions equal to the extremum, shared equally between ties."""
+
+    def vjp(self, cts, ins, outs, active, *, axes):
+        from .elementwise import convert, eq
+
+        x = ins[0]
+        mask = convert(eq(x, self._expand(outs[0], x, axes)), dtype=x.dtype)
+        count = reduce_sum(mask, axes=axes)
+        return [mask * self._expand(cts[0] / count, x, axes)]
+
+
+class ReduceProd(Reduce):
+    """d prod / d x_i = product of the other entries, computed without dividing by zero."""
+
+    def vjp(self, cts, ins, outs, active, *, axes):
+        from .elementwise import convert, eq, select
+        from .shape import full
+
+        x = ins[0]
+        is_zero = eq(x, full(shape=(), dtype=x.dtype, value=0))
+        ones = full(shape=tuple(x.shape), dtype=x.dtype, value=1)
+        nonzero_prod = self._expand(reduce_prod(select(is_zero, ones, x), axes=axes), x, axes)
+        zeros_count = self._expand(reduce_sum(convert(is_zero, dtype=x.dtype), axes=axes), x, axes)
+        zero = ones - 1
+        others = select(
+            eq(zeros_count, zero), nonzero_prod / select(is_zero, ones, x),
+            select(is_zero & eq(zeros_count, ones), nonzero_prod, zero),
+        )
+        return [others * self._expand(cts[0], x, axes)]
+
+
+reduce_sum = ReduceSum("reduce_sum", np.sum, has_identity=True)
+reduce_max = ReduceMinMax("reduce_max", np.max, has_identity=False)
+reduce_min = ReduceMinMax("reduce_min", np.min, has_identity=False)
+reduce_prod = ReduceProd("reduce_prod", np.prod, has_identity=True)

@@ -1,0 +1,160 @@
+"""Shape primitives: const, full, reshape, transpose, broadcast_to, slice, unslice, concatenate.
+
+Indexing, expand_dims, squeeze and stack are built from these in tracekern.numpy."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import ShapeError
+from ..ir import SUPPORTED_DTYPES, Aval
+from .core import Primitive
+
+
+class Const(Primitive):
+    """A constant array captured while tracing (NumPy arrays, Python and NumPy scalars)."""
+
+    def abstract_eval(self, *, value: np.ndarray):
+        return (Aval(value.shape, value.dtype),)
+
+    def impl(self, *, value):
+        return value
+
+
+class Full(Primitive):
+    """An array of `shape` filled with one scalar `value` (zeros_like, ones_like, full)."""
+
+    def abstract_eval(self, *, shape, dtype, value):
+        if np.dtype(dtype) not in SUPPORTED_DTYPES:
+            raise TypeError(f"full: dtype {dtype} is not supported")
+        return (Aval(tuple(shape), np.dtype(dtype)),)
+
+    def impl(self, *, shape, dtype, value):
+        return np.full(shape, value, dtype=dtype)
+
+
+class Reshape(Primitive):
+    def abstract_eval(self, x: Aval, *, new_shape):
+        new_shape = tuple(new_shape)
+        if any(s < 0 for s in new_shape) or int(np.prod(new_shape, dtype=np.int64)) != x.size:
+            raise ShapeError(f"reshape: cannot reshape an array of shape {x.shape} (size {x.size}) into shape {new_shape}")
+        return (Aval(new_shape, x.dtype),)
+
+    def impl(self, x, *, new_shape):
+        return np.reshape(x, new_shape)
+
+    def vjp(self, cts, ins, outs, active, *, new_shape):
+        return [reshape(cts[0], new_shape=tuple(ins[0].shape))]
+
+
+class Transpose(Primitive):
+    def abstract_eval(self, x: Aval, *, perm):
+        if sorted(perm) != list(range(x.ndim)):
+            raise ShapeError(f"transpose: axes {tuple(perm)} are not a permutation of the {x.ndim} axes of shape {x.shape}")
+        return (Aval(tuple(x.shape[p] for p in perm), x.dtype),)
+
+    def impl(self, x, *, perm):
+        return np.transpose(x, perm)
+
+    def vjp(self, cts, ins, outs, active, *, perm):
+        return [transpose(cts[0], perm=tuple(int(i) for i in np.argsort(perm)))]
+
+
+class BroadcastTo(Primitive):
+    def abstract_eval(self, x: Aval, *, shape):
+        shape = tuple(shape)
+        lead = len(shape) - x.ndim
+        if lead < 0 or any(s != 1 and s != shape[lead + i] for i, s in enumerate(x.shape)):
+            raise ShapeError(f"broadcast_to: cannot broadcast an array of shape {x.shape} to shape {shape}")
+        return (Aval(shape, x.dtype),)
+
+    def impl(self, x, *, shape):
+        return np.broadcast_to(x, shape)
+
+    def vjp(self, cts, ins, outs, active, *, shape):
+        from .elementwise import unbroadcast
+
+        return [unbroadcast(cts[0], tuple(ins[0].shape))]
+
+
+def _slice_shape(shape, index):
+    return tuple(len(range(start, stop, step)) for (start, stop, step) in index)
+
+
+def _py_slices(index):
+    # (start, stop, step) as normalised by slice.indices: a negative stop means "past the front"
+    return tuple(slice(a, b if b >= 0 else None, c) for a, b, c in index)
+
+
+class Slice(Primitive):
+    """x[start:stop:step, ...] with static, normalised (start, stop, step) for every axis."""
+
+    def abstract_eval(self, x: Aval, *, index):
+        if len(index) != x.ndim:
+            raise ShapeError(f"slice: {len(index)} index entries for an array of shape {x.shape}")
+        return (Aval(_slice_shape(x.shape, index), x.dtype),)
+
+    def impl(self, x, *, index):
+        return x[_py_slices(index)]
+
+    def vjp(self, cts, ins, outs, active, *, index):
+        return [unslice(cts[0], shape=tuple(ins[0].shape), index=index)]
+
+
+class Unslice(Primitive):
+    """The transpose of slice: zeros of `shape` with the operand written at `index`."""
+
+    def abstract_eval(self, x: Aval, *, shape, index):
+        if _slice_shape(shape, index) != x.shape:
+            raise ShapeError(f"unslice: operand shape {x.shape} does not match slice {index} of {shape}")
+        return (Aval(tuple(shape), x.dtype),)
+
+    def impl(self, x, *, shape, index):
+        out = np.zeros(shape, x.dtype)
+        out[_py_slices(index)] = x
+        return out
+
+    def vjp(self, cts, ins, outs, active, *, shape, index):
+        return [slice_(cts[0], index=index)]
+
+
+class Concatenate(Primitive):
+    def abstract_eval(self, *xs: Aval, axis):
+        if not xs:
+            raise ShapeError("concatenate: needs at least one array")
+        first = xs[0]
+        for x in xs[1:]:
+            if x.dtype != first.dtype:
+                raise TypeError(f"concatenate: dtypes differ ({first.dtype}, {x.dtype})")
+            if x.ndim != first.ndim or any(a != b for i, (a, b) in enumerate(zip(x.shape, first.shape)) if i != axis):
+                shapes = ", ".join(str(v.shape) for v in xs)
+                raise ShapeError(f"concatenate: shapes {shapes} differ outside axis {axis}")
+        if not 0 <= axis < first.ndim:
+            raise ShapeError(f"concatenate: axis {axis} is out of range for shape {first.shape}")
+        shape = list(first.shape)
+        shape[axis] = sum(x.shape[axis] for x in xs)
+        return (Aval(tuple(shape), first.dtype),)
+
+    def impl(self, *xs, axis):
+        return np.concatenate(xs, axis=axis)
+
+    def vjp(self, cts, ins, outs, active, *, axis):
+        result, start = [], 0
+        for x, act in zip(ins, active):
+            n = x.shape[axis]
+            if act:
+                index = tuple((start, start + n, 1) if i == axis else (0, s, 1) for i, s in enumerate(outs[0].shape))
+                result.append(slice_(cts[0], index=index))
+            else:
+                result.append(None)
+            start += n
+        return result
+
+
+const = Const("const")
+full = Full("full")
+reshape = Reshape("reshape")
+transpose = Transpose("transpose")
+broadcast_to = BroadcastTo("broadcast_to")
+slice_ = Slice("slice")
+unslice = Unslice("unslice")
+concatenate = Concatenate("concatenate")

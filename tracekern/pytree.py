@@ -1,0 +1,101 @@
+"""Flatten and unflatten nested tuples, lists, dicts and None (pytrees) of arrays.
+
+A TreeDef is hashable and cheap to compare, so it can be part of a compile-cache key."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class TreeDef:
+    kind: str  # "leaf", "none", "tuple", "list", "dict", "namedtuple"
+    children: tuple = ()
+    meta: Any = None  # dict keys, or the namedtuple type
+
+    @property
+    def num_leaves(self) -> int:
+        if self.kind == "leaf":
+            return 1
+        return sum(c.num_leaves for c in self.children)
+
+    def __repr__(self) -> str:
+        if self.kind == "leaf":
+            return "*"
+        if self.kind == "none":
+            return "None"
+        inner = ", ".join(repr(c) for c in self.children)
+        if self.kind == "dict":
+            inner = ", ".join(f"{k!r}: {c!r}" for k, c in zip(self.meta, self.children))
+            return "{" + inner + "}"
+        if self.kind == "list":
+            return "[" + inner + "]"
+        if self.kind == "namedtuple":
+            return f"{self.meta.__name__}({inner})"
+        return "(" + inner + ("," if len(self.children) == 1 else "") + ")"
+
+
+LEAF = TreeDef("leaf")
+
+
+def tree_flatten(tree: Any) -> tuple[list, TreeDef]:
+    leaves: list = []
+    return leaves, _flatten(tree, leaves)
+
+
+def _flatten(node: Any, leaves: list) -> TreeDef:
+    if node is None:
+        return TreeDef("none")
+    if isinstance(node, tuple):
+        kind, meta = ("namedtuple", type(node)) if hasattr(node, "_fields") else ("tuple", None)
+        return TreeDef(kind, tuple(_flatten(c, leaves) for c in node), meta)
+    if isinstance(node, list):
+        return TreeDef("list", tuple(_flatten(c, leaves) for c in node))
+    if isinstance(node, dict):
+        keys = tuple(sorted(node))
+        return TreeDef("dict", tuple(_flatten(node[k], leaves) for k in keys), keys)
+    leaves.append(node)
+    return LEAF
+
+
+def tree_unflatten(treedef: TreeDef, leaves: list) -> Any:
+    it = iter(leaves)
+    out = _unflatten(treedef, it)
+    rest = list(it)
+    if rest:
+        raise ValueError(f"tree_unflatten: {len(rest)} leaves left over for tree {treedef!r}")
+    return out
+
+
+def _unflatten(td: TreeDef, it) -> Any:
+    if td.kind == "leaf":
+        return next(it)
+    if td.kind == "none":
+        return None
+    children = [_unflatten(c, it) for c in td.children]
+    if td.kind == "tuple":
+        return tuple(children)
+    if td.kind == "namedtuple":
+        return td.meta(*children)
+    if td.kind == "list":
+        return children
+    return dict(zip(td.meta, children))
+
+
+def tree_map(fn: Callable, tree: Any) -> Any:
+    leaves, td = tree_flatten(tree)
+    return tree_unflatten(td, [fn(x) for x in leaves])
+
+
+def leaf_paths(treedef: TreeDef, prefix: str = "") -> list[str]:
+    """Human-readable path of every leaf, e.g. ['[0]', "['w']"], for error messages."""
+    if treedef.kind == "leaf":
+        return [prefix]
+    if treedef.kind == "none":
+        return []
+    out: list[str] = []
+    keys = treedef.meta if treedef.kind == "dict" else range(len(treedef.children))
+    for k, c in zip(keys, treedef.children):
+        out.extend(leaf_paths(c, f"{prefix}[{k!r}]"))
+    return out
