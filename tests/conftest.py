@@ -1,8 +1,16 @@
 """Shared fixtures: the backend every end-to-end test runs on, and input makers."""
+import os
+
 import numpy as np
 import pytest
+from hypothesis import settings
 
 import tracekern as tk
+
+# CI runs the same examples every time (no flaky red build); local runs explore new ones.
+settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
 
 # Every compiled backend joins this list as it lands; each is compared with "interpret".
 BACKENDS = tk.available_backends()

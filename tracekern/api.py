@@ -105,13 +105,25 @@ class Staged:
         self.static_argnums = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
         self._cache: dict[Any, _Compiled] = {}
         self.trace_count = 0
-        functools.update_wrapper(self, fun, updated=())
+        if not isinstance(fun, functools.partial):
+            functools.update_wrapper(self, fun, updated=())
 
     def __repr__(self) -> str:
         return f"<tracekern {type(self).__name__} of {_fun_name(self.fun)}>"
 
-    def __get__(self, instance, owner):  # usable as a method decorator
-        return self if instance is None else functools.partial(self, instance)
+    def __get__(self, instance, owner):
+        """As a method decorator: one Staged per instance, with the instance bound (not traced)."""
+        if instance is None:
+            return self
+        key = f"__tracekern_bound_{id(self)}"
+        bound = getattr(instance, "__dict__", {}).get(key)
+        if bound is None:
+            bound = Staged(functools.partial(self.fun, instance), functools.partial(self.emit, instance),
+                           backend=self.backend,
+                           static_argnums=tuple(i - 1 for i in self.static_argnums if i > 0))
+            if hasattr(instance, "__dict__"):
+                instance.__dict__[key] = bound
+        return bound
 
     def __call__(self, *args):
         if current_builder() is not None:

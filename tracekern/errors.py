@@ -35,8 +35,15 @@ class GradientCheckError(AssertionError, TracekernError):
     """tk.check_grad found reverse mode and finite differences disagree."""
 
 
+_USER_MODULES_IN_PACKAGE = {os.path.join(_PKG_DIR, "demo.py")}
+
+
 def _is_internal(filename: str) -> bool:
+    if filename.startswith("<frozen"):
+        return True
     path = os.path.abspath(filename)
+    if path in _USER_MODULES_IN_PACKAGE:
+        return False
     return path.startswith(_PKG_DIR) or path.startswith(os.path.join(_NUMPY_DIR, "numpy"))
 
 

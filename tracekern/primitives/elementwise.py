@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from ..errors import ShapeError
+from ..errors import IRError, ShapeError
 from ..ir import FLOAT_DTYPES, SUPPORTED_DTYPES, Aval, is_float
 from .core import Primitive
 
@@ -81,7 +81,11 @@ class Elementwise(Primitive):
             if not act or rule is None:
                 result.append(None)
                 continue
-            result.append(unbroadcast(rule(ct, *ins, outs[0]), tuple(x.shape)))
+            raw = rule(ct, *ins, outs[0])
+            if tuple(raw.shape) != tuple(outs[0].shape) or raw.dtype != x.dtype:
+                raise IRError(f"VJP rule of {self.name} gave a cotangent {raw.dtype}{list(raw.shape)} for operand {i}; "
+                              f"expected {x.dtype}{list(outs[0].shape)} before un-broadcasting")
+            result.append(unbroadcast(raw, tuple(x.shape)))
         return result
 
 

@@ -1,0 +1,178 @@
+"""Bad input gets a clear error at trace time, naming the user's file and line and what to do."""
+import numpy as np
+import pytest
+
+import tracekern as tk
+
+THIS_FILE = __file__
+
+
+def _line_of(fn, text):
+    import inspect
+
+    lines, start = inspect.getsourcelines(fn)
+    for i, line in enumerate(lines):
+        if text in line:
+            return start + i
+    raise AssertionError(text)
+
+
+def test_python_if_on_tracer_raises_tracer_bool_error_with_line():
+    def f(x):
+        if x.sum() > 0:  # the offending line
+            return x
+        return -x
+
+    with pytest.raises(tk.TracerBoolError) as info:
+        tk.jit(f)(np.ones(3))
+    msg = str(info.value)
+    assert isinstance(info.value, TypeError)
+    assert f"{THIS_FILE}:{_line_of(f, 'the offending line')}" in msg
+    assert "np.where" in msg and "bool[]" in msg
+
+
+@pytest.mark.parametrize("conv", [int, float, bool])
+def test_concrete_conversions_raise(conv):
+    with pytest.raises(tk.TracerBoolError):
+        tk.jit(lambda x: conv(x.sum()))(np.ones(2))
+
+
+def test_np_asarray_of_tracer_raises():
+    with pytest.raises(TypeError, match="cannot be converted to a NumPy array"):
+        tk.jit(lambda x: np.asarray(x))(np.ones(2))
+
+
+def test_matmul_shape_mismatch_names_both_shapes_and_line():
+    def f(a, b):
+        return a @ b  # matmul here
+
+    with pytest.raises(ValueError) as info:
+        tk.jit(f)(np.ones((3, 4)), np.ones((5, 6)))
+    msg = str(info.value)
+    assert isinstance(info.value, tk.ShapeError)
+    assert "(3, 4)" in msg and "(5, 6)" in msg
+    assert f"{THIS_FILE}:{_line_of(f, 'matmul here')}" in msg
+    assert "Transpose" in msg
+
+
+def test_broadcast_mismatch_names_both_shapes_and_line():
+    def f(a, b):
+        return a + b  # broadcast here
+
+    with pytest.raises(ValueError) as info:
+        tk.jit(f)(np.ones(3), np.ones(4))
+    msg = str(info.value)
+    assert "(3,)" in msg and "(4,)" in msg and f":{_line_of(f, 'broadcast here')}" in msg
+
+
+@pytest.mark.parametrize("fn,pattern", [
+    (lambda x: x.reshape(5), r"reshape.*\(2, 3\) \(size 6\).*\(5,\)"),
+    (lambda x: np.squeeze(x, axis=0), "size is not 1"),
+    (lambda x: x.sum(axis=2), "out of bounds"),
+    (lambda x: np.concatenate([x, x.T]), r"shapes \(2, 3\), \(3, 2\)"),
+    (lambda x: np.broadcast_to(x, (3, 3)), "cannot broadcast"),
+    (lambda x: x[5], "out of bounds"),
+    (lambda x: x[0, 0, 0], "too many indices"),
+    (lambda x: np.stack([x, x[0]]), "same shape"),
+    (lambda x: x[:, :0].max(axis=1), "no identity"),
+])
+def test_shape_errors(fn, pattern):
+    with pytest.raises((ValueError, IndexError), match=pattern):
+        tk.jit(fn)(np.ones((2, 3)))
+
+
+def test_non_array_argument_raises_type_error_naming_it():
+    def f(x, label):
+        return x
+
+    with pytest.raises(TypeError, match=r"argument 1 \('label'\).*str"):
+        tk.jit(f)(np.ones(2), "hello")
+    with pytest.raises(TypeError, match=r"argument 0 \('params'\) at \['w'\].*object"):
+        tk.jit(lambda params: params["w"])({"w": object()})
+
+
+def test_unsupported_dtype_argument():
+    with pytest.raises(TypeError, match="complex128.*supported dtypes"):
+        tk.jit(lambda x: x)(np.ones(2, np.complex128))
+
+
+def test_unsupported_numpy_function_lists_supported():
+    with pytest.raises(NotImplementedError) as info:
+        tk.jit(lambda x: np.sort(x))(np.ones(3))
+    msg = str(info.value)
+    assert "np.sort" in msg and "np.sum" in msg and "sigmoid" in msg and THIS_FILE in msg
+
+
+def test_unsupported_ufunc_lists_supported():
+    with pytest.raises(NotImplementedError, match="np.arcsinh is not supported.*tanh"):
+        tk.jit(np.arcsinh)(np.ones(3))
+
+
+def test_advanced_indexing_is_rejected():
+    with pytest.raises(NotImplementedError, match="advanced or boolean indexing"):
+        tk.jit(lambda x: x[np.array([0, 1])])(np.ones(3))
+    with pytest.raises(NotImplementedError, match="advanced or boolean indexing"):
+        tk.jit(lambda x: x[x > 0])(np.ones(3))
+
+
+def test_out_argument_is_rejected():
+    with pytest.raises(TypeError, match="out="):
+        tk.jit(lambda x: np.exp(x, out=x))(np.ones(3))
+
+
+def test_one_argument_where_is_rejected():
+    with pytest.raises(NotImplementedError, match="data-dependent"):
+        tk.jit(lambda x: np.where(x > 0))(np.ones(3))
+
+
+def test_leaked_tracer_is_detected():
+    leaked = []
+
+    def f(x):
+        leaked.append(x)
+        return x
+
+    tk.jit(f)(np.ones(2))
+    with pytest.raises(tk.TracerLeakError):
+        tk.jit(lambda y: y + leaked[0])(np.ones(2))
+    with pytest.raises(tk.TracerLeakError):
+        leaked[0] + 1
+
+
+def test_unknown_and_planned_backends():
+    with pytest.raises(ValueError, match="unknown backend 'gpu'"):
+        tk.jit(lambda x: x, backend="gpu")
+    for name in ("cpu", "cuda"):
+        if name not in tk.available_backends():
+            with pytest.raises(ValueError, match="not available"):
+                tk.jit(lambda x: x, backend=name)
+
+
+def test_grad_of_non_scalar_points_to_vjp():
+    with pytest.raises(ValueError, match="tk.vjp"):
+        tk.grad(lambda x: x * 2)(np.ones(3))
+    with pytest.raises(ValueError, match="tk.vjp"):
+        tk.grad(lambda x: (x.sum(), x.sum()))(np.ones(3))
+
+
+def test_grad_of_integer_argument_is_a_type_error():
+    with pytest.raises(TypeError, match=r"argument 0 \('x'\).*int64.*constants of differentiation"):
+        tk.grad(lambda x: (x * 2.0).sum())(np.arange(3))
+    with pytest.raises(TypeError, match=r"at \['n'\].*bool"):
+        tk.grad(lambda p: (p["x"] * p["n"]).sum())({"x": np.ones(2), "n": np.ones(2, bool)})
+
+
+def test_grad_of_integer_output_is_a_type_error():
+    with pytest.raises(TypeError, match="float scalar"):
+        tk.grad(lambda x: (x > 0).sum())(np.ones(3))
+
+
+def test_bad_argnums():
+    with pytest.raises(ValueError, match="argnums"):
+        tk.grad(lambda x: x.sum(), argnums=2)(np.ones(3))
+
+
+def test_errors_in_vjp_rules_are_attributed_to_the_forward_line():
+    g = tk.make_ir(lambda x: np.sin(x).sum(), mode="grad")(np.ones(3))
+    cos_eqns = [e for e in g.eqns if e.primitive.name == "cos"]
+    assert cos_eqns and cos_eqns[0].source.startswith(THIS_FILE)
