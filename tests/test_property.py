@@ -64,13 +64,16 @@ def build(steps):
     return f
 
 
+def instantiate(program):
+    shapes, steps, seed = program
+    rng = np.random.default_rng(seed)
+    return build(steps), tuple(rng.uniform(-1.5, 1.5, s) for s in shapes)
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(programs())
 def test_random_programs_gradients_match_finite_differences(program):
-    shapes, steps, seed = program
-    rng = np.random.default_rng(seed)
-    args = tuple(rng.uniform(-1.5, 1.5, s) for s in shapes)
-    f = build(steps)
+    f, args = instantiate(program)
     # the traced value equals plain NumPy
     assert tk.jit(f)(*args) == pytest.approx(f(*args), rel=1e-12, abs=1e-12)
     # away from the kinks of where / max, reverse mode equals central differences
@@ -80,10 +83,7 @@ def test_random_programs_gradients_match_finite_differences(program):
 @settings(max_examples=25, deadline=None)
 @given(programs())
 def test_random_programs_vjp_split_equals_joint_gradient(program):
-    shapes, steps, seed = program
-    rng = np.random.default_rng(seed)
-    args = tuple(rng.uniform(-1.5, 1.5, s) for s in shapes)
-    f = build(steps)
+    f, args = instantiate(program)
     argnums = tuple(range(len(args)))
     joint = tk.grad(f, argnums=argnums)(*args)
     out, pullback = tk.vjp(f, *args)

@@ -160,3 +160,11 @@ def test_eager_tk_numpy_on_arrays():
 
     np.testing.assert_allclose(tnp.sum(np.ones((2, 3)), axis=0), [2, 2, 2])
     np.testing.assert_allclose(tnp.matmul(np.ones((2, 3)), np.ones(3)), [3, 3])
+
+
+def test_outputs_never_alias_inputs():
+    x = np.ones(3)
+    y, s = tk.jit(lambda x: (x, x.sum()))(x)
+    assert y is not x and not np.shares_memory(x, y)
+    y[0] = 5
+    assert x[0] == 1

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -90,7 +91,9 @@ class _Compiled:
     run: Callable
 
     def __call__(self, leaves: list) -> Any:
-        return tree_unflatten(self.out_treedef, [_to_user(o) for o in self.run(leaves)])
+        inputs = {id(x) for x in leaves}
+        outs = [np.array(o) if id(o) in inputs else _to_user(o) for o in self.run(leaves)]  # never alias inputs
+        return tree_unflatten(self.out_treedef, outs)
 
 
 class Staged:
@@ -164,10 +167,6 @@ class Staged:
             arrays.append(a)
             weak.append(w)
         key = (treedef, tuple((a.shape, a.dtype.str) for a in arrays), tuple(weak), statics)
-        try:
-            hash(key)
-        except TypeError:
-            key = (treedef, tuple((a.shape, a.dtype.str) for a in arrays), tuple(weak), repr(statics))
 
         def make_graph() -> tuple[Graph, TreeDef]:
             self.trace_count += 1
@@ -404,15 +403,19 @@ def vjp(fun: Callable, *args, has_aux: bool = False):
     return out, pull
 
 
-_VJP_CACHE: dict[Any, Any] = {}
+_VJP_CACHE: weakref.WeakKeyDictionary[Callable, dict] = weakref.WeakKeyDictionary()
 
 
 def _vjp_split(fun: Callable, args: tuple, has_aux: bool):
     leaves, avals, weak, active, owner = _flat_args(fun, args, tuple(range(len(args))), check_float=False)
     arrays = [np.asarray(x) if not isinstance(x, np.ndarray) else x for x in leaves]
     arrays = [a.astype(av.dtype) if a.dtype != av.dtype else a for a, av in zip(arrays, avals)]
-    key = (fun, tuple(tree_flatten(a)[1] for a in args), tuple(avals), tuple(weak), has_aux)
-    hit = _VJP_CACHE.get(key)
+    key = (tuple(tree_flatten(a)[1] for a in args), tuple(avals), tuple(weak), has_aux)
+    try:
+        per_fun = _VJP_CACHE.setdefault(fun, {})
+    except TypeError:  # not weak-referenceable: no caching
+        per_fun = {}
+    hit = per_fun.get(key)
     if hit is None:
         graph, out_td, captured = _trace_flat(fun, args, avals, weak)
         assert not captured
@@ -432,7 +435,7 @@ def _vjp_split(fun: Callable, args: tuple, has_aux: bool):
         split = autodiff.split_joint(joint, len(primals), len(graph.outputs))
         compiler = get_compiler(default_backend())
         hit = (split, (value_td, aux_td, active, (compiler(split.forward), compiler(split.backward))))
-        _VJP_CACHE[key] = hit
+        per_fun[key] = hit
     split, meta = hit
     return split, arrays, meta
 

@@ -51,7 +51,7 @@ def check_grad(f: Callable, args: Sequence[Any] | Any, *, order: int = 1, eps: f
             total = 0.0
             for gi, di in zip(g(*a), directions):
                 for leaf, d in zip(tree_flatten(gi)[0], di):
-                    total = total + (leaf * d.astype(np.asarray(leaf).dtype if not hasattr(leaf, "aval") else leaf.dtype)).sum()
+                    total = total + (leaf * d.astype(leaf.dtype)).sum()
             return total
 
         return check_grad(projected, args, order=order - 1, eps=eps, rtol=rtol, atol=atol, argnums=argnums, seed=seed + 1)

@@ -152,11 +152,8 @@ def bind(prim, args: Sequence[Any], params: dict):
     if builder is None:
         for a in args:
             if isinstance(a, Tracer):
-                builder_error = TracerLeakError(
-                    with_location(f"a traced value ({a.aval}) was used after its trace ended; "
-                                  "return it from the traced function instead.")
-                )
-                raise builder_error
+                raise TracerLeakError(with_location(f"a traced value ({a.aval}) was used after its trace ended; "
+                                                    "return it from the traced function instead."))
         arrays = [as_constant(a) for a in args]
         try:
             prim.abstract_eval(*[Aval(a.shape, a.dtype) for a in arrays], **params)
