@@ -104,3 +104,12 @@ def test_interpreter_checks_impl_results_against_the_ir(monkeypatch):
     monkeypatch.setattr(type(sin), "impl", lambda self, x: np.sin(x).astype(np.float32))
     with pytest.raises(tk.IRError, match="sin produced float32"):
         tk.jit(np.sin, backend="interpret")(np.ones(3))
+
+
+def test_cse_keeps_negative_zero_apart_from_zero():
+    f = lambda x: (x * 0 + np.full_like(x, -0.0), x * 0 + np.full_like(x, 0.0))  # noqa: E731
+    a, b = tk.jit(f)(np.ones(2))
+    assert np.all(np.signbit(tk.jit(lambda x: np.full_like(x, -0.0))(np.ones(2))))
+    assert not np.any(np.signbit(b))
+    g = tk.make_ir(lambda x: (np.full_like(x, -0.0), np.full_like(x, 0.0)))(np.ones(2))
+    assert g.primitive_counts["full"] == 2

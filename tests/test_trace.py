@@ -168,3 +168,26 @@ def test_outputs_never_alias_inputs():
     assert y is not x and not np.shares_memory(x, y)
     y[0] = 5
     assert x[0] == 1
+
+
+def test_keyword_arguments_are_traced_inputs():
+    def f(x, *, scale, offset=0.0):
+        return np.sum(x * scale) + offset
+
+    jf = tk.jit(f)
+    x = np.arange(3.0)
+    assert jf(x, scale=2.0) == 6.0
+    assert jf(x, scale=3.0, offset=1.0) == 10.0
+    assert jf.trace_count == 2  # a new keyword set is a new signature; a new value is not
+    jf(x, scale=5.0)
+    assert jf.trace_count == 2
+    np.testing.assert_allclose(tk.grad(f)(x, scale=np.array([1.0, 2.0, 3.0])), [1, 2, 3])
+    value, g = tk.jit(tk.value_and_grad(f))(x, scale=2.0, offset=1.0)
+    assert value == 7.0 and g.tolist() == [2, 2, 2]
+    with pytest.raises(TypeError, match="keyword argument"):
+        jf(x, scale="big")
+
+
+def test_np_array_of_tracers_suggests_stack():
+    with pytest.raises(TypeError, match="np.stack"):
+        tk.jit(lambda a, b: np.array([a, b]))(np.ones(2), np.ones(2))

@@ -128,10 +128,10 @@ class Staged:
                 instance.__dict__[key] = bound
         return bound
 
-    def __call__(self, *args):
+    def __call__(self, *args, **kwargs):
         if current_builder() is not None:
-            return self.emit(*args)
-        key, leaves, make_graph = self._signature(args)
+            return self.emit(*args, **kwargs)
+        key, leaves, make_graph = self._signature(args, kwargs)
         entry = self._cache.get(key)
         if entry is None:
             graph, out_td = make_graph()
@@ -155,14 +155,20 @@ class Staged:
         dynamic = tuple(a for i, a in enumerate(args) if i not in static_pos)
         return tuple(statics), dynamic
 
-    def _signature(self, args: tuple):
+    def _signature(self, args: tuple, kwargs: dict | None = None):
+        """Cache key, argument arrays, and a function that traces the graph for this signature.
+        Keyword arguments are traced inputs like positional ones (transforms never differentiate them)."""
         statics, dynamic = self._split_static(args)
-        leaves, treedef = tree_flatten(dynamic)
+        kwargs = kwargs or {}
+        leaves, treedef = tree_flatten((dynamic, kwargs))
         arrays, weak = [], []
         for j, x in enumerate(leaves):
             try:
                 a, w = _leaf_to_array(self.fun, x, "")
             except (TypeError, TracerLeakError):  # again, naming the argument
+                if j >= tree_flatten(dynamic)[1].num_leaves:
+                    raise TypeError(f"a keyword argument of {_fun_name(self.fun)} is a {type(x).__name__}, "
+                                    "not an array or a number") from None
                 a, w = _leaf_to_array(self.fun, x, _describe_leaf(self.fun, dynamic, j))
             arrays.append(a)
             weak.append(w)
@@ -173,7 +179,8 @@ class Staged:
             avals = [Aval(a.shape, a.dtype) for a in arrays]
 
             def flat(*tracers):
-                return self.emit(*_merge_static(tree_unflatten(treedef, list(tracers)), statics))
+                dyn, kw = tree_unflatten(treedef, list(tracers))
+                return self.emit(*_merge_static(dyn, statics), **kw)
 
             graph, out_td, captured = trace_to_graph(flat, avals, weak)
             assert not captured, "top-level trace captured outer values"
@@ -265,7 +272,11 @@ def _grad_emit(fun: Callable, argnums, has_aux: bool, unconnected: str, with_val
     if unconnected not in ("zero", "none"):
         raise ValueError(f"unconnected must be 'zero' or 'none', got {unconnected!r}")
 
-    def emit(*args):
+    def emit(*args, **kwargs):
+        f = functools.partial(fun, **kwargs) if kwargs else fun
+        return emit_positional(f, args)
+
+    def emit_positional(fun, args):
         nums = _argnums(argnums, len(args), fun)
         leaves, avals, weak, active, owner = _flat_args(fun, args, nums, check_float=True)
         graph, out_td, captured = _trace_flat(fun, args, avals, weak)

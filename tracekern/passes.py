@@ -33,8 +33,8 @@ def _param_key(p: Any) -> Any:
         return tuple(sorted((k, _param_key(v)) for k, v in p.items()))
     if isinstance(p, Graph):
         return ("graph", id(p))
-    if isinstance(p, (float, np.floating)) and p != p:  # nan == nan for keying purposes
-        return ("nan", type(p).__name__)
+    if isinstance(p, (float, np.floating)):  # by repr: -0.0 must not merge with 0.0, nan keys like nan
+        return (type(p).__name__, repr(p))
     return (type(p).__name__, p)
 
 

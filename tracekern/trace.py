@@ -265,7 +265,8 @@ class Tracer:
         raise TypeError(
             with_location(
                 f"a traced array ({self.aval}) cannot be converted to a NumPy array while tracing "
-                "(np.asarray / np.array / float() on a traced value). Keep it as an array expression."
+                "(np.asarray / np.array / float() on a traced value). Keep it as an array expression; "
+                "to build an array from traced values use np.stack([...]) or np.concatenate([...])."
             )
         )
 
