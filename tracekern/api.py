@@ -90,9 +90,13 @@ class _Compiled:
     out_treedef: TreeDef
     run: Callable
 
+    def __post_init__(self) -> None:
+        # outputs that are graph inputs are copied, so a result never aliases the caller's array
+        inputs = set(self.graph.inputs)
+        self._is_input = [v in inputs for v in self.graph.outputs]
+
     def __call__(self, leaves: list) -> Any:
-        inputs = {id(x) for x in leaves}
-        outs = [np.array(o) if id(o) in inputs else _to_user(o) for o in self.run(leaves)]  # never alias inputs
+        outs = [np.array(o) if copy else _to_user(o) for o, copy in zip(self.run(leaves), self._is_input)]
         return tree_unflatten(self.out_treedef, outs)
 
 
@@ -220,7 +224,8 @@ def _argnums(argnums: int | Sequence[int], nargs: int, fun: Callable) -> tuple[i
 
 
 def _flat_args(fun: Callable, args: tuple, diff_argnums: tuple[int, ...], check_float: bool):
-    """Leaves of args, their avals and weak flags, and which leaves are differentiated."""
+    """Leaves of args (traced values kept, concrete ones as arrays), their avals and weak flags,
+    which leaves are differentiated, and the positional argument each leaf belongs to."""
     leaves, avals, weak, active, owner = [], [], [], [], []
     for i, a in enumerate(args):
         ls, td = tree_flatten(a)
@@ -230,8 +235,8 @@ def _flat_args(fun: Callable, args: tuple, diff_argnums: tuple[int, ...], check_
             if isinstance(x, Tracer):
                 aval, w = x.aval, x.weak
             else:
-                arr, w = _leaf_to_array(fun, x, where)
-                aval = Aval(arr.shape, arr.dtype)
+                x, w = _leaf_to_array(fun, x, where)
+                aval = Aval(x.shape, x.dtype)
             is_diff = i in diff_argnums
             if is_diff and check_float and not is_float(aval.dtype):
                 raise TypeError(f"cannot differentiate with respect to {where} of {_fun_name(fun)}: its dtype is "
@@ -273,13 +278,14 @@ def _grad_emit(fun: Callable, argnums, has_aux: bool, unconnected: str, with_val
         raise ValueError(f"unconnected must be 'zero' or 'none', got {unconnected!r}")
 
     def emit(*args, **kwargs):
-        f = functools.partial(fun, **kwargs) if kwargs else fun
-        return emit_positional(f, args)
+        # keyword arguments are closed over: traced (captured) but never differentiated
+        return emit_positional(functools.partial(fun, **kwargs) if kwargs else fun, args)
 
-    def emit_positional(fun, args):
+    def emit_positional(bound, args):
+        # `bound` is traced; errors name the user's `fun`
         nums = _argnums(argnums, len(args), fun)
         leaves, avals, weak, active, owner = _flat_args(fun, args, nums, check_float=True)
-        graph, out_td, captured = _trace_flat(fun, args, avals, weak)
+        graph, out_td, captured = _trace_flat(bound, args, avals, weak)
         value_td, aux_td = _split_aux(fun, out_td, has_aux)
         if value_td.kind != "leaf":
             raise ValueError(f"grad of {_fun_name(fun)}: the output must be a single scalar, got structure "
@@ -418,9 +424,7 @@ _VJP_CACHE: weakref.WeakKeyDictionary[Callable, dict] = weakref.WeakKeyDictionar
 
 
 def _vjp_split(fun: Callable, args: tuple, has_aux: bool):
-    leaves, avals, weak, active, owner = _flat_args(fun, args, tuple(range(len(args))), check_float=False)
-    arrays = [np.asarray(x) if not isinstance(x, np.ndarray) else x for x in leaves]
-    arrays = [a.astype(av.dtype) if a.dtype != av.dtype else a for a, av in zip(arrays, avals)]
+    arrays, avals, weak, active, owner = _flat_args(fun, args, tuple(range(len(args))), check_float=False)
     key = (tuple(tree_flatten(a)[1] for a in args), tuple(avals), tuple(weak), has_aux)
     try:
         per_fun = _VJP_CACHE.setdefault(fun, {})

@@ -114,15 +114,14 @@ def split_joint(joint: Graph, num_primals: int, num_outputs: int) -> SplitVJP:
     # The forward keeps only what the primal outputs need; work done only for the backward
     # (e.g. transposes, 1 - tanh^2) moves there, so residuals are values the forward makes anyway.
     needed_by_fwd: set[Var] = set(joint.outputs[:num_outputs])
-    for e in reversed(joint.eqns):
+    in_fwd: set[int] = set()
+    for i in reversed(range(len(joint.eqns))):
+        e = joint.eqns[i]
         if any(v in needed_by_fwd for v in e.outputs) and not any(v in depends_on_ct for v in e.outputs):
             needed_by_fwd.update(e.inputs)
-    fwd_eqns, bwd_eqns = [], []
-    for e in joint.eqns:
-        if any(v in needed_by_fwd for v in e.outputs) and not any(v in depends_on_ct for v in e.outputs):
-            fwd_eqns.append(e)
-        else:
-            bwd_eqns.append(e)
+            in_fwd.add(i)
+    fwd_eqns = [e for i, e in enumerate(joint.eqns) if i in in_fwd]
+    bwd_eqns = [e for i, e in enumerate(joint.eqns) if i not in in_fwd]
     producer = {v: e for e in fwd_eqns for v in e.outputs}
     bwd_defined = set(ct_inputs) | {v for e in bwd_eqns for v in e.outputs}
     needed = [v for e in bwd_eqns for v in e.inputs] + list(joint.outputs[num_outputs:])
