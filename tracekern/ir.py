@@ -61,6 +61,14 @@ class Var:
     def dtype(self) -> np.dtype:
         return self.aval.dtype
 
+    @property
+    def ndim(self) -> int:
+        return self.aval.ndim
+
+    @property
+    def size(self) -> int:
+        return self.aval.size
+
     def __repr__(self) -> str:
         return f"Var#{self.id}:{self.aval}"
 

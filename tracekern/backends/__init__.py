@@ -6,8 +6,8 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 
-_AVAILABLE = {"interpret": "tracekern.backends.interpret"}
-_PLANNED = {"cpu": "the Numba CPU backend (issue #3)", "cuda": "the Numba CUDA backend (issue #6)"}
+_AVAILABLE = {"interpret": "tracekern.backends.interpret", "cpu": "tracekern.backends.cpu"}
+_PLANNED = {"cuda": "the Numba CUDA backend (issue #6)"}
 
 
 def default_backend() -> str:

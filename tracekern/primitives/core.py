@@ -26,6 +26,9 @@ class Primitive:
 
     multiple_results = False
     effectful = False  # effectful equations survive dead-code elimination and are never merged
+    # How kernel renderers treat it (backends/fusion.py): "elementwise" (a scalar expression in a
+    # fused loop), "view" (an index mapping onto its operand), "reduce", or "call" (its own kernel).
+    fusion = "call"
 
     def __init__(self, name: str):
         if name in REGISTRY:

@@ -43,11 +43,18 @@ def unbroadcast(ct, shape: tuple[int, ...]):
 class Elementwise(Primitive):
     """An elementwise primitive. Operands share one dtype (the API layer converts them first);
     `out_dtype` gives the result dtype (bool for comparisons). `grads[i](ct, *ins, out)` gives the
-    cotangent of operand i before un-broadcasting; None marks an operand without a gradient."""
+    cotangent of operand i before un-broadcasting; None marks an operand without a gradient.
+
+    `scalar` is the expression kernel renderers emit for one element: Python syntax with {0}, {1}...
+    for the operands and {name} for a math function that each renderer supplies per dtype
+    (e.g. "{exp}({0})" becomes exp_f32(v3) on the CPU backend)."""
+
+    fusion = "elementwise"
 
     def __init__(self, name: str, ufunc: Callable | None, grads: Sequence[Callable | None] | None,
-                 out_bool: bool = False, nin: int | None = None, dtypes: str = "any"):
+                 out_bool: bool = False, nin: int | None = None, dtypes: str = "any", scalar: str = ""):
         super().__init__(name)
+        self.scalar = scalar
         self.ufunc = ufunc
         self.grads = tuple(grads) if grads is not None else None
         self.out_bool = out_bool
@@ -111,42 +118,44 @@ def _share(ct, wins, ties):
 
 
 # -- arithmetic -------------------------------------------------------------------------------
-add = Elementwise("add", np.add, [lambda ct, x, y, out: ct, lambda ct, x, y, out: ct])
-sub = Elementwise("sub", np.subtract, [lambda ct, x, y, out: ct, lambda ct, x, y, out: -ct])
-mul = Elementwise("mul", np.multiply, [lambda ct, x, y, out: ct * y, lambda ct, x, y, out: ct * x])
+add = Elementwise("add", np.add, [lambda ct, x, y, out: ct, lambda ct, x, y, out: ct], scalar="({0} + {1})")
+sub = Elementwise("sub", np.subtract, [lambda ct, x, y, out: ct, lambda ct, x, y, out: -ct], scalar="({0} - {1})")
+mul = Elementwise("mul", np.multiply, [lambda ct, x, y, out: ct * y, lambda ct, x, y, out: ct * x], scalar="({0} * {1})")
 div = Elementwise("div", np.true_divide,
-                  [lambda ct, x, y, out: ct / y, lambda ct, x, y, out: -(ct * out) / y], dtypes="float")
-neg = Elementwise("neg", np.negative, [lambda ct, x, out: -ct])
-power = Elementwise("pow", np.power, [_pow_base, lambda ct, x, y, out: ct * _safe_log(x) * out])
-absolute = Elementwise("abs", np.absolute, [lambda ct, x, out: ct * sign(x)])
-sign = Elementwise("sign", np.sign, None)
+                  [lambda ct, x, y, out: ct / y, lambda ct, x, y, out: -(ct * out) / y], dtypes="float", scalar="({0} / {1})")
+neg = Elementwise("neg", np.negative, [lambda ct, x, out: -ct], scalar="(-{0})")
+power = Elementwise("pow", np.power, [_pow_base, lambda ct, x, y, out: ct * _safe_log(x) * out], scalar="{pow}({0}, {1})")
+absolute = Elementwise("abs", np.absolute, [lambda ct, x, out: ct * sign(x)], scalar="{abs}({0})")
+sign = Elementwise("sign", np.sign, None, scalar="{sign}({0})")
 maximum = Elementwise("maximum", np.maximum,
-                      [lambda ct, x, y, out: _share(ct, x > y, x == y), lambda ct, x, y, out: _share(ct, y > x, x == y)])
+                      [lambda ct, x, y, out: _share(ct, x > y, x == y), lambda ct, x, y, out: _share(ct, y > x, x == y)],
+                      scalar="{maximum}({0}, {1})")
 minimum = Elementwise("minimum", np.minimum,
-                      [lambda ct, x, y, out: _share(ct, x < y, x == y), lambda ct, x, y, out: _share(ct, y < x, x == y)])
+                      [lambda ct, x, y, out: _share(ct, x < y, x == y), lambda ct, x, y, out: _share(ct, y < x, x == y)],
+                      scalar="{minimum}({0}, {1})")
 
 # -- transcendentals (float only) ---------------------------------------------------------------
-exp = Elementwise("exp", np.exp, [lambda ct, x, out: ct * out], dtypes="float")
-log = Elementwise("log", np.log, [lambda ct, x, out: ct / x], dtypes="float")
-log1p = Elementwise("log1p", np.log1p, [lambda ct, x, out: ct / (x + 1)], dtypes="float")
-expm1 = Elementwise("expm1", np.expm1, [lambda ct, x, out: ct * (out + 1)], dtypes="float")
-sqrt = Elementwise("sqrt", np.sqrt, [lambda ct, x, out: ct * 0.5 / out], dtypes="float")
-sin = Elementwise("sin", np.sin, [lambda ct, x, out: ct * cos(x)], dtypes="float")
-cos = Elementwise("cos", np.cos, [lambda ct, x, out: -(ct * sin(x))], dtypes="float")
-tan = Elementwise("tan", np.tan, [lambda ct, x, out: ct * (out * out + 1)], dtypes="float")
-tanh = Elementwise("tanh", np.tanh, [lambda ct, x, out: ct * (1 - out * out)], dtypes="float")
-arctan = Elementwise("arctan", np.arctan, [lambda ct, x, out: ct / (x * x + 1)], dtypes="float")
+exp = Elementwise("exp", np.exp, [lambda ct, x, out: ct * out], dtypes="float", scalar="{exp}({0})")
+log = Elementwise("log", np.log, [lambda ct, x, out: ct / x], dtypes="float", scalar="{log}({0})")
+log1p = Elementwise("log1p", np.log1p, [lambda ct, x, out: ct / (x + 1)], dtypes="float", scalar="{log1p}({0})")
+expm1 = Elementwise("expm1", np.expm1, [lambda ct, x, out: ct * (out + 1)], dtypes="float", scalar="{expm1}({0})")
+sqrt = Elementwise("sqrt", np.sqrt, [lambda ct, x, out: ct * 0.5 / out], dtypes="float", scalar="{sqrt}({0})")
+sin = Elementwise("sin", np.sin, [lambda ct, x, out: ct * cos(x)], dtypes="float", scalar="{sin}({0})")
+cos = Elementwise("cos", np.cos, [lambda ct, x, out: -(ct * sin(x))], dtypes="float", scalar="{cos}({0})")
+tan = Elementwise("tan", np.tan, [lambda ct, x, out: ct * (out * out + 1)], dtypes="float", scalar="{tan}({0})")
+tanh = Elementwise("tanh", np.tanh, [lambda ct, x, out: ct * (1 - out * out)], dtypes="float", scalar="{tanh}({0})")
+arctan = Elementwise("arctan", np.arctan, [lambda ct, x, out: ct / (x * x + 1)], dtypes="float", scalar="{arctan}({0})")
 
 # -- comparisons and logic: bool results, no gradient -------------------------------------------
-lt = Elementwise("lt", np.less, None, out_bool=True)
-le = Elementwise("le", np.less_equal, None, out_bool=True)
-gt = Elementwise("gt", np.greater, None, out_bool=True)
-ge = Elementwise("ge", np.greater_equal, None, out_bool=True)
-eq = Elementwise("eq", np.equal, None, out_bool=True)
-ne = Elementwise("ne", np.not_equal, None, out_bool=True)
-logical_and = Elementwise("and", np.logical_and, None, out_bool=True, dtypes="bool")
-logical_or = Elementwise("or", np.logical_or, None, out_bool=True, dtypes="bool")
-logical_not = Elementwise("not", np.logical_not, None, out_bool=True, dtypes="bool")
+lt = Elementwise("lt", np.less, None, out_bool=True, scalar="({0} < {1})")
+le = Elementwise("le", np.less_equal, None, out_bool=True, scalar="({0} <= {1})")
+gt = Elementwise("gt", np.greater, None, out_bool=True, scalar="({0} > {1})")
+ge = Elementwise("ge", np.greater_equal, None, out_bool=True, scalar="({0} >= {1})")
+eq = Elementwise("eq", np.equal, None, out_bool=True, scalar="({0} == {1})")
+ne = Elementwise("ne", np.not_equal, None, out_bool=True, scalar="({0} != {1})")
+logical_and = Elementwise("and", np.logical_and, None, out_bool=True, dtypes="bool", scalar="({0} & {1})")
+logical_or = Elementwise("or", np.logical_or, None, out_bool=True, dtypes="bool", scalar="({0} | {1})")
+logical_not = Elementwise("not", np.logical_not, None, out_bool=True, dtypes="bool", scalar="(not {0})")
 
 
 class Select(Elementwise):
@@ -157,7 +166,7 @@ class Select(Elementwise):
             "select", None,
             [None, lambda ct, c, a, b, out: select(c, ct, _fill_like(ct, 0)),
              lambda ct, c, a, b, out: select(c, _fill_like(ct, 0), ct)],
-            nin=3,
+            nin=3, scalar="({1} if {0} else {2})",
         )
 
     def abstract_eval(self, c: Aval, a: Aval, b: Aval, **params):
@@ -175,7 +184,11 @@ select = Select()
 
 
 class Convert(Primitive):
-    """convert(x, dtype): x.astype(dtype). Differentiable between float dtypes only."""
+    """convert(x, dtype): x.astype(dtype). Differentiable between float dtypes only.
+    Renderers cast every scalar result to its dtype, so the scalar expression is the operand."""
+
+    fusion = "elementwise"
+    scalar = "{0}"
 
     def abstract_eval(self, x: Aval, *, dtype):
         if np.dtype(dtype) not in SUPPORTED_DTYPES:
@@ -197,6 +210,9 @@ convert = Convert("convert")
 
 class StopGradient(Primitive):
     """Identity in the forward pass; no cotangent flows through it."""
+
+    fusion = "elementwise"
+    scalar = "{0}"
 
     def abstract_eval(self, x: Aval):
         return (x,)

@@ -18,6 +18,8 @@ def _swap_last(x):
 
 
 class Matmul(Primitive):
+    fusion = "matmul"
+
     def abstract_eval(self, a: Aval, b: Aval):
         if a.dtype != b.dtype:
             raise TypeError(f"matmul: operand dtypes differ ({a.dtype}, {b.dtype})")

@@ -15,10 +15,17 @@ def keepdims_shape(shape: tuple[int, ...], axes: tuple[int, ...]) -> tuple[int, 
 
 
 class Reduce(Primitive):
-    def __init__(self, name: str, np_fn, has_identity: bool):
+    """`combine` is the scalar rule renderers accumulate with ({acc}, {x} and the math functions of
+    Elementwise.scalar); `identity` is the start value."""
+
+    fusion = "reduce"
+
+    def __init__(self, name: str, np_fn, has_identity: bool, combine: str, identity: str):
         super().__init__(name)
         self.np_fn = np_fn
         self.has_identity = has_identity
+        self.combine = combine
+        self.identity = identity  # "0", "1", "-inf", "+inf" (the dtype's lowest/highest for integers)
 
     def abstract_eval(self, x: Aval, *, axes: tuple[int, ...]):
         if tuple(sorted(set(axes))) != tuple(axes) or any(not 0 <= a < x.ndim for a in axes):
@@ -74,7 +81,7 @@ class ReduceProd(Reduce):
         return [others * self._expand(cts[0], x, axes)]
 
 
-reduce_sum = ReduceSum("reduce_sum", np.sum, has_identity=True)
-reduce_max = ReduceMinMax("reduce_max", np.max, has_identity=False)
-reduce_min = ReduceMinMax("reduce_min", np.min, has_identity=False)
-reduce_prod = ReduceProd("reduce_prod", np.prod, has_identity=True)
+reduce_sum = ReduceSum("reduce_sum", np.sum, has_identity=True, combine="{radd}({acc}, {x})", identity="0")
+reduce_max = ReduceMinMax("reduce_max", np.max, has_identity=False, combine="{maximum}({acc}, {x})", identity="-inf")
+reduce_min = ReduceMinMax("reduce_min", np.min, has_identity=False, combine="{minimum}({acc}, {x})", identity="+inf")
+reduce_prod = ReduceProd("reduce_prod", np.prod, has_identity=True, combine="{rmul}({acc}, {x})", identity="1")

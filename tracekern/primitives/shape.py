@@ -1,6 +1,8 @@
 """Shape primitives: const, full, reshape, transpose, broadcast_to, slice, unslice, concatenate.
 
-Indexing, expand_dims, squeeze and stack are built from these in tracekern.numpy."""
+Indexing, expand_dims, squeeze and stack are built from these in tracekern.numpy. The "view"
+primitives also give kernel renderers their index mapping: `view_index(idx, in_shape, **params)`
+turns the index expressions of one output element into those of the operand element it reads."""
 from __future__ import annotations
 
 import numpy as np
@@ -10,8 +12,24 @@ from ..ir import SUPPORTED_DTYPES, Aval
 from .core import Primitive
 
 
+def broadcast_index(idx: list[str], in_shape: tuple[int, ...], out_shape: tuple[int, ...]) -> list[str]:
+    """Index expressions into an operand of `in_shape` broadcast (NumPy rules) to `out_shape`."""
+    lead = len(out_shape) - len(in_shape)
+    return ["0" if s == 1 else idx[lead + k] for k, s in enumerate(in_shape)]
+
+
+def _strides(shape) -> list[int]:
+    out, acc = [], 1
+    for s in reversed(shape):
+        out.append(acc)
+        acc *= s
+    return out[::-1]
+
+
 class Const(Primitive):
     """A constant array captured while tracing (NumPy arrays, Python and NumPy scalars)."""
+
+    fusion = "const"
 
     def abstract_eval(self, *, value: np.ndarray):
         return (Aval(value.shape, value.dtype),)
@@ -23,6 +41,8 @@ class Const(Primitive):
 class Full(Primitive):
     """An array of `shape` filled with one scalar `value` (zeros_like, ones_like, full)."""
 
+    fusion = "fill"
+
     def abstract_eval(self, *, shape, dtype, value):
         if np.dtype(dtype) not in SUPPORTED_DTYPES:
             raise TypeError(f"full: dtype {dtype} is not supported")
@@ -33,6 +53,16 @@ class Full(Primitive):
 
 
 class Reshape(Primitive):
+    fusion = "view"
+
+    def view_index(self, idx, in_shape, *, new_shape):
+        kept_out = [i for i, s in zip(idx, new_shape) if s != 1]
+        if [s for s in in_shape if s != 1] == [s for s in new_shape if s != 1]:  # only size-1 axes move
+            it = iter(kept_out)
+            return ["0" if s == 1 else next(it) for s in in_shape]
+        flat = " + ".join(f"{i} * {st}" for i, st in zip(idx, _strides(new_shape)) if st and i != "0") or "0"
+        return [f"(({flat}) // {st}) % {s}" if s != 1 else "0" for s, st in zip(in_shape, _strides(in_shape))]
+
     def abstract_eval(self, x: Aval, *, new_shape):
         new_shape = tuple(new_shape)
         if any(s < 0 for s in new_shape) or int(np.prod(new_shape, dtype=np.int64)) != x.size:
@@ -47,6 +77,14 @@ class Reshape(Primitive):
 
 
 class Transpose(Primitive):
+    fusion = "view"
+
+    def view_index(self, idx, in_shape, *, perm):
+        out = [""] * len(perm)
+        for k, p in enumerate(perm):
+            out[p] = idx[k]
+        return out
+
     def abstract_eval(self, x: Aval, *, perm):
         if sorted(perm) != list(range(x.ndim)):
             raise ShapeError(f"transpose: axes {tuple(perm)} are not a permutation of the {x.ndim} axes of shape {x.shape}")
@@ -60,6 +98,11 @@ class Transpose(Primitive):
 
 
 class BroadcastTo(Primitive):
+    fusion = "view"
+
+    def view_index(self, idx, in_shape, *, shape):
+        return broadcast_index(idx, in_shape, tuple(shape))
+
     def abstract_eval(self, x: Aval, *, shape):
         shape = tuple(shape)
         lead = len(shape) - x.ndim
@@ -87,6 +130,15 @@ def _py_slices(index):
 
 class Slice(Primitive):
     """x[start:stop:step, ...] with static, normalised (start, stop, step) for every axis."""
+
+    fusion = "view"
+
+    def view_index(self, idx, in_shape, *, index):
+        out = []
+        for i, (start, _, step) in zip(idx, index):
+            term = i if step == 1 else f"{step} * {i}"
+            out.append(term if start == 0 else f"({start} + {term})")
+        return out
 
     def abstract_eval(self, x: Aval, *, index):
         if len(index) != x.ndim:

@@ -1,0 +1,102 @@
+"""The disk cache of generated modules: each rendered source is written once to a content-hashed
+file under the cache directory and imported from there, so Numba's cache=True keeps its machine code.
+
+Directory: $TRACEKERN_CACHE_DIR, else the user's cache directory ($XDG_CACHE_HOME/tracekern,
+~/Library/Caches/tracekern, %LOCALAPPDATA%/tracekern). Deleting it is always safe."""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from types import ModuleType
+
+_MODULES: dict[str, ModuleType] = {}
+
+
+def cache_dir() -> Path:
+    env = os.environ.get("TRACEKERN_CACHE_DIR")
+    if env:
+        return Path(env).expanduser()
+    if sys.platform == "win32":
+        base = Path(os.environ.get("LOCALAPPDATA", Path.home() / "AppData" / "Local"))
+    elif sys.platform == "darwin":
+        base = Path.home() / "Library" / "Caches"
+    else:
+        base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    return base / "tracekern"
+
+
+def clear_cache() -> None:
+    """Delete every generated module and Numba cache file (the next calls compile again)."""
+    shutil.rmtree(cache_dir(), ignore_errors=True)
+    _MODULES.clear()
+
+
+def source_digest(source: str) -> str:
+    return hashlib.sha256(source.encode()).hexdigest()[:32]
+
+
+def module_path(source: str) -> Path:
+    return cache_dir() / f"tk_{source_digest(source)}.py"
+
+
+def load_module(source: str) -> ModuleType:
+    """Import the module with this exact source, writing it first if needed. A file whose content
+    does not match its name (corrupted, truncated) is rewritten; an import failure is retried once
+    from a fresh file with the module's Numba cache files removed."""
+    digest = source_digest(source)
+    mod = _MODULES.get(digest)
+    if mod is not None:
+        return mod
+    path = module_path(source)
+    try:
+        mod = _import(_ensure_file(path, source), digest)
+    except Exception:
+        discard(path)
+        mod = _import(_ensure_file(path, source), digest)
+    _MODULES[digest] = mod
+    return mod
+
+
+def discard(path: Path) -> None:
+    """Remove a generated module and the Numba cache entries (index and data) made from it."""
+    _MODULES.pop(path.stem[3:], None)
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        pass
+    pycache = path.parent / "__pycache__"
+    if pycache.is_dir():
+        for f in pycache.glob(f"{path.stem}.*"):
+            try:
+                f.unlink()
+            except FileNotFoundError:
+                pass
+
+
+def _ensure_file(path: Path, source: str) -> Path:
+    try:
+        if path.read_text() == source:
+            return path  # never rewritten when intact: Numba keys its cache on the file's mtime and size
+    except (FileNotFoundError, UnicodeDecodeError, OSError):
+        pass
+    if path.exists():
+        discard(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp_", suffix=".py")
+    with os.fdopen(fd, "w") as f:
+        f.write(source)
+    os.replace(tmp, path)  # atomic: a concurrent process sees the old file or the whole new one
+    return path
+
+
+def _import(path: Path, digest: str) -> ModuleType:
+    name = f"tracekern_generated_{digest}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod

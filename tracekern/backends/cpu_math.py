@@ -1,0 +1,137 @@
+"""Scalar functions the CPU renderer's generated code calls, one per math name and dtype.
+
+Transcendentals are written in plain arithmetic (range reduction, then a polynomial) so that LLVM
+vectorises the fused loops that call them; Numba's math.* would be scalar libm calls. Reductions add
+with a `reassoc` flag (intrinsics below) so their loops vectorise too. Accuracy: see tests/test_cpu_math.py."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit, types
+from numba.extending import intrinsic
+
+from .vmath import (  # noqa: F401  (re-exported to generated modules)
+    cos_f32,
+    cos_f64,
+    exp_f32,
+    exp_f64,
+    expm1_f32,
+    expm1_f64,
+    log1p_f32,
+    log1p_f64,
+    log_f32,
+    log_f64,
+    pow_f32,
+    pow_f64,
+    sin_f32,
+    sin_f64,
+    tan_f32,
+    tan_f64,
+    tanh_f32,
+    tanh_f64,
+)
+
+f32, f64, i32, i64, b1, U = np.float32, np.float64, np.int32, np.int64, np.bool_, np.uintp
+CASTS = {"float32": "f32", "float64": "f64", "int32": "i32", "int64": "i64", "bool": "b1"}
+ACCUMULATOR = {"float32": "float64", "float64": "float64", "int32": "int64", "int64": "int64", "bool": "int64"}
+INLINE = dict(inline="always", error_model="numpy")
+
+
+def functions(dtype: np.dtype) -> dict[str, str]:
+    """The names that Elementwise.scalar and Reduce.combine templates refer to, for one dtype."""
+    name = np.dtype(dtype).name
+    if name in ("float32", "float64"):
+        sfx = "f32" if name == "float32" else "f64"
+        fns = {f: f"{f}_{sfx}" for f in ("exp", "log", "log1p", "expm1", "sin", "cos", "tan", "tanh", "pow")}
+        fns.update(sqrt=f"sqrt_{sfx}", arctan=f"arctan_{sfx}", abs="abs", sign="sign_f",
+                   maximum="maximum_f", minimum="minimum_f", radd="radd", rmul="rmul")
+        return fns
+    return {"pow": "pow_i", "abs": "abs", "sign": "sign_i", "maximum": "maximum_i", "minimum": "minimum_i",
+            "radd": "radd", "rmul": "rmul"}
+
+
+def _reassoc(op: str):
+    @intrinsic
+    def fn(typingctx, a, b):
+        if a != b:
+            return None
+
+        def codegen(context, builder, signature, args):
+            if isinstance(a, types.Float):
+                return getattr(builder, "f" + op)(args[0], args[1], flags=("reassoc",))
+            return getattr(builder, op)(args[0], args[1])
+
+        return a(a, b), codegen
+
+    return fn
+
+
+radd = _reassoc("add")  # a + b that LLVM may reorder: reductions vectorise
+rmul = _reassoc("mul")
+
+
+@njit(**INLINE)
+def sqrt_f32(x):
+    return np.sqrt(x)
+
+
+@njit(**INLINE)
+def sqrt_f64(x):
+    return np.sqrt(x)
+
+
+@njit(**INLINE)
+def arctan_f32(x):
+    return f32(math.atan(x))
+
+
+@njit(**INLINE)
+def arctan_f64(x):
+    return math.atan(x)
+
+
+@njit(**INLINE)
+def sign_f(x):
+    return x if x != x else (x / abs(x) if x != 0 else x * 0)
+
+
+@njit(**INLINE)
+def sign_i(x):
+    return (x > 0) - (x < 0)
+
+
+@njit(**INLINE)
+def maximum_f(a, b):
+    # NumPy's maximum: NaN in either operand gives NaN
+    return a if (a >= b or a != a) else b
+
+
+@njit(**INLINE)
+def minimum_f(a, b):
+    return a if (a <= b or a != a) else b
+
+
+@njit(**INLINE)
+def maximum_i(a, b):
+    return a if a >= b else b
+
+
+@njit(**INLINE)
+def minimum_i(a, b):
+    return a if a <= b else b
+
+
+@njit(**INLINE)
+def pow_i(a, b):
+    # integer power by squaring, wrapping like NumPy; negative exponents give 0 (1 or -1 for |a| == 1)
+    if b < 0:
+        return a * 0 + (1 if a == 1 else ((1 if b % 2 == 0 else -1) if a == -1 else 0))
+    result = a * 0 + 1
+    base = a
+    while b > 0:
+        if b & 1:
+            result = result * base
+        base = base * base
+        b >>= 1
+    return result

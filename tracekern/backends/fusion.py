@@ -1,0 +1,315 @@
+"""Fusion planning, shared by the kernel renderers: group a Graph's equations into kernels and plan
+their buffers by liveness.
+
+A *loop kernel* runs one loop nest over a domain (a shape). Its body evaluates elementwise values as
+scalars; it stores some of them as arrays ("stores") and accumulates reductions of others. Values
+used only inside loops never become arrays: a value needed by several loops is recomputed in each
+(for memory-bound code a recompute is cheaper than a round trip through memory), unless it is
+broadcast into a larger domain, where it is materialized once. View primitives (reshape, transpose,
+broadcast_to, slice) are index arithmetic on their operand. A *call kernel* is one equation that
+needs whole arrays: matmul, concatenate, unslice."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import IRError
+from ..ir import Eqn, Graph, Var
+
+# Loops over at least this many elements run in parallel (prange), in chunks of about CHUNK
+# elements split along axis 0. Both depend only on shapes, so results do not depend on threads.
+PARALLEL_MIN_ELEMENTS = 1 << 16
+CHUNK_ELEMENTS = 1 << 15
+
+
+@dataclass
+class Read:
+    name: str
+    var: Var          # a materialized value (a buffer, an argument or a constant)
+    index: tuple[str, ...]
+
+
+@dataclass
+class Compute:
+    name: str
+    eqn: Eqn          # an elementwise equation applied to scalars
+    args: tuple[str, ...]
+    template: str     # the primitive's scalar expression (pow by a small integer: multiplications)
+
+
+@dataclass
+class Literal:
+    name: str
+    eqn: Eqn          # a `full` or a scalar `const`: the same value at every index
+
+
+@dataclass
+class LoopKernel:
+    domain: tuple[int, ...]
+    stores: list[Var] = field(default_factory=list)
+    reductions: list[Eqn] = field(default_factory=list)
+    body: list = field(default_factory=list)          # Read | Compute | Literal, in order
+    results: dict = field(default_factory=dict)       # store Var or reduce Eqn -> scalar name
+    parallel: bool = False
+
+    @property
+    def chunk_rows(self) -> int:
+        """Rows of axis 0 per chunk (the whole axis when serial)."""
+        if not self.domain:
+            return 1
+        inner = 1
+        for s in self.domain[1:]:
+            inner *= s
+        rows = max(1, CHUNK_ELEMENTS // max(inner, 1))
+        return min(rows, max(self.domain[0], 1)) if self.parallel else max(self.domain[0], 1)
+
+    @property
+    def num_chunks(self) -> int:
+        if not self.domain:
+            return 1
+        rows = self.chunk_rows
+        return max(1, -(-self.domain[0] // rows))
+
+
+@dataclass
+class CallKernel:
+    eqn: Eqn
+    operands: list[tuple[Var, bool]]  # (materialized value, transposed: pass its last-two-axes transpose)
+
+
+@dataclass
+class Plan:
+    graph: Graph
+    kernels: list                      # LoopKernel | CallKernel, in execution order
+    consts: list[Var]                  # non-scalar constants, passed to the compiled step as arguments
+    buffers: dict[Var, int]            # value -> index of the kernel that allocates it
+    frees: dict[int, list[Var]]        # kernel index -> buffers dead after it
+    peak_bytes: int                    # the most bytes of buffers (outputs included) alive at once
+
+
+class _NeedMaterialize(Exception):
+    def __init__(self, var: Var):
+        self.var = var
+
+
+def identity_index(shape: tuple[int, ...]) -> tuple[str, ...]:
+    return tuple(f"i{k}" for k in range(len(shape)))
+
+
+class _Walker:
+    """Turns the values a loop needs into scalar statements: computes elementwise values from their
+    equations, follows views down to materialized values, and reads those."""
+
+    def __init__(self, domain, producer, materialized, here=()):
+        self.domain = tuple(domain)
+        self.size = _size(domain)
+        self.producer = producer
+        self.materialized = materialized
+        self.here = set(here)         # materialized values this loop computes (at the identity index)
+        self.memo: dict = {}
+        self.body: list = []
+        self.reads: set[tuple[Var, bool]] = set()
+
+    def _name(self, v: Var) -> str:
+        return f"s{v.id}_{len(self.body)}"
+
+    def value(self, v: Var, idx: tuple[str, ...], root: bool = False) -> str:
+        key = (v, idx)
+        if key in self.memo:
+            return self.memo[key]
+        e = self.producer.get(v)
+        identity = idx == identity_index(self.domain) and v.shape == self.domain
+        if v in self.materialized and not root and not (v in self.here and identity):
+            stmt = Read(self._name(v), v, idx)
+            self.reads.add((v, identity))
+        elif e is None:
+            raise IRError(f"fusion: {v} is neither materialized nor produced by an equation")
+        elif e.primitive.fusion == "fill" or (e.primitive.fusion == "const" and not v.shape):
+            stmt = Literal(self._name(v), e)
+        elif e.primitive.fusion == "view":
+            name = self.value(e.inputs[0], tuple(e.primitive.view_index(list(idx), e.inputs[0].shape, **e.params)))
+            self.memo[key] = name
+            return name
+        elif e.primitive.fusion == "elementwise":
+            if _size(v.shape) < self.size and not root:
+                raise _NeedMaterialize(v)  # broadcast into a larger domain: compute it once
+            from ..primitives.shape import broadcast_index
+
+            args = tuple(self.value(a, tuple(broadcast_index(list(idx), a.shape, v.shape))) for a in e.inputs)
+            stmt = Compute(self._name(v), e, args, self._template(e))
+        else:
+            raise IRError(f"fusion: {e.primitive.name} output {v} should have been materialized")
+        self.body.append(stmt)
+        self.memo[key] = stmt.name
+        return stmt.name
+
+
+    def _template(self, e: Eqn) -> str:
+        if e.primitive.name == "pow":
+            p = self.producer.get(e.inputs[1])
+            if p is not None and p.primitive.fusion in ("fill", "const") and _size(e.inputs[1].shape) == 1:
+                value = float(np.asarray(p.params["value"]).reshape(-1)[0])
+                if value in _SMALL_POWERS:
+                    return _SMALL_POWERS[value]
+        return e.primitive.scalar
+
+
+# x ** k for a literal k: multiplications, exact as NumPy (k = 1, 2) or within one rounding (k = 3, 4)
+_SMALL_POWERS = {1.0: "{0}", 2.0: "({0} * {0})", 3.0: "({0} * {0} * {0})", 4.0: "(({0} * {0}) * ({0} * {0}))"}
+
+
+def _size(shape) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def plan(graph: Graph) -> Plan:
+    """Group the equations of `graph` into kernels; see the module docstring."""
+    producer = {v: e for e in graph.eqns for v in e.outputs}
+    materialized = _initial_materialized(graph, producer)
+    while True:
+        try:
+            return _plan_with(graph, producer, materialized)
+        except _NeedMaterialize as need:
+            materialized.add(need.var)
+
+
+def _initial_materialized(graph: Graph, producer) -> set[Var]:
+    m: set[Var] = set(graph.inputs) | set(graph.outputs)
+    for e in graph.eqns:
+        kind = e.primitive.fusion
+        if kind in ("call", "matmul", "reduce") or (kind == "const" and e.outputs[0].shape):
+            m.update(e.outputs)
+        if kind in ("call", "matmul"):
+            for v in e.inputs:
+                m.add(_matmul_base(v, producer) if kind == "matmul" else v)
+    return m
+
+
+def _matmul_base(v: Var, producer) -> Var:
+    """A matmul operand that is the transpose of a 2-D value is passed as that value's transpose."""
+    e = producer.get(v)
+    if e is not None and e.primitive.name == "transpose" and len(v.shape) == 2 and tuple(e.params["perm"]) == (1, 0):
+        return e.inputs[0]
+    return v
+
+
+def _plan_with(graph: Graph, producer, materialized: set[Var]) -> Plan:
+    kernels: list = []
+    kernel_of: dict[Var, int] = {}  # materialized value -> index of the kernel that makes it
+    consts: list[Var] = []
+    for e in graph.eqns:
+        kind = e.primitive.fusion
+        if kind in ("call", "matmul"):
+            operands = []
+            for v in e.inputs:
+                base = _matmul_base(v, producer) if kind == "matmul" else v
+                operands.append((base, base is not v))
+            kernels.append(CallKernel(e, operands))
+            kernel_of.update((v, len(kernels) - 1) for v in e.outputs)
+        elif kind == "const" and e.outputs[0].shape:
+            consts.append(e.outputs[0])
+        elif kind == "reduce":
+            _place(kernels, kernel_of, e.inputs[0].shape, None, e, producer, materialized)
+        elif e.outputs[0] in materialized:
+            _place(kernels, kernel_of, e.outputs[0].shape, e.outputs[0], None, producer, materialized)
+    for k in kernels:
+        if isinstance(k, LoopKernel):
+            _fill_body(k, producer, materialized)
+    return _plan_buffers(graph, kernels, consts, kernel_of)
+
+
+def _place(kernels, kernel_of, domain, store: Var | None, reduction: Eqn | None, producer, materialized) -> None:
+    """Put one store or reduction into the first loop over `domain` that may run it: every value it
+    reads comes from an earlier kernel, or is a store of that loop read at the same index."""
+    walker = _Walker(domain, producer, materialized)
+    if store is not None:
+        walker.value(store, identity_index(domain), root=True)
+    else:
+        walker.value(reduction.inputs[0], identity_index(domain))
+    start = max([kernel_of.get(v, -1) for v, _ in walker.reads], default=-1)
+    target = None
+    for pos in range(max(start, 0), len(kernels)):
+        k = kernels[pos]
+        if not isinstance(k, LoopKernel) or k.domain != tuple(domain):
+            continue
+        if all(kernel_of.get(v, -1) < pos or (kernel_of.get(v) == pos and ident and v in k.stores)
+               for v, ident in walker.reads):
+            target = pos
+            break
+    if target is None:
+        kernels.append(LoopKernel(tuple(domain), parallel=_size(domain) >= PARALLEL_MIN_ELEMENTS and domain[0] > 1))
+        target = len(kernels) - 1
+    k = kernels[target]
+    if store is not None:
+        k.stores.append(store)
+        kernel_of[store] = target
+    else:
+        k.reductions.append(reduction)
+        kernel_of[reduction.outputs[0]] = target
+
+
+def _fill_body(k: LoopKernel, producer, materialized) -> None:
+    walker = _Walker(k.domain, producer, materialized, here=k.stores)
+    idx = identity_index(k.domain)
+    for v in k.stores:
+        k.results[v] = walker.value(v, idx, root=True)
+    for e in k.reductions:
+        k.results[e] = walker.value(e.inputs[0], idx)
+    k.body = walker.body
+
+
+def _plan_buffers(graph: Graph, kernels: list, consts: list[Var], kernel_of: dict[Var, int]) -> Plan:
+    """Each buffer lives from the kernel that makes it to the last kernel that reads it."""
+    last_use: dict[Var, int] = {}
+    for pos, k in enumerate(kernels):
+        if isinstance(k, LoopKernel):
+            used = [s.var for s in k.body if isinstance(s, Read)]
+        else:
+            used = [v for v, _ in k.operands]
+        for v in used:
+            last_use[v] = pos
+    outputs = set(graph.outputs)
+    buffers = {v: pos for v, pos in kernel_of.items()}
+    frees: dict[int, list[Var]] = {}
+    for v, pos in buffers.items():
+        if v not in outputs:
+            frees.setdefault(max(last_use.get(v, pos), pos), []).append(v)
+    live, peak = 0, 0
+    for pos, k in enumerate(kernels):
+        live += sum(v.aval.nbytes for v, p in buffers.items() if p == pos)
+        live += _scratch_bytes(k)
+        peak = max(peak, live)
+        live -= _scratch_bytes(k)
+        live -= sum(v.aval.nbytes for v in frees.get(pos, ()))
+    return Plan(graph, kernels, consts, buffers, frees, peak)
+
+
+def reduction_layout(k: LoopKernel, e: Eqn) -> tuple[str, int]:
+    """How a loop accumulates reduction `e`: ("suffix", first reduced axis) when the reduced axes are
+    the innermost ones (a scalar accumulator per output element; axis 0 included means one partial
+    result per chunk), ("partial", 0) when axis 0 is reduced among others (a partial array per
+    chunk), ("memory", 0) otherwise (accumulate in an array of the output's shape)."""
+    axes = tuple(e.params["axes"])
+    n = len(k.domain)
+    if axes == tuple(range(n - len(axes), n)):
+        return "suffix", n - len(axes)
+    return ("partial", 0) if 0 in axes else ("memory", 0)
+
+
+def _scratch_bytes(k) -> int:
+    if not isinstance(k, LoopKernel):
+        return 0
+    total = 0
+    for e in k.reductions:
+        layout, first = reduction_layout(k, e)
+        out = e.outputs[0]
+        acc = 8  # accumulators are 64-bit
+        if layout == "partial" or (layout == "suffix" and first == 0):
+            total += k.num_chunks * out.aval.size * acc
+        elif layout == "memory":
+            total += out.aval.size * acc
+    return total

@@ -1,0 +1,244 @@
+"""Vectorisable float32/float64 transcendentals for Numba loops: range reduction plus a polynomial in
+plain arithmetic (LLVM auto-vectorises it), with bit casts through tiny LLVM intrinsics.
+
+Each function is made once per dtype by a factory, so float32 and float64 share one definition.
+Accuracy (tests/test_cpu_math.py): a few ulp against NumPy over wide ranges, with inf, nan, -0.0,
+overflow and underflow handled as NumPy does. sin/cos/tan fall back to libm beyond |x| > 2**19,
+where the Cody-Waite reduction below stops being exact; float64 pow calls libm."""
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import numpy as np
+from llvmlite import ir
+from numba import njit, types
+from numba.extending import intrinsic
+
+INLINE = dict(inline="always", error_model="numpy")
+
+
+def _bitcast(src, dst, llvm_type):
+    @intrinsic
+    def cast(typingctx, x):
+        if x != src:
+            return None
+
+        def codegen(context, builder, signature, args):
+            return builder.bitcast(args[0], llvm_type)
+
+        return dst(src), codegen
+
+    return cast
+
+
+f32_bits = _bitcast(types.float32, types.int32, ir.IntType(32))
+f32_from_bits = _bitcast(types.int32, types.float32, ir.FloatType())
+f64_bits = _bitcast(types.float64, types.int64, ir.IntType(64))
+f64_from_bits = _bitcast(types.int64, types.float64, ir.DoubleType())
+
+
+def _tanh_taylor(n: int) -> list[float]:
+    """Coefficients a_k of tanh(x) = sum a_k x**(2k+1), from tanh' = 1 - tanh**2 (exact fractions)."""
+    a = [Fraction(1)]
+    for k in range(1, n):
+        a.append(-sum(a[i] * a[k - 1 - i] for i in range(k)) / (2 * k + 1))
+    return [float(c) for c in a]
+
+
+class _Float:
+    """Per-dtype constants: the float and int types, bit layout, and polynomial lengths."""
+
+    def __init__(self, dtype):
+        self.T = np.float32 if dtype == "float32" else np.float64
+        single = dtype == "float32"
+        self.I = np.int32 if single else np.int64
+        self.bits = f32_bits if single else f64_bits
+        self.from_bits = f32_from_bits if single else f64_from_bits
+        self.mant = 23 if single else 52
+        self.bias = 127 if single else 1023
+        self.exp_mask = 0xFF if single else 0x7FF
+        self.min_normal = float(np.finfo(self.T).tiny)
+        self.exp_terms = 8 if single else 14        # Taylor terms of exp on |r| <= ln2/2
+        self.log_terms = 5 if single else 10        # terms of the atanh series in s**2 <= 0.0295
+        self.tanh_terms = 7 if single else 15       # Taylor terms of tanh on |x| < 0.4
+        self.exp_clamp = (-104.0, 89.0) if single else (-760.0, 720.0)
+        # ln2 split so that n * ln2_hi is exact
+        self.ln2_hi, self.ln2_lo = (0.693359375, -2.12194440e-4) if single else (6.93147180369123816490e-01,
+                                                                                 1.90821492927058770002e-10)
+
+
+def _horner(coeffs):
+    """An inline polynomial evaluator for fixed coefficients (highest degree first)."""
+    cs = tuple(coeffs)
+
+    @njit(**INLINE)
+    def poly(r):
+        p = cs[0]
+        for c in cs[1:]:
+            p = p * r + c
+        return p
+
+    return poly
+
+
+def _make(dtype):
+    F = _Float(dtype)
+    T, I = F.T, F.I  # noqa: E741
+    bits, from_bits = F.bits, F.from_bits
+    MANT, BIAS, EMASK = I(F.mant), I(F.bias), I(F.exp_mask)
+    MANT_MASK = I((1 << F.mant) - 1)
+    ONE_BITS = I(F.bias << F.mant)
+    LOG2E, LN2_HI, LN2_LO = T(1 / math.log(2)), T(F.ln2_hi), T(F.ln2_lo)
+    LO, HI = T(F.exp_clamp[0]), T(F.exp_clamp[1])
+    ZERO, HALF, ONE, TWO = T(0), T(0.5), T(1), T(2)
+    INF, NAN = T(np.inf), T(np.nan)
+    SQRT2 = T(math.sqrt(2))
+    MIN_NORMAL = T(F.min_normal)
+    SUB_SCALE, SUB_SHIFT = T(2.0 ** (F.mant + 2)), I(F.mant + 2)
+    exp_poly = _horner([T(1 / math.factorial(k)) for k in reversed(range(F.exp_terms))])
+    log_poly = _horner([T(2 / (2 * k + 3)) for k in reversed(range(F.log_terms))])
+    tanh_poly = _horner([T(c) for c in reversed(_tanh_taylor(F.tanh_terms)[1:])])
+    TANH_SMALL = T(0.4)
+    SHIFTER = T(1.5 * 2.0 ** F.mant)
+
+    @njit(**INLINE)
+    def exp(x):
+        xc = LO if x < LO else x          # NaN passes both clamps unchanged
+        xc = HI if xc > HI else xc
+        n = (xc * LOG2E + SHIFTER) - SHIFTER   # round to nearest (np.floor would give float64)
+        n = ZERO if n != n else n
+        r = (xc - n * LN2_HI) - n * LN2_LO
+        p = exp_poly(r)
+        k = I(n)
+        k1 = k >> 1                        # 2**n as two factors keeps subnormal results exact
+        k2 = k - k1
+        return p * from_bits(I((k1 + BIAS) << MANT)) * from_bits(I((k2 + BIAS) << MANT))
+
+    @njit(**INLINE)
+    def log(x):
+        sub = x < MIN_NORMAL
+        xs = x * SUB_SCALE if sub else x
+        b = bits(xs)
+        e = ((b >> MANT) & EMASK) - BIAS - (SUB_SHIFT if sub else I(0))
+        m = from_bits(I((b & MANT_MASK) | ONE_BITS))      # in [1, 2)
+        big = m > SQRT2
+        m = m * HALF if big else m
+        e = e + 1 if big else e
+        f = m - ONE
+        s = f / (TWO + f)
+        z = s * s
+        r = z * log_poly(z)
+        hfsq = HALF * f * f
+        dk = T(e)
+        res = dk * LN2_HI - ((hfsq - (s * (hfsq + r) + dk * LN2_LO)) - f)
+        special = -INF if x == ZERO else (NAN if (x < ZERO or x != x) else INF)
+        return res if (x > ZERO and x < INF) else special
+
+    @njit(**INLINE)
+    def log1p(x):
+        u = ONE + x
+        d = u - ONE
+        res = log(u) * (x / (ZERO + (ONE if d == ZERO else d)))
+        return x if (d == ZERO or x == INF) else res
+
+    @njit(**INLINE)
+    def expm1(x):
+        u = exp(x)
+        d = u - ONE
+        lu = log(u)
+        res = d * (x / (ONE if lu == ZERO else lu))
+        res = x if u == ONE else res
+        return -ONE if d == -ONE else (INF if u == INF else res)
+
+    @njit(**INLINE)
+    def tanh(x):
+        a = abs(x)
+        z = x * x
+        small = x + x * z * tanh_poly(z)
+        big = ONE - TWO / (exp(a + a) + ONE)
+        big = big if x >= ZERO else -big
+        return small if a < TANH_SMALL else big
+
+    return exp, log, log1p, expm1, tanh
+
+
+exp_f32, log_f32, log1p_f32, expm1_f32, tanh_f32 = _make("float32")
+exp_f64, log_f64, log1p_f64, expm1_f64, tanh_f64 = _make("float64")
+
+
+# -- sin, cos, tan: reduce by pi/2 in float64 (Cody-Waite, three parts), then Taylor on |r| <= pi/4
+_PIO2 = (1.57079632673412561417e+00, 6.07710050650619224932e-11, 2.02226624879595063154e-21)
+_TRIG_LIMIT = 2.0 ** 19   # k * _PIO2[0] stays exact below this
+_sin_poly = _horner([(-1) ** k / math.factorial(2 * k + 1) for k in reversed(range(9))])   # sin r = r * P(r*r)
+_cos_poly = _horner([(-1) ** k / math.factorial(2 * k) for k in reversed(range(10))])
+
+
+@njit(**INLINE)
+def _trig(x):
+    """(sin r, cos r, quadrant) with x = r + quadrant * pi/2, in float64."""
+    k = (x * 0.6366197723675814 + 6755399441055744.0) - 6755399441055744.0   # round to nearest
+    k = 0.0 if k != k else k
+    r = ((x - k * _PIO2[0]) - k * _PIO2[1]) - k * _PIO2[2]
+    z = r * r
+    return r * _sin_poly(z), _cos_poly(z), np.int64(k) & 3
+
+
+@njit(**INLINE)
+def sin_f64(x):
+    s, c, q = _trig(x)
+    res = s if q == 0 else (c if q == 1 else (-s if q == 2 else -c))
+    return res if abs(x) < _TRIG_LIMIT else (math.sin(x) if x - x == 0 else x - x)
+
+
+@njit(**INLINE)
+def cos_f64(x):
+    s, c, q = _trig(x)
+    res = c if q == 0 else (-s if q == 1 else (-c if q == 2 else s))
+    return res if abs(x) < _TRIG_LIMIT else (math.cos(x) if x - x == 0 else x - x)
+
+
+@njit(**INLINE)
+def tan_f64(x):
+    s, c, q = _trig(x)
+    res = s / c if (q & 1) == 0 else -c / s
+    return res if abs(x) < _TRIG_LIMIT else (math.tan(x) if x - x == 0 else x - x)
+
+
+@njit(**INLINE)
+def sin_f32(x):
+    return np.float32(sin_f64(np.float64(x)))
+
+
+@njit(**INLINE)
+def cos_f32(x):
+    return np.float32(cos_f64(np.float64(x)))
+
+
+@njit(**INLINE)
+def tan_f32(x):
+    return np.float32(tan_f64(np.float64(x)))
+
+
+# -- pow: float32 through float64 exp/log (exact enough to round correctly almost always);
+#    float64 calls libm, whose special cases NumPy follows.
+@njit(**INLINE)
+def pow_f32(x, y):
+    xd, yd = np.float64(x), np.float64(y)
+    ax = abs(xd)
+    mag = exp_f64(yd * log_f64(ax))
+    y_int = np.floor(yd) == yd
+    y_odd = y_int and abs(yd) < 2.0 ** 53 and (np.int64(yd) & 1) == 1
+    res = -mag if (xd < 0 and y_odd) else mag
+    res = np.nan if (xd < 0 and not y_int and ax - ax == 0 and yd - yd == 0) else res
+    # x == 0 with a negative odd y keeps the sign of zero: 1/pow
+    res = (np.copysign(np.inf, xd) if y_odd else np.inf) if (xd == 0 and yd < 0) else res
+    res = (xd if y_odd else 0.0) if (xd == 0 and yd > 0) else res
+    res = 1.0 if (yd == 0 or xd == 1) else res
+    res = (1.0 if ax == 1 else (np.inf if (ax > 1) == (yd > 0) else 0.0)) if (abs(yd) == np.inf and xd == xd) else res
+    return np.float32(res)
+
+
+@njit(**INLINE)
+def pow_f64(x, y):
+    return x ** y
