@@ -100,6 +100,27 @@ class _Compiled:
         return tree_unflatten(self.out_treedef, outs)
 
 
+@dataclass(frozen=True)
+class MemoryReport:
+    """Bytes: residual_bytes saved between tk.vjp's forward and backward (None when the function is
+    not a plain one of arrays), and the planned peak of each compiled function (buffers alive at
+    once, outputs included, the caller's inputs not)."""
+
+    residual_bytes: int | None
+    peak_bytes: dict[str, int]
+
+
+@dataclass(frozen=True)
+class Lowered:
+    ir: Graph
+    source: str | None
+    memory: MemoryReport
+    vjp: autodiff.SplitVJP | None = None
+
+    def __str__(self) -> str:
+        return f"{self.ir}\n\nmemory: {self.memory}"
+
+
 class Staged:
     """A function that, called on arrays, traces `emit` per argument signature, compiles the graph
     on `backend` and runs it; called inside another trace, it emits into that trace (inlining)."""
@@ -138,10 +159,29 @@ class Staged:
         key, leaves, make_graph = self._signature(args, kwargs)
         entry = self._cache.get(key)
         if entry is None:
-            graph, out_td = make_graph()
-            entry = _Compiled(graph, out_td, get_compiler(self.backend or default_backend())(graph))
-            self._cache[key] = entry
+            entry = self._compile(key, make_graph)
         return entry(leaves)
+
+    def _compile(self, key, make_graph) -> _Compiled:
+        graph, out_td = make_graph()
+        entry = _Compiled(graph, out_td, get_compiler(self.backend or default_backend())(graph))
+        self._cache[key] = entry
+        return entry
+
+    def lower(self, *args, **kwargs) -> Lowered:
+        """What a call on these arguments runs: .ir (the graph), .source (the generated Numba source;
+        None on "interpret"), .memory (.peak_bytes of each compiled function; .residual_bytes saved
+        between the two halves of tk.vjp(f) on these arguments)."""
+        key, _, make_graph = self._signature(args, kwargs)
+        entry = self._cache.get(key) or self._compile(key, make_graph)
+        peaks = {"step": entry.run.peak_bytes}
+        residual, split = None, None
+        if not kwargs and not self.static_argnums and not isinstance(self.fun, functools.partial):
+            split, _, meta = _vjp_split(self.fun, args, False)
+            fwd_run, bwd_run = meta[3]
+            residual = split.residual_bytes
+            peaks.update(vjp_forward=fwd_run.peak_bytes, vjp_backward=bwd_run.peak_bytes)
+        return Lowered(entry.graph, entry.run.source, MemoryReport(residual, peaks), split)
 
     def _split_static(self, args: tuple) -> tuple[tuple, tuple]:
         statics = []

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from . import passes
+from . import passes, remat
 from .errors import IRError
 from .ir import Eqn, Graph, Var, is_float, verify
 from .trace import aval_of, inline_env, source_override
@@ -137,6 +137,8 @@ def split_joint(joint: Graph, num_primals: int, num_outputs: int) -> SplitVJP:
             copied.append(e)
         else:
             residuals.append(v)
+    residuals, recomputed = remat.choose_residuals(fwd_eqns, residuals)
+    copied = copied + [e for e in recomputed if e not in copied]  # constants first: they have no inputs
     primal_outs = joint.outputs[:num_outputs]
     for v in primal_outs:
         if v in depends_on_ct:

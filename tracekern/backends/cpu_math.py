@@ -12,6 +12,9 @@ from numba import njit, types
 from numba.extending import intrinsic
 
 from .vmath import (  # noqa: F401  (re-exported to generated modules)
+    TRIG_LIMIT,
+    cos_exact_f32,
+    cos_exact_f64,
     cos_f32,
     cos_f64,
     exp_f32,
@@ -24,8 +27,12 @@ from .vmath import (  # noqa: F401  (re-exported to generated modules)
     log_f64,
     pow_f32,
     pow_f64,
+    sin_exact_f32,
+    sin_exact_f64,
     sin_f32,
     sin_f64,
+    tan_exact_f32,
+    tan_exact_f64,
     tan_f32,
     tan_f64,
     tanh_f32,
@@ -38,12 +45,15 @@ ACCUMULATOR = {"float32": "float64", "float64": "float64", "int32": "int64", "in
 INLINE = dict(inline="always", error_model="numpy")
 
 
-def functions(dtype: np.dtype) -> dict[str, str]:
-    """The names that Elementwise.scalar and Reduce.combine templates refer to, for one dtype."""
+def functions(dtype: np.dtype, exact: bool = False) -> dict[str, str]:
+    """The names that Elementwise.scalar and Reduce.combine templates refer to, for one dtype;
+    exact=True gives libm's sin/cos/tan (for arguments beyond vmath.TRIG_LIMIT)."""
     name = np.dtype(dtype).name
     if name in ("float32", "float64"):
         sfx = "f32" if name == "float32" else "f64"
         fns = {f: f"{f}_{sfx}" for f in ("exp", "log", "log1p", "expm1", "sin", "cos", "tan", "tanh", "pow")}
+        if exact:
+            fns.update({f: f"{f}_exact_{sfx}" for f in ("sin", "cos", "tan")})
         fns.update(sqrt=f"sqrt_{sfx}", arctan=f"arctan_{sfx}", abs="abs", sign="sign_f",
                    maximum="maximum_f", minimum="minimum_f", radd="radd", rmul="rmul")
         return fns

@@ -23,6 +23,11 @@ def compile_graph(graph: Graph) -> Callable[[Sequence[np.ndarray]], list]:
         if v not in keep:
             frees[i].append(v)
     plan = [(e, tuple(f)) for e, f in zip(graph.eqns, frees)]
+    live = peak = 0
+    for e, free in plan:  # bytes of intermediates and outputs alive at once (inputs are the caller's)
+        live += sum(v.aval.nbytes for v in e.outputs)
+        peak = max(peak, live)
+        live -= sum(v.aval.nbytes for v in free if v not in graph.inputs)
 
     def run(args: Sequence[np.ndarray]) -> list:
         env: dict[Var, np.ndarray] = dict(zip(graph.inputs, args))
@@ -39,4 +44,6 @@ def compile_graph(graph: Graph) -> Callable[[Sequence[np.ndarray]], list]:
                 del env[v]
         return [env[v] for v in graph.outputs]
 
+    run.source = None  # nothing is generated: the IR itself is what runs
+    run.peak_bytes = peak
     return run

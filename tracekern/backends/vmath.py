@@ -3,8 +3,9 @@ plain arithmetic (LLVM auto-vectorises it), with bit casts through tiny LLVM int
 
 Each function is made once per dtype by a factory, so float32 and float64 share one definition.
 Accuracy (tests/test_cpu_math.py): a few ulp against NumPy over wide ranges, with inf, nan, -0.0,
-overflow and underflow handled as NumPy does. sin/cos/tan fall back to libm beyond |x| > 2**19,
-where the Cody-Waite reduction below stops being exact; float64 pow calls libm."""
+overflow and underflow handled as NumPy does. sin/cos/tan are exact for |x| < TRIG_LIMIT (2**19),
+where the Cody-Waite reduction below stops being exact; the renderer re-runs any chunk of a loop
+with a larger argument using the *_exact (libm) versions. float64 pow calls libm."""
 from __future__ import annotations
 
 import math
@@ -62,6 +63,7 @@ class _Float:
         self.exp_terms = 8 if single else 14        # Taylor terms of exp on |r| <= ln2/2
         self.log_terms = 5 if single else 10        # terms of the atanh series in s**2 <= 0.0295
         self.tanh_terms = 7 if single else 15       # Taylor terms of tanh on |x| < 0.4
+        self.expm1_terms = 7 if single else 14      # Taylor terms of (expm1(x) - x) / x**2 on |x| < 0.35
         self.exp_clamp = (-104.0, 89.0) if single else (-760.0, 720.0)
         # ln2 split so that n * ln2_hi is exact
         self.ln2_hi, self.ln2_lo = (0.693359375, -2.12194440e-4) if single else (6.93147180369123816490e-01,
@@ -100,6 +102,8 @@ def _make(dtype):
     log_poly = _horner([T(2 / (2 * k + 3)) for k in reversed(range(F.log_terms))])
     tanh_poly = _horner([T(c) for c in reversed(_tanh_taylor(F.tanh_terms)[1:])])
     TANH_SMALL = T(0.4)
+    EXPM1_SMALL = T(0.35)
+    expm1_poly = _horner([T(1 / math.factorial(k + 2)) for k in reversed(range(F.expm1_terms))])
     SHIFTER = T(1.5 * 2.0 ** F.mant)
 
     @njit(**INLINE)
@@ -144,12 +148,9 @@ def _make(dtype):
 
     @njit(**INLINE)
     def expm1(x):
-        u = exp(x)
-        d = u - ONE
-        lu = log(u)
-        res = d * (x / (ONE if lu == ZERO else lu))
-        res = x if u == ONE else res
-        return -ONE if d == -ONE else (INF if u == INF else res)
+        # |x| < 0.35: x + x*x*P(x) (Taylor), no cancellation; elsewhere exp(x) - 1 loses nothing
+        small = x + x * x * expm1_poly(x)
+        return small if abs(x) < EXPM1_SMALL else exp(x) - ONE
 
     @njit(**INLINE)
     def tanh(x):
@@ -168,7 +169,7 @@ exp_f64, log_f64, log1p_f64, expm1_f64, tanh_f64 = _make("float64")
 
 
 # -- sin, cos, tan: reduce by pi/2 in float64 (Cody-Waite, three parts), then Taylor on |r| <= pi/4
-_PIO2 = (1.57079632673412561417e+00, 6.07710050650619224932e-11, 2.02226624879595063154e-21)
+_PIO2 = (1.57079632673412561417e+00, 6.07710050630396597660e-11, 2.02226624879595063154e-21)  # fdlibm pio2_1, pio2_2, pio2_2t
 _TRIG_LIMIT = 2.0 ** 19   # k * _PIO2[0] stays exact below this
 _sin_poly = _horner([(-1) ** k / math.factorial(2 * k + 1) for k in reversed(range(9))])   # sin r = r * P(r*r)
 _cos_poly = _horner([(-1) ** k / math.factorial(2 * k) for k in reversed(range(10))])
@@ -185,39 +186,98 @@ def _trig(x):
 
 
 @njit(**INLINE)
+def _quadrant(s, c, q, shift):
+    # the value at quadrant q + shift: s, c, -s, -c (plain selects, so loops stay vectorised)
+    q = q + shift
+    v = c if (q & 1) == 1 else s
+    return -v if (q & 2) == 2 else v
+
+
+@njit(**INLINE)
 def sin_f64(x):
     s, c, q = _trig(x)
-    res = s if q == 0 else (c if q == 1 else (-s if q == 2 else -c))
-    return res if abs(x) < _TRIG_LIMIT else (math.sin(x) if x - x == 0 else x - x)
+    return _quadrant(s, c, q, 0)
 
 
 @njit(**INLINE)
 def cos_f64(x):
     s, c, q = _trig(x)
-    res = c if q == 0 else (-s if q == 1 else (-c if q == 2 else s))
-    return res if abs(x) < _TRIG_LIMIT else (math.cos(x) if x - x == 0 else x - x)
+    return _quadrant(s, c, q, 1)
 
 
 @njit(**INLINE)
 def tan_f64(x):
     s, c, q = _trig(x)
-    res = s / c if (q & 1) == 0 else -c / s
-    return res if abs(x) < _TRIG_LIMIT else (math.tan(x) if x - x == 0 else x - x)
+    odd = (q & 1) == 1
+    return (-c if odd else s) / (s if odd else c)
+
+
+# float32: reduce in float64 (exact, as above), evaluate the polynomials in float32
+_sin_poly_f32 = _horner([np.float32((-1) ** k / math.factorial(2 * k + 1)) for k in reversed(range(6))])
+_cos_poly_f32 = _horner([np.float32((-1) ** k / math.factorial(2 * k)) for k in reversed(range(7))])
+
+
+@njit(**INLINE)
+def _trig_f32(x):
+    xd = np.float64(x)
+    k = (xd * 0.6366197723675814 + 6755399441055744.0) - 6755399441055744.0
+    k = 0.0 if k != k else k
+    r = np.float32(((xd - k * _PIO2[0]) - k * _PIO2[1]) - k * _PIO2[2])
+    z = r * r
+    return r * _sin_poly_f32(z), _cos_poly_f32(z), np.int64(k) & 3
 
 
 @njit(**INLINE)
 def sin_f32(x):
-    return np.float32(sin_f64(np.float64(x)))
+    s, c, q = _trig_f32(x)
+    return _quadrant(s, c, q, 0)
 
 
 @njit(**INLINE)
 def cos_f32(x):
-    return np.float32(cos_f64(np.float64(x)))
+    s, c, q = _trig_f32(x)
+    return _quadrant(s, c, q, 1)
 
 
 @njit(**INLINE)
 def tan_f32(x):
-    return np.float32(tan_f64(np.float64(x)))
+    s, c, q = _trig_f32(x)
+    odd = (q & 1) == 1
+    return (-c if odd else s) / (s if odd else c)
+
+
+# libm versions, for chunks with an argument at or beyond the limit (the renderer re-runs those)
+TRIG_LIMIT = _TRIG_LIMIT
+
+
+@njit(**INLINE)
+def sin_exact_f64(x):
+    return math.sin(x)
+
+
+@njit(**INLINE)
+def cos_exact_f64(x):
+    return math.cos(x)
+
+
+@njit(**INLINE)
+def tan_exact_f64(x):
+    return math.tan(x)
+
+
+@njit(**INLINE)
+def sin_exact_f32(x):
+    return np.float32(math.sin(np.float64(x)))
+
+
+@njit(**INLINE)
+def cos_exact_f32(x):
+    return np.float32(math.cos(np.float64(x)))
+
+
+@njit(**INLINE)
+def tan_exact_f32(x):
+    return np.float32(math.tan(np.float64(x)))
 
 
 # -- pow: float32 through float64 exp/log (exact enough to round correctly almost always);
