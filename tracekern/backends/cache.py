@@ -98,5 +98,10 @@ def _import(path: Path, digest: str) -> ModuleType:
     name = f"tracekern_generated_{digest}"
     spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    sys.modules[name] = mod  # Numba's cache finds the function's module by name when it loads
+    try:
+        spec.loader.exec_module(mod)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
     return mod

@@ -150,6 +150,7 @@ def _make(dtype):
     def expm1(x):
         # |x| < 0.35: x + x*x*P(x) (Taylor), no cancellation; elsewhere exp(x) - 1 loses nothing
         small = x + x * x * expm1_poly(x)
+        small = x if x == ZERO else small  # keeps -0.0
         return small if abs(x) < EXPM1_SMALL else exp(x) - ONE
 
     @njit(**INLINE)
@@ -157,6 +158,7 @@ def _make(dtype):
         a = abs(x)
         z = x * x
         small = x + x * z * tanh_poly(z)
+        small = x if x == ZERO else small  # keeps -0.0
         big = ONE - TWO / (exp(a + a) + ONE)
         big = big if x >= ZERO else -big
         return small if a < TANH_SMALL else big

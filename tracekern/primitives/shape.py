@@ -61,7 +61,7 @@ class Reshape(Primitive):
             it = iter(kept_out)
             return ["0" if s == 1 else next(it) for s in in_shape]
         flat = " + ".join(f"{i} * {st}" for i, st in zip(idx, _strides(new_shape)) if st and i != "0") or "0"
-        return [f"(({flat}) // {st}) % {s}" if s != 1 else "0" for s, st in zip(in_shape, _strides(in_shape))]
+        return [f"((({flat}) // {st}) % {s})" if s != 1 else "0" for s, st in zip(in_shape, _strides(in_shape))]
 
     def abstract_eval(self, x: Aval, *, new_shape):
         new_shape = tuple(new_shape)
@@ -136,7 +136,7 @@ class Slice(Primitive):
     def view_index(self, idx, in_shape, *, index):
         out = []
         for i, (start, _, step) in zip(idx, index):
-            term = i if step == 1 else f"{step} * {i}"
+            term = i if step == 1 else f"({step} * {i})"
             out.append(term if start == 0 else f"({start} + {term})")
         return out
 

@@ -1,0 +1,194 @@
+"""The cpu backend beyond the shared end-to-end tests: fusion, non-contiguous inputs, reductions over
+every axis, parallel chunks, the disk cache, compile errors, and lower()."""
+import itertools
+import os
+import subprocess
+import sys
+import textwrap
+
+import numba
+import numpy as np
+import pytest
+
+import tracekern as tk
+from tracekern.backends import cache
+
+TOL = {np.float32: dict(rtol=2e-5, atol=1e-5), np.float64: dict(rtol=1e-11, atol=1e-12)}
+
+
+def both(fun, *args, **jit_kwargs):
+    got = tk.jit(fun, backend="cpu", **jit_kwargs)(*args)
+    want = tk.jit(fun, backend="interpret", **jit_kwargs)(*args)
+    return got, want
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("op", ["sum", "max", "min", "prod"])
+def test_reductions_over_every_axis_combination(op, dtype):
+    rng = np.random.default_rng(0)
+    x = rng.uniform(0.9, 1.1, (3, 4, 5)).astype(dtype)
+    big = rng.uniform(0.99, 1.01, (40, 30, 60)).astype(dtype)  # parallel loops: chunked over axis 0
+    for arr in (x, big):
+        for r in range(0, 4):
+            for axes in itertools.combinations(range(3), r):
+                fun = lambda a, axes=axes: getattr(np, op)(np.exp(a) * 0.5, axis=axes)
+                got, want = both(fun, arr)
+                np.testing.assert_allclose(got, want, **TOL[dtype], err_msg=f"{op} axes={axes} shape={arr.shape}")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_non_contiguous_inputs(dtype):
+    rng = np.random.default_rng(1)
+    base = rng.standard_normal((12, 10)).astype(dtype)
+    views = {"transposed": base.T, "strided": base[::2, 1::3], "reversed": base[::-1], "column": base[:, 3]}
+    w = rng.standard_normal((10, 12)).astype(dtype)
+    for name, v in views.items():
+        got, want = both(lambda a: np.tanh(a) * 2 + a.sum(axis=0), v)
+        np.testing.assert_allclose(got, want, **TOL[dtype], err_msg=name)
+    got, want = both(lambda a, b: a @ b, base.T, base[:, :10])        # matmul on a transposed view
+    np.testing.assert_allclose(got, want, **TOL[dtype])
+    g = tk.grad(lambda a, b: np.sum(np.tanh(a @ b)), argnums=(0, 1))(base[::-1], w[:, ::-1])
+    fd_ok = tk.check_grad(lambda a, b: np.sum(np.tanh(a @ b)), (base[::-1].astype(np.float64), w[:, ::-1].astype(np.float64)))
+    assert fd_ok is None or fd_ok
+    assert g[0].shape == (12, 10) and g[1].shape == (10, 12)
+
+
+def test_views_inside_fused_loops():
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((6, 8))
+    y = rng.standard_normal(8)
+    funs = [
+        lambda a, b: np.exp(a.T)[::2, 1:] * 3 + b[:4, None],
+        lambda a, b: np.tanh(a).reshape(4, 12).T + 1,
+        lambda a, b: (np.sin(a)[:, ::-1] - b).reshape(48)[7:40:3],
+        lambda a, b: np.concatenate([np.exp(a), a * b], axis=1).sum(axis=1),
+        lambda a, b: np.stack([a[0], b, np.cos(b)]).max(axis=0),
+    ]
+    for k, f in enumerate(funs):
+        got, want = both(f, x, y)
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12, err_msg=f"function {k}")
+
+
+def test_an_elementwise_chain_and_its_reduction_fuse_into_one_loop():
+    def chain(x):
+        for _ in range(4):
+            x = np.tanh(x) * 1.5 + np.sin(x)
+        return np.sum(x * x)
+
+    x = np.linspace(-1, 1, 1000, dtype=np.float32)
+    source = tk.jit(chain).lower(x).source
+    assert source.count("# kernel") == 1
+    source = tk.value_and_grad(chain).lower(x).source
+    assert source.count("# kernel") == 1          # forward, reduction and backward: one pass over x
+    np.testing.assert_allclose(tk.value_and_grad(chain)(x)[1],
+                               tk.jit(tk.grad(chain), backend="interpret")(x), rtol=2e-5, atol=1e-5)
+
+
+def test_vjp_recomputes_cheap_residuals_instead_of_saving_them():
+    def chain(x):
+        for _ in range(8):
+            x = np.tanh(x) * 1.5 + np.exp(-x * x)
+        return x
+
+    x = np.linspace(-1, 1, 4096)
+    low = tk.jit(chain).lower(x)
+    assert low.memory.residual_bytes == x.nbytes   # only the input is saved
+    out, pull = tk.vjp(chain, x)
+    ct = np.cos(x)
+    (got,) = pull(ct)
+    (want,) = tk.jit(lambda x, c: tk.vjp(chain, x)[1](c), backend="interpret")(x, ct)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    assert low.memory.peak_bytes["vjp_backward"] > 0
+
+
+def test_parallel_results_do_not_depend_on_the_number_of_threads():
+    x = np.random.default_rng(3).standard_normal(1 << 18).astype(np.float32)
+    f = tk.value_and_grad(lambda x: np.sum(np.exp(np.sin(x)) * x))
+    before = numba.get_num_threads()
+    try:
+        numba.set_num_threads(1)
+        v1, g1 = f(x)
+        numba.set_num_threads(max(before, 2) if numba.config.NUMBA_NUM_THREADS > 1 else 1)
+        v2, g2 = f(x)
+    finally:
+        numba.set_num_threads(before)
+    assert v1 == v2
+    np.testing.assert_array_equal(g1, g2)
+    assert "prange" in f.lower(x).source
+
+
+def test_compile_errors_name_the_primitive_and_the_users_line(monkeypatch):
+    from tracekern.primitives import elementwise
+
+    monkeypatch.setattr(elementwise.sin, "scalar", "{0}.no_such_attribute")
+
+    def f(x):
+        return np.sin(x) + 1  # the line to be named
+
+    with pytest.raises(tk.TracekernError) as info:
+        tk.jit(f, backend="cpu")(np.ones(3))
+    msg = str(info.value)
+    assert "sin" in msg and "test_cpu.py" in msg and "lower" in msg
+    assert "Traceback" not in msg
+
+
+def test_outputs_never_alias_inputs_or_constants():
+    c = np.arange(3.0)
+    f = tk.jit(lambda x: (x, c, x.T))
+    x = np.ones((3, 3))
+    a, b, t = f(x)
+    a[0, 0] = 5
+    b[0] = 7
+    t[1, 1] = 9
+    assert x[0, 0] == 1 and c[0] == 0 and x[1, 1] == 1
+    assert f(x)[1][0] == 0
+
+
+def test_integer_and_bool_programs():
+    rng = np.random.default_rng(4)
+    for dtype in (np.int32, np.int64):
+        a = rng.integers(-5, 5, (4, 6)).astype(dtype)
+        b = rng.integers(-5, 5, (6, 3)).astype(dtype)
+        got, want = both(lambda a, b: (a @ b, np.abs(a) ** 2, a.sum(axis=1), a.max(), np.sign(a), a > 0), a, b)
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g, w)
+            assert g.dtype == w.dtype
+
+
+def _run_in_process(code: str, cache_dir) -> str:
+    env = dict(os.environ, TRACEKERN_CACHE_DIR=str(cache_dir))
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+_PROGRAM = """
+    import numpy as np, tracekern as tk
+    f = tk.value_and_grad(lambda x: np.sum(np.tanh(x) ** 2))
+    v, g = f(np.linspace(0, 1, 64))
+    step = next(iter(f._cache.values())).run
+    print(sum(step._fn.stats.cache_hits.values()), round(float(v), 10))
+"""
+
+
+def test_a_second_process_loads_machine_code_from_the_disk_cache(tmp_path):
+    first = _run_in_process(_PROGRAM, tmp_path)
+    second = _run_in_process(_PROGRAM, tmp_path)
+    assert first.split()[0] == "0"               # compiled
+    assert int(second.split()[0]) >= 1          # loaded, not compiled
+    assert first.split()[1] == second.split()[1]
+    assert list(tmp_path.glob("tk_*.py")) and list((tmp_path / "__pycache__").glob("*.nbi"))
+
+
+def test_corrupted_cache_files_are_rebuilt(tmp_path, monkeypatch):
+    _run_in_process(_PROGRAM, tmp_path)
+    for f in tmp_path.glob("tk_*.py"):
+        f.write_text("this is not python (")
+    for f in (tmp_path / "__pycache__").glob("*.nb*"):
+        f.write_bytes(b"\x00garbage")
+    out = _run_in_process(_PROGRAM, tmp_path)
+    assert out.split()[1] == _run_in_process(_PROGRAM, tmp_path).split()[1]
+    monkeypatch.setenv("TRACEKERN_CACHE_DIR", str(tmp_path))
+    assert cache.cache_dir() == tmp_path
+    cache.clear_cache()
+    assert not tmp_path.exists()
