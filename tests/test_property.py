@@ -1,4 +1,6 @@
 """Hypothesis: random compositions of primitives, differentiated and checked against finite differences."""
+from unittest import mock
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -70,9 +72,20 @@ def instantiate(program):
     return build(steps), tuple(rng.uniform(-1.5, 1.5, s) for s in shapes)
 
 
+def on_interpret():
+    """Many random programs: run them on the NumPy oracle (a compile per program would take minutes);
+    test_random_programs_cpu_equals_interpret covers the compiled backend."""
+    return mock.patch("tracekern.api.default_backend", lambda: "interpret")
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(programs())
 def test_random_programs_gradients_match_finite_differences(program):
+    with on_interpret():
+        check_program(program)
+
+
+def check_program(program):
     f, args = instantiate(program)
     # the traced value equals plain NumPy
     assert tk.jit(f)(*args) == pytest.approx(f(*args), rel=1e-12, abs=1e-12)
@@ -83,6 +96,26 @@ def test_random_programs_gradients_match_finite_differences(program):
 @settings(max_examples=25, deadline=None)
 @given(programs())
 def test_random_programs_vjp_split_equals_joint_gradient(program):
+    with on_interpret():
+        check_split(program)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(programs())
+def test_random_programs_cpu_equals_interpret(program):
+    f, args = instantiate(program)
+    argnums = tuple(range(len(args)))
+    value, grads = tk.value_and_grad(f, argnums=argnums)(*args)      # the default backend: cpu
+    with on_interpret():
+        want_value, want_grads = tk.value_and_grad(f, argnums=argnums)(*args)
+    assert value == pytest.approx(want_value, rel=1e-12, abs=1e-12)
+    split = tk.vjp(f, *args)[1](1.0)
+    for a, b, c in zip(grads, want_grads, split):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(c, b, rtol=1e-10, atol=1e-12)
+
+
+def check_split(program):
     f, args = instantiate(program)
     argnums = tuple(range(len(args)))
     joint = tk.grad(f, argnums=argnums)(*args)

@@ -1,5 +1,5 @@
-"""Graph-to-graph passes run on every graph: dead-code elimination and common-subexpression
-elimination (simplify = both). Each returns a new Graph."""
+"""Graph-to-graph passes run on every graph: constant folding of scalar constants, common-subexpression
+elimination and dead-code elimination (simplify = all three). Each returns a new Graph."""
 from __future__ import annotations
 
 from typing import Any
@@ -68,5 +68,29 @@ def cse(graph: Graph) -> Graph:
     return Graph(graph.inputs, tuple(eqns), outputs, graph.input_notes)
 
 
+def fold_constants(graph: Graph) -> Graph:
+    """Evaluate elementwise equations on scalar constants now (e.g. the `y - 1` of pow's gradient
+    when y is a literal), so kernels see literals."""
+    from .primitives.shape import const
+
+    values: dict[Var, np.ndarray] = {}
+    eqns: list[Eqn] = []
+    changed = False
+    for e in graph.eqns:
+        kind = e.primitive.fusion
+        if kind == "const" and not e.outputs[0].shape:
+            values[e.outputs[0]] = np.asarray(e.params["value"])
+        elif kind == "elementwise" and e.inputs and all(v in values for v in e.inputs) and not e.outputs[0].shape:
+            with np.errstate(all="ignore"):
+                out = np.asarray(e.primitive.impl(*[values[v] for v in e.inputs], **e.params)).astype(e.outputs[0].dtype)
+            values[e.outputs[0]] = out
+            e = Eqn(const, (), e.outputs, {"value": out}, e.source)
+            changed = True
+        eqns.append(e)
+    if not changed:
+        return graph
+    return Graph(graph.inputs, tuple(eqns), graph.outputs, graph.input_notes)
+
+
 def simplify(graph: Graph) -> Graph:
-    return dce(cse(graph))
+    return dce(cse(fold_constants(graph)))
