@@ -40,7 +40,8 @@ def choose_residuals(fwd_eqns: Sequence[Eqn], residuals: Sequence[Var]) -> tuple
         else:
             leaves.append(v)
     kept = [v for v in residuals if not cheap(v)]
-    new = kept + [v for v in leaves if v not in set(kept)]
+    kept_set = set(kept)
+    new = kept + [v for v in leaves if v not in kept_set]
     if sum(v.aval.nbytes for v in new) >= sum(v.aval.nbytes for v in residuals):
         return list(residuals), []
     return new, [e for e in fwd_eqns if e in recompute]

@@ -5,6 +5,7 @@ Loops over large domains run as prange over chunks of axis 0; the chunking depen
 so results are the same on any number of threads."""
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 
@@ -27,6 +28,7 @@ from tracekern.backends.cpu_math import *  # noqa: F403
 _TRIG = ("sin", "cos", "tan")
 
 
+@functools.cache
 def _math_digest() -> str:
     import inspect
 
@@ -57,10 +59,8 @@ class CompiledStep:
             return list(fn(*args, *self._consts))
         except NumbaError as err:
             raise self._compile_error(err) from None
-        except (ValueError, OSError, EOFError, AttributeError, ImportError) as err:
-            # a damaged Numba cache entry: discard it, compile once more
-            if "tracekern" in type(err).__module__:
-                raise
+        except (ValueError, OSError, EOFError, AttributeError, ImportError):
+            # a damaged Numba cache entry fails while loading: discard it, compile once more
             cache.discard(cache.module_path(self.source))
             try:
                 return list(self._load()(*args, *self._consts))

@@ -35,7 +35,7 @@ class Compute:
     name: str
     eqn: Eqn          # an elementwise equation applied to scalars
     args: tuple[str, ...]
-    template: str     # the primitive's scalar expression (pow by a small integer: multiplications)
+    template: str     # the primitive's scalar expression for these operands (Primitive.scalar_for)
 
 
 @dataclass
@@ -137,7 +137,7 @@ class _Walker:
             from ..primitives.shape import broadcast_index
 
             args = tuple(self.value(a, tuple(broadcast_index(list(idx), a.shape, v.shape))) for a in e.inputs)
-            stmt = Compute(self._name(v), e, args, self._template(e))
+            stmt = Compute(self._name(v), e, args, e.primitive.scalar_for([self._literal(a) for a in e.inputs]))
         else:
             raise IRError(f"fusion: {e.primitive.name} output {v} should have been materialized")
         self.body.append(stmt)
@@ -145,18 +145,12 @@ class _Walker:
         return stmt.name
 
 
-    def _template(self, e: Eqn) -> str:
-        if e.primitive.name == "pow":
-            p = self.producer.get(e.inputs[1])
-            if p is not None and p.primitive.fusion in ("fill", "const") and _size(e.inputs[1].shape) == 1:
-                value = float(np.asarray(p.params["value"]).reshape(-1)[0])
-                if value in _SMALL_POWERS:
-                    return _SMALL_POWERS[value]
-        return e.primitive.scalar
-
-
-# x ** k for a literal k: multiplications, exact as NumPy (k = 1, 2) or within one rounding (k = 3, 4)
-_SMALL_POWERS = {1.0: "{0}", 2.0: "({0} * {0})", 3.0: "({0} * {0} * {0})", 4.0: "(({0} * {0}) * ({0} * {0}))"}
+    def _literal(self, v: Var) -> float | None:
+        """The value of a one-element constant operand, else None."""
+        p = self.producer.get(v)
+        if p is not None and p.primitive.fusion in ("fill", "const") and _size(v.shape) == 1:
+            return float(np.asarray(p.params["value"]).reshape(-1)[0])
+        return None
 
 
 def _size(shape) -> int:

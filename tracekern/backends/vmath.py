@@ -170,21 +170,10 @@ exp_f32, log_f32, log1p_f32, expm1_f32, tanh_f32 = _make("float32")
 exp_f64, log_f64, log1p_f64, expm1_f64, tanh_f64 = _make("float64")
 
 
-# -- sin, cos, tan: reduce by pi/2 in float64 (Cody-Waite, three parts), then Taylor on |r| <= pi/4
+# -- sin, cos, tan: reduce by pi/2 in float64 (Cody-Waite, three parts), then Taylor on |r| <= pi/4;
+#    float32 evaluates the polynomials in float32 after the same float64 reduction.
 _PIO2 = (1.57079632673412561417e+00, 6.07710050630396597660e-11, 2.02226624879595063154e-21)  # fdlibm pio2_1, pio2_2, pio2_2t
-_TRIG_LIMIT = 2.0 ** 19   # k * _PIO2[0] stays exact below this
-_sin_poly = _horner([(-1) ** k / math.factorial(2 * k + 1) for k in reversed(range(9))])   # sin r = r * P(r*r)
-_cos_poly = _horner([(-1) ** k / math.factorial(2 * k) for k in reversed(range(10))])
-
-
-@njit(**INLINE)
-def _trig(x):
-    """(sin r, cos r, quadrant) with x = r + quadrant * pi/2, in float64."""
-    k = (x * 0.6366197723675814 + 6755399441055744.0) - 6755399441055744.0   # round to nearest
-    k = 0.0 if k != k else k
-    r = ((x - k * _PIO2[0]) - k * _PIO2[1]) - k * _PIO2[2]
-    z = r * r
-    return r * _sin_poly(z), _cos_poly(z), np.int64(k) & 3
+TRIG_LIMIT = 2.0 ** 19   # k * _PIO2[0] stays exact below this; the renderer re-runs larger arguments with libm
 
 
 @njit(**INLINE)
@@ -195,91 +184,50 @@ def _quadrant(s, c, q, shift):
     return -v if (q & 2) == 2 else v
 
 
-@njit(**INLINE)
-def sin_f64(x):
-    s, c, q = _trig(x)
-    return _quadrant(s, c, q, 0)
+def _make_trig(dtype):
+    T = np.float32 if dtype == "float32" else np.float64
+    terms = (6, 7) if dtype == "float32" else (9, 10)
+    sin_poly = _horner([T((-1) ** k / math.factorial(2 * k + 1)) for k in reversed(range(terms[0]))])  # sin r = r * P(r*r)
+    cos_poly = _horner([T((-1) ** k / math.factorial(2 * k)) for k in reversed(range(terms[1]))])
+
+    @njit(**INLINE)
+    def reduce(x):
+        """(sin r, cos r, quadrant) with x = r + quadrant * pi/2."""
+        xd = np.float64(x)
+        k = (xd * 0.6366197723675814 + 6755399441055744.0) - 6755399441055744.0   # round to nearest
+        k = 0.0 if k != k else k
+        r = T(((xd - k * _PIO2[0]) - k * _PIO2[1]) - k * _PIO2[2])
+        z = r * r
+        return r * sin_poly(z), cos_poly(z), np.int64(k) & 3
+
+    @njit(**INLINE)
+    def sin(x):
+        s, c, q = reduce(x)
+        return _quadrant(s, c, q, 0)
+
+    @njit(**INLINE)
+    def cos(x):
+        s, c, q = reduce(x)
+        return _quadrant(s, c, q, 1)
+
+    @njit(**INLINE)
+    def tan(x):
+        s, c, q = reduce(x)
+        odd = (q & 1) == 1
+        return (-c if odd else s) / (s if odd else c)
+
+    def libm(fn):
+        @njit(**INLINE)
+        def exact(x):
+            return T(fn(np.float64(x)))
+
+        return exact
+
+    return sin, cos, tan, libm(math.sin), libm(math.cos), libm(math.tan)
 
 
-@njit(**INLINE)
-def cos_f64(x):
-    s, c, q = _trig(x)
-    return _quadrant(s, c, q, 1)
-
-
-@njit(**INLINE)
-def tan_f64(x):
-    s, c, q = _trig(x)
-    odd = (q & 1) == 1
-    return (-c if odd else s) / (s if odd else c)
-
-
-# float32: reduce in float64 (exact, as above), evaluate the polynomials in float32
-_sin_poly_f32 = _horner([np.float32((-1) ** k / math.factorial(2 * k + 1)) for k in reversed(range(6))])
-_cos_poly_f32 = _horner([np.float32((-1) ** k / math.factorial(2 * k)) for k in reversed(range(7))])
-
-
-@njit(**INLINE)
-def _trig_f32(x):
-    xd = np.float64(x)
-    k = (xd * 0.6366197723675814 + 6755399441055744.0) - 6755399441055744.0
-    k = 0.0 if k != k else k
-    r = np.float32(((xd - k * _PIO2[0]) - k * _PIO2[1]) - k * _PIO2[2])
-    z = r * r
-    return r * _sin_poly_f32(z), _cos_poly_f32(z), np.int64(k) & 3
-
-
-@njit(**INLINE)
-def sin_f32(x):
-    s, c, q = _trig_f32(x)
-    return _quadrant(s, c, q, 0)
-
-
-@njit(**INLINE)
-def cos_f32(x):
-    s, c, q = _trig_f32(x)
-    return _quadrant(s, c, q, 1)
-
-
-@njit(**INLINE)
-def tan_f32(x):
-    s, c, q = _trig_f32(x)
-    odd = (q & 1) == 1
-    return (-c if odd else s) / (s if odd else c)
-
-
-# libm versions, for chunks with an argument at or beyond the limit (the renderer re-runs those)
-TRIG_LIMIT = _TRIG_LIMIT
-
-
-@njit(**INLINE)
-def sin_exact_f64(x):
-    return math.sin(x)
-
-
-@njit(**INLINE)
-def cos_exact_f64(x):
-    return math.cos(x)
-
-
-@njit(**INLINE)
-def tan_exact_f64(x):
-    return math.tan(x)
-
-
-@njit(**INLINE)
-def sin_exact_f32(x):
-    return np.float32(math.sin(np.float64(x)))
-
-
-@njit(**INLINE)
-def cos_exact_f32(x):
-    return np.float32(math.cos(np.float64(x)))
-
-
-@njit(**INLINE)
-def tan_exact_f32(x):
-    return np.float32(math.tan(np.float64(x)))
+sin_f32, cos_f32, tan_f32, sin_exact_f32, cos_exact_f32, tan_exact_f32 = _make_trig("float32")
+sin_f64, cos_f64, tan_f64, sin_exact_f64, cos_exact_f64, tan_exact_f64 = _make_trig("float64")
 
 
 # -- pow: float32 through float64 exp/log (exact enough to round correctly almost always);

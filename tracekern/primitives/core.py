@@ -29,6 +29,7 @@ class Primitive:
     # How kernel renderers treat it (backends/fusion.py): "elementwise" (a scalar expression in a
     # fused loop), "view" (an index mapping onto its operand), "reduce", or "call" (its own kernel).
     fusion = "call"
+    scalar = ""  # elementwise primitives: the scalar expression renderers emit (see Elementwise)
 
     def __init__(self, name: str):
         if name in REGISTRY:
@@ -48,6 +49,10 @@ class Primitive:
 
     def vjp(self, cts: Sequence, ins: Sequence, outs: Sequence, active: Sequence[bool], **params) -> list:
         raise NotImplementedError(f"{self.name} is not differentiable")
+
+    def scalar_for(self, literals: Sequence) -> str:
+        """The scalar expression, given the literal value of each operand (None where not literal)."""
+        return self.scalar
 
     def differentiable(self, **params) -> bool:
         """Whether cotangents flow through this equation at all (False: stop_gradient, comparisons...)."""

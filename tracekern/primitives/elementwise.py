@@ -47,14 +47,17 @@ class Elementwise(Primitive):
 
     `scalar` is the expression kernel renderers emit for one element: Python syntax with {0}, {1}...
     for the operands and {name} for a math function that each renderer supplies per dtype
-    (e.g. "{exp}({0})" becomes exp_f32(v3) on the CPU backend)."""
+    (e.g. "{exp}({0})" becomes exp_f32(v3) on the CPU backend). `literal_scalars` maps
+    (operand index, literal value) to a cheaper expression for that case."""
 
     fusion = "elementwise"
 
     def __init__(self, name: str, ufunc: Callable | None, grads: Sequence[Callable | None] | None,
-                 out_bool: bool = False, nin: int | None = None, dtypes: str = "any", scalar: str = ""):
+                 out_bool: bool = False, nin: int | None = None, dtypes: str = "any", scalar: str = "",
+                 literal_scalars: dict | None = None):
         super().__init__(name)
         self.scalar = scalar
+        self.literal_scalars = literal_scalars or {}
         self.ufunc = ufunc
         self.grads = tuple(grads) if grads is not None else None
         self.out_bool = out_bool
@@ -76,6 +79,12 @@ class Elementwise(Primitive):
 
     def impl(self, *arrays, **params):
         return self.ufunc(*arrays)
+
+    def scalar_for(self, literals) -> str:
+        for (i, value), template in self.literal_scalars.items():
+            if literals[i] == value:
+                return template
+        return self.scalar
 
     def differentiable(self, **params) -> bool:
         return self.grads is not None
@@ -124,7 +133,10 @@ mul = Elementwise("mul", np.multiply, [lambda ct, x, y, out: ct * y, lambda ct, 
 div = Elementwise("div", np.true_divide,
                   [lambda ct, x, y, out: ct / y, lambda ct, x, y, out: -(ct * out) / y], dtypes="float", scalar="({0} / {1})")
 neg = Elementwise("neg", np.negative, [lambda ct, x, out: -ct], scalar="(-{0})")
-power = Elementwise("pow", np.power, [_pow_base, lambda ct, x, y, out: ct * _safe_log(x) * out], scalar="{pow}({0}, {1})")
+# x ** k for a literal k: multiplications, as exact as NumPy (k = 1, 2) or within one rounding (k = 3, 4)
+power = Elementwise("pow", np.power, [_pow_base, lambda ct, x, y, out: ct * _safe_log(x) * out], scalar="{pow}({0}, {1})",
+                    literal_scalars={(1, 1.0): "{0}", (1, 2.0): "({0} * {0})", (1, 3.0): "({0} * {0} * {0})",
+                                     (1, 4.0): "(({0} * {0}) * ({0} * {0}))"})
 absolute = Elementwise("abs", np.absolute, [lambda ct, x, out: ct * sign(x)], scalar="{abs}({0})")
 sign = Elementwise("sign", np.sign, None, scalar="{sign}({0})")
 maximum = Elementwise("maximum", np.maximum,
