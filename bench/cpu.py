@@ -117,6 +117,21 @@ def w2_numpy(ws, x, y):
     return loss, grads[::-1]
 
 
+def w2_gemms(ws, x):
+    """The GEMMs of W2's forward and backward alone, with their exact shapes and transposes, into
+    preallocated outputs: what BLAS itself takes for this step (the sgemm roofline assumes the rate
+    of the forward shape for all of them)."""
+    batch, width = x.shape
+    o = np.empty((batch, width), np.float32)
+    big = np.empty((width, width), np.float32)
+    for w in ws:
+        np.dot(x, w, o)                # forward
+    for w in ws[1:]:
+        np.dot(x, w.T, o)              # cotangent of each layer's input
+    for _ in ws:
+        np.dot(x.T, x, big)            # weight gradients (K = batch)
+
+
 def copy_bandwidth(nbytes: int) -> float:
     a = np.ones(nbytes // 4, np.float32)
     b = np.empty_like(a)
@@ -173,30 +188,48 @@ def peers_w1(x, runs):
     return out, notes
 
 
+_NUMBA_PROBE = "from numba import njit\n\n\n@njit(cache=True)\ndef probe(a):\n    return a + 1\n"
+
+
 def startup_times() -> dict:
     """Cold compile of W1's value_and_grad (fresh cache) and warm start from the disk cache, each in a
-    new process; both exclude importing numba and tracekern."""
+    new process; both exclude importing numba and tracekern and the step's own run time. The warm
+    start is also given beyond Numba's own start-up, measured by loading a one-line cached njit
+    function first (Numba initialises its CPU target on the first call of any compiled function)."""
     prog = (
-        "import time, numpy as np\n"
+        "import sys, time, numpy as np\n"
         "import numba, tracekern as tk\n"
         "from bench.cpu import w1_loss\n"
+        "probe_first = len(sys.argv) > 1\n"
         "x = np.linspace(-1, 1, 1 << 22, dtype=np.float32)\n"
-        "t = time.perf_counter(); tk.value_and_grad(w1_loss)(x); print(time.perf_counter() - t)\n"
+        "t = time.perf_counter()\n"
+        "if probe_first:\n"
+        "    sys.path.insert(0, sys.argv[1]); from tk_probe import probe; probe(1)\n"
+        "t1 = time.perf_counter(); tk.value_and_grad(w1_loss)(x); t2 = time.perf_counter()\n"
+        "print(t1 - t, t2 - t1)\n"
     )
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     with tempfile.TemporaryDirectory() as d:
         env = dict(os.environ, TRACEKERN_CACHE_DIR=d)
-        runs = []
-        for _ in range(2):
-            root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-            out = subprocess.run([sys.executable, "-c", prog], env=env, capture_output=True, text=True, cwd=root)
-            runs.append(float(out.stdout.strip().splitlines()[-1]))
+        with open(os.path.join(d, "tk_probe.py"), "w") as fh:
+            fh.write(_NUMBA_PROBE)
+
+        def run(*extra):
+            out = subprocess.run([sys.executable, "-c", prog, *extra], env=env, capture_output=True, text=True, cwd=root)
+            return [float(v) for v in out.stdout.strip().splitlines()[-1].split()]
+
+        cold = run()[1]
+        warm = run()[1]
+        run(d)  # compiles and caches the probe
+        probe, warm_after_probe = run(d)
     x = np.linspace(-1, 1, 1 << 22, dtype=np.float32)
     f = tk.value_and_grad(w1_loss)
     f(x)
     t0 = time.perf_counter()
-    f(x)  # compiled: the step itself, subtracted from both
+    f(x)  # compiled: the step itself, subtracted from all
     step = time.perf_counter() - t0
-    return {"cold_compile_s": runs[0] - step, "warm_start_s": runs[1] - step, "step_s": step}
+    return {"cold_compile_s": cold - step, "warm_start_s": warm - step, "numba_startup_s": probe,
+            "warm_start_beyond_numba_startup_s": warm_after_probe - step, "step_s": step}
 
 
 def per_call_overhead() -> dict:
@@ -247,7 +280,8 @@ def main(argv=None) -> dict:
     yb = rng.standard_normal((batch, width)).astype(np.float32)
     vg2 = tk.value_and_grad(w2_loss)
     w2 = {"tracekern_cpu": median_time(lambda: vg2(ws, xb, yb), runs),
-          "numpy": median_time(lambda: w2_numpy(ws, xb, yb), runs)}
+          "numpy": median_time(lambda: w2_numpy(ws, xb, yb), runs),
+          "gemms_only": median_time(lambda: w2_gemms(ws, xb), runs)}
     flops = depth * 3 * 2 * batch * width * width
     w2["roofline"] = flops / sgemm_rate(width, batch)
     g2 = vg2(ws, xb, yb)[1]
@@ -272,7 +306,9 @@ def report(r: dict) -> None:
             print(f"  {k:16s} {t * 1e3:9.2f} ms  {t / base:6.2f}x")
     if r.get("startup"):
         s = r["startup"]
-        print(f"\ncold compile (W1 value_and_grad): {s['cold_compile_s']:.2f} s; warm start from disk cache: {s['warm_start_s']:.3f} s")
+        print(f"\ncold compile (W1 value_and_grad): {s['cold_compile_s']:.2f} s; warm start from disk cache: "
+              f"{s['warm_start_s']:.3f} s, of which Numba's own start-up {s['numba_startup_s']:.3f} s "
+              f"and tracekern {s['warm_start_beyond_numba_startup_s']:.3f} s")
     o = r["overhead"]
     print(f"per-call overhead, 8 elements: jit {o['jit_us']:.1f} us, value_and_grad {o['value_and_grad_us']:.1f} us "
           f"(plain NumPy {o['numpy_us']:.1f} us)")

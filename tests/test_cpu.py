@@ -76,10 +76,11 @@ def test_an_elementwise_chain_and_its_reduction_fuse_into_one_loop():
         return np.sum(x * x)
 
     x = np.linspace(-1, 1, 1000, dtype=np.float32)
-    source = tk.jit(chain).lower(x).source
-    assert source.count("# kernel") == 1
-    source = tk.value_and_grad(chain).lower(x).source
-    assert source.count("# kernel") == 1          # forward, reduction and backward: one pass over x
+    def kernels(source):  # in `step` (`step_exact`, the libm variant, has the same kernels)
+        return source.split("def step_exact")[0].count("# kernel")
+
+    assert kernels(tk.jit(chain).lower(x).source) == 1
+    assert kernels(tk.value_and_grad(chain).lower(x).source) == 1         # forward, reduction and backward: one pass over x
     np.testing.assert_allclose(tk.value_and_grad(chain)(x)[1],
                                tk.jit(tk.grad(chain), backend="interpret")(x), rtol=2e-5, atol=1e-5)
 
@@ -167,7 +168,7 @@ _PROGRAM = """
     f = tk.value_and_grad(lambda x: np.sum(np.tanh(x) ** 2))
     v, g = f(np.linspace(0, 1, 64))
     step = next(iter(f._cache.values())).run
-    print(sum(step._fn.stats.cache_hits.values()), round(float(v), 10))
+    print(sum(step._module.step.stats.cache_hits.values()), round(float(v), 10))
 """
 
 

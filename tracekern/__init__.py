@@ -1,6 +1,12 @@
 """tracekern: trace NumPy functions into an IR, differentiate them, compile them.
 
 Public names only; everything is defined in the rooms listed in ARCHITECTURE.md."""
+import os as _os
+
+# Numba's OpenMP worker threads spin-wait after each parallel loop and starve BLAS's threads, which
+# made a matmul-heavy step (bench W2) 2x slower. Sleeping workers cost nothing measurable in the
+# elementwise benchmark. Set before Numba loads its threading layer; a user's own setting wins.
+_os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 from . import numpy
 from .api import Staged, grad, jit, make_ir, stop_gradient, value_and_grad, vjp
 from .autodiff import SplitVJP

@@ -94,9 +94,17 @@ class _Compiled:
         # outputs that are graph inputs are copied, so a result never aliases the caller's array
         inputs = set(self.graph.inputs)
         self._is_input = [v in inputs for v in self.graph.outputs]
+        td = self.out_treedef
+        # the common output structures, built without walking the tree: one array, a flat tuple
+        self._shape = "leaf" if td.kind == "leaf" else (
+            "tuple" if td.kind == "tuple" and all(c.kind == "leaf" for c in td.children) else "tree")
 
     def __call__(self, leaves: list) -> Any:
         outs = [np.array(o) if copy else _to_user(o) for o, copy in zip(self.run(leaves), self._is_input)]
+        if self._shape == "leaf":
+            return outs[0]
+        if self._shape == "tuple":
+            return tuple(outs)
         return tree_unflatten(self.out_treedef, outs)
 
 
@@ -132,6 +140,9 @@ class Staged:
         self.backend = backend
         self.static_argnums = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
         self._cache: dict[Any, _Compiled] = {}
+        # positional plain ndarrays only: (shape, dtype) per argument -> entry, checked before the
+        # general signature (pytree flattening, conversions), which costs several microseconds
+        self._fast: dict[tuple, _Compiled] = {}
         self.trace_count = 0
         if not isinstance(fun, functools.partial):
             functools.update_wrapper(self, fun, updated=())
@@ -156,10 +167,17 @@ class Staged:
     def __call__(self, *args, **kwargs):
         if current_builder() is not None:
             return self.emit(*args, **kwargs)
+        plain = not kwargs and not self.static_argnums and all(type(a) is np.ndarray for a in args)
+        if plain:
+            entry = self._fast.get(fast_key := tuple([(a.shape, a.dtype) for a in args]))
+            if entry is not None:
+                return entry(args)
         key, leaves, make_graph = self._signature(args, kwargs)
         entry = self._cache.get(key)
         if entry is None:
             entry = self._compile(key, make_graph)
+        if plain:
+            self._fast[fast_key] = entry
         return entry(leaves)
 
     def _compile(self, key, make_graph) -> _Compiled:

@@ -40,32 +40,42 @@ def _math_digest() -> str:
 class CompiledStep:
     """A compiled graph: call it with a list of arrays, get a list of arrays."""
 
-    def __init__(self, graph: Graph, plan: fusion.Plan, source: str, consts: list[np.ndarray], lines: dict):
+    def __init__(self, graph: Graph, plan: fusion.Plan, source: str, consts: list[np.ndarray], lines: dict,
+                 flagged: bool = False):
         self.graph = graph
         self.plan = plan
         self.source = source
         self.peak_bytes = plan.peak_bytes
         self._consts = consts
         self._lines = lines
-        self._fn = None
+        self._flagged = flagged   # step returns "redo with libm trig" first
+        self._module = None
 
     def _load(self):
-        self._fn = cache.load_module(self.source).step
-        return self._fn
+        self._module = cache.load_module(self.source)
+        return self._module
 
     def __call__(self, args: Sequence[np.ndarray]) -> list:
-        fn = self._fn or self._load()
+        module = self._module or self._load()
         try:
-            return list(fn(*args, *self._consts))
+            return self._run(module, args)
         except NumbaError as err:
             raise self._compile_error(err) from None
         except (ValueError, OSError, EOFError, AttributeError, ImportError):
             # a damaged Numba cache entry fails while loading: discard it, compile once more
             cache.discard(cache.module_path(self.source))
             try:
-                return list(self._load()(*args, *self._consts))
+                return self._run(self._load(), args)
             except NumbaError as err2:
                 raise self._compile_error(err2) from None
+
+    def _run(self, module, args) -> list:
+        out = module.step(*args, *self._consts)
+        if not self._flagged:
+            return list(out)
+        if out[0]:  # a sin/cos/tan argument beyond the vectorised range: the libm variant
+            return list(module.step_exact(*args, *self._consts))
+        return list(out[1:])
 
     def _compile_error(self, err: Exception) -> TracekernError:
         text = str(err)
@@ -85,7 +95,7 @@ def compile_graph(graph: Graph) -> CompiledStep:
     renderer = _Renderer(plan)
     source, lines = renderer.render()
     consts = [np.ascontiguousarray(_producer(graph, v).params["value"]) for v in plan.consts]
-    return CompiledStep(graph, plan, source, consts, lines)
+    return CompiledStep(graph, plan, source, consts, lines, flagged=renderer.trig_chunks() > 0)
 
 
 def _producer(graph: Graph, v: Var):
@@ -139,7 +149,31 @@ class _Renderer:
             self.line_eqn[len(self.lines) + _HEADER.count("\n")] = eqn
 
     def render(self) -> tuple[str, dict]:
+        """The module's source: `step`, and where the graph has sin/cos/tan in loops, `step_exact`.
+
+        `step` computes sin/cos/tan with vmath's vectorised forms, exact for |x| < TRIG_LIMIT, and
+        returns a flag first: True when some argument was beyond that. The caller then runs
+        `step_exact`, the same graph with libm's sin/cos/tan. Numba compiles a function on its first
+        call, so the libm variant costs compile time only when a large argument appears."""
         g = self.graph
+        trig = self.trig_chunks()
+        self.function("step", exact=False, flag=trig)
+        if trig:
+            self.emit(0, "")
+            self.emit(0, "")
+            self.function("step_exact", exact=True, flag=0)
+        listing = "\n".join("# " + line for line in str(g).splitlines())
+        source = _HEADER.format(digest=f"[{_math_digest()}]") + "\n".join(self.lines) + "\n\n" + listing + "\n"
+        return source, self.line_eqn
+
+    def trig_chunks(self) -> int:
+        """The most chunks of any loop that calls sin/cos/tan (0: none does)."""
+        return max((k.num_chunks for k in self.plan.kernels if isinstance(k, LoopKernel) and k.domain
+                    and any(isinstance(s, Compute) and s.eqn.primitive.name in _TRIG for s in k.body)), default=0)
+
+    def function(self, name: str, exact: bool, flag: int) -> None:
+        g = self.graph
+        self.names, self.pool = {}, {}
         args = []
         for k, v in enumerate(g.inputs):
             self.names[v] = f"a{k}"
@@ -149,22 +183,26 @@ class _Renderer:
             args.append(f"c{k}")
         flags = "cache=True, error_model='numpy', nogil=True" + (", parallel=True" if self.parallel else "")
         self.emit(0, f"@njit({flags})")
-        self.emit(0, f"def step({', '.join(args)}):")
+        self.emit(0, f"def {name}({', '.join(args)}):")
+        if flag:
+            self.filled("big_chunks", (flag,), "bool", "False")  # chunks with a sin/cos/tan argument >= TRIG_LIMIT
         for pos, k in enumerate(self.plan.kernels):
             if isinstance(k, LoopKernel):
-                self.loop(k, pos)
+                self.loop(k, pos, exact, bool(flag))
             else:
                 self.call(k)
             for v in self.plan.frees.get(pos, ()):
                 self.pool.setdefault((v.shape, v.dtype.str), []).append(self.names[v])
         outs = []
+        if flag:
+            self.emit(1, "any_big = False")
+            self.emit(1, f"for c in range({flag}):")
+            self.emit(2, "any_big = any_big | big_chunks[c]")
+            outs.append("any_big")
         for v in g.outputs:
-            name = self.names[v]
-            outs.append(f"{name}.copy()" if v in self.plan.consts else name)
+            name_ = self.names[v]
+            outs.append(f"{name_}.copy()" if v in self.plan.consts else name_)
         self.emit(1, f"return ({', '.join(outs)},)" if outs else "return ()")
-        listing = "\n".join("# " + line for line in str(g).splitlines())
-        source = _HEADER.format(digest=f"[{_math_digest()}]") + "\n".join(self.lines) + "\n\n" + listing + "\n"
-        return source, self.line_eqn
 
     # -- buffers -----------------------------------------------------------------
     def alloc(self, v: Var, depth: int = 1) -> str:
@@ -176,6 +214,11 @@ class _Renderer:
         else:
             self.emit(depth, f"{name} = np.empty({tuple(v.shape)}, np.{v.dtype.name})")
         return name
+
+    def filled(self, name: str, shape: tuple, dtype: str, value: str) -> None:
+        """np.empty and a fill: np.full, np.zeros and friends each cost a compile of their own (~0.1 s)."""
+        self.emit(1, f"{name} = np.empty({shape}, np.{'bool_' if dtype == 'bool' else dtype})")
+        self.emit(1, f"{name}[...] = {value}")
 
     # -- loop kernels ----------------------------------------------------------------
     def scalar(self, stmt, depth: int, exact: bool = False) -> None:
@@ -192,7 +235,7 @@ class _Renderer:
             cast = cpu_math.CASTS[e.outputs[0].dtype.name]
             self.emit(depth, f"{stmt.name} = {cast}({expr})  # {e.primitive.name}", eqn=e)
 
-    def loop(self, k: LoopKernel, pos: int) -> None:
+    def loop(self, k: LoopKernel, pos: int, exact: bool, flag: bool) -> None:
         D = k.domain
         n = len(D)
         what = ", ".join([f"store {v}" for v in k.stores] + [f"{e.primitive.name} -> {e.outputs[0].aval}" for e in k.reductions])
@@ -212,10 +255,10 @@ class _Renderer:
                      combine=e.primitive.combine, fns=cpu_math.functions(acc_dtype))
             if layout == "partial" or (layout == "suffix" and first == 0 and n > 0):
                 r["scratch"] = f"p{out.id}"
-                self.emit(1, f"{r['scratch']} = np.full({(k.num_chunks,) + tuple(out.shape)}, {ident})")
+                self.filled(r["scratch"], (k.num_chunks,) + tuple(out.shape), acc_dtype.name, ident)
             elif layout == "memory":
                 r["scratch"] = f"m{out.id}"
-                self.emit(1, f"{r['scratch']} = np.full({tuple(out.shape)}, {ident})")
+                self.filled(r["scratch"], tuple(out.shape), acc_dtype.name, ident)
             reds.append(r)
         if n == 0:
             self.body(k, reds, 1, (), exact=True)
@@ -227,19 +270,14 @@ class _Renderer:
         rows = k.chunk_rows
         self.emit(1, f"for c in {rng}({k.num_chunks}):")
         self.emit(2, f"lo = c * {rows}")
-        self.emit(2, f"m0 = min({rows}, {D[0]} - lo)")
-        trig = any(isinstance(s, Compute) and s.eqn.primitive.name in _TRIG for s in k.body)
+        self.emit(2, f"m0 = {rows} if lo + {rows} <= {D[0]} else {D[0]} - lo")
+        trig = flag and any(isinstance(s, Compute) and s.eqn.primitive.name in _TRIG for s in k.body)
         if trig:
             self.emit(2, "big = False")
-        self.nest(k, reds, 2, exact=False, flag=trig)
+        self.nest(k, reds, 2, exact=exact, flag=trig)
         if trig:
-            self.emit(2, "if big:  # a sin/cos/tan argument beyond the vectorised range: redo the chunk with libm")
-            for r in reds:
-                if r["layout"] == "partial":
-                    self.emit(3, f"{r['scratch']}[c] = {r['ident']}" if not r["kept"] else f"{r['scratch']}[c].fill({r['ident']})")
-                elif r["layout"] == "memory":
-                    self.emit(3, f"{r['scratch']}[lo:lo + m0].fill({r['ident']})")
-            self.nest(k, reds, 3, exact=True, flag=False)
+            self.emit(2, "if big:")
+            self.emit(3, "big_chunks[c] = True")
         for r in reds:  # combine per-chunk partial results in a fixed order
             if "scratch" in r:
                 self.finish(r, k.num_chunks)
@@ -316,7 +354,7 @@ class _Renderer:
         elif e.primitive.name == "unslice":
             name = self.names[out] = f"b{out.id}"
             sl = ", ".join(f"{a}:{'' if b < 0 else b}:{c}" for a, b, c in e.params["index"])
-            self.emit(1, f"{name} = np.zeros({tuple(out.shape)}, np.{out.dtype.name})", eqn=e)
+            self.filled(name, tuple(out.shape), out.dtype.name, _literal(0, out.dtype))
             self.emit(1, f"{name}[{sl}] = {ops[0]}", eqn=e)
         else:
             raise TracekernError(f"the cpu backend cannot compile primitive {e.primitive.name} (from {e.source})")

@@ -12,6 +12,7 @@ from numba import njit, types
 from numba.extending import intrinsic
 
 from .vmath import (  # noqa: F401  (re-exported to generated modules)
+    INLINE,
     TRIG_LIMIT,
     cos_exact_f32,
     cos_exact_f64,
@@ -42,7 +43,6 @@ from .vmath import (  # noqa: F401  (re-exported to generated modules)
 f32, f64, i32, i64, b1, U = np.float32, np.float64, np.int32, np.int64, np.bool_, np.uintp
 CASTS = {"float32": "f32", "float64": "f64", "int32": "i32", "int64": "i64", "bool": "b1"}
 ACCUMULATOR = {"float32": "float64", "float64": "float64", "int32": "int64", "int64": "int64", "bool": "int64"}
-INLINE = dict(inline="always", error_model="numpy")
 
 
 def functions(dtype: np.dtype, exact: bool = False) -> dict[str, str]:

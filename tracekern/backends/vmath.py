@@ -4,8 +4,8 @@ plain arithmetic (LLVM auto-vectorises it), with bit casts through tiny LLVM int
 Each function is made once per dtype by a factory, so float32 and float64 share one definition.
 Accuracy (tests/test_cpu_math.py): a few ulp against NumPy over wide ranges, with inf, nan, -0.0,
 overflow and underflow handled as NumPy does. sin/cos/tan are exact for |x| < TRIG_LIMIT (2**19),
-where the Cody-Waite reduction below stops being exact; the renderer re-runs any chunk of a loop
-with a larger argument using the *_exact (libm) versions. float64 pow calls libm."""
+where the Cody-Waite reduction below stops being exact; a compiled step that meets a larger
+argument runs again as its libm variant (the *_exact versions; backends/cpu.py). float64 pow calls libm."""
 from __future__ import annotations
 
 import math
@@ -16,7 +16,9 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
-INLINE = dict(inline="always", error_model="numpy")
+# No forced inlining: Numba-level inline="always" made W1's cold compile 44 s instead of 3 s, and
+# LLVM inlines these small functions into the fused loops anyway (the loops still vectorise).
+INLINE = dict(error_model="numpy")
 
 
 def _bitcast(src, dst, llvm_type):
@@ -70,18 +72,10 @@ class _Float:
                                                                                  1.90821492927058770002e-10)
 
 
-def _horner(coeffs):
-    """An inline polynomial evaluator for fixed coefficients (highest degree first)."""
-    cs = tuple(coeffs)
-
-    @njit(**INLINE)
-    def poly(r):
-        p = cs[0]
-        for c in cs[1:]:
-            p = p * r + c
-        return p
-
-    return poly
+def _horner(coeffs) -> tuple:
+    """Polynomial coefficients, highest degree first, for the inline Horner loops below (a loop over
+    a constant tuple, which LLVM unrolls; a helper function would be one more compile per process)."""
+    return tuple(coeffs)
 
 
 def _make(dtype):
@@ -113,7 +107,9 @@ def _make(dtype):
         n = (xc * LOG2E + SHIFTER) - SHIFTER   # round to nearest (np.floor would give float64)
         n = ZERO if n != n else n
         r = (xc - n * LN2_HI) - n * LN2_LO
-        p = exp_poly(r)
+        p = exp_poly[0]
+        for c in exp_poly[1:]:
+            p = p * r + c
         k = I(n)
         k1 = k >> 1                        # 2**n as two factors keeps subnormal results exact
         k2 = k - k1
@@ -132,7 +128,10 @@ def _make(dtype):
         f = m - ONE
         s = f / (TWO + f)
         z = s * s
-        r = z * log_poly(z)
+        p = log_poly[0]
+        for c in log_poly[1:]:
+            p = p * z + c
+        r = z * p
         hfsq = HALF * f * f
         dk = T(e)
         res = dk * LN2_HI - ((hfsq - (s * (hfsq + r) + dk * LN2_LO)) - f)
@@ -149,7 +148,10 @@ def _make(dtype):
     @njit(**INLINE)
     def expm1(x):
         # |x| < 0.35: x + x*x*P(x) (Taylor), no cancellation; elsewhere exp(x) - 1 loses nothing
-        small = x + x * x * expm1_poly(x)
+        p = expm1_poly[0]
+        for c in expm1_poly[1:]:
+            p = p * x + c
+        small = x + x * x * p
         small = x if x == ZERO else small  # keeps -0.0
         return small if abs(x) < EXPM1_SMALL else exp(x) - ONE
 
@@ -157,7 +159,10 @@ def _make(dtype):
     def tanh(x):
         a = abs(x)
         z = x * x
-        small = x + x * z * tanh_poly(z)
+        p = tanh_poly[0]
+        for c in tanh_poly[1:]:
+            p = p * z + c
+        small = x + x * z * p
         small = x if x == ZERO else small  # keeps -0.0
         big = ONE - TWO / (exp(a + a) + ONE)
         big = big if x >= ZERO else -big
@@ -173,7 +178,7 @@ exp_f64, log_f64, log1p_f64, expm1_f64, tanh_f64 = _make("float64")
 # -- sin, cos, tan: reduce by pi/2 in float64 (Cody-Waite, three parts), then Taylor on |r| <= pi/4;
 #    float32 evaluates the polynomials in float32 after the same float64 reduction.
 _PIO2 = (1.57079632673412561417e+00, 6.07710050630396597660e-11, 2.02226624879595063154e-21)  # fdlibm pio2_1, pio2_2, pio2_2t
-TRIG_LIMIT = 2.0 ** 19   # k * _PIO2[0] stays exact below this; the renderer re-runs larger arguments with libm
+TRIG_LIMIT = 2.0 ** 19   # k * _PIO2[0] stays exact below this; beyond it a step runs its libm variant
 
 
 @njit(**INLINE)
@@ -198,7 +203,13 @@ def _make_trig(dtype):
         k = 0.0 if k != k else k
         r = T(((xd - k * _PIO2[0]) - k * _PIO2[1]) - k * _PIO2[2])
         z = r * r
-        return r * sin_poly(z), cos_poly(z), np.int64(k) & 3
+        ps = sin_poly[0]
+        for c in sin_poly[1:]:
+            ps = ps * z + c
+        pc = cos_poly[0]
+        for c in cos_poly[1:]:
+            pc = pc * z + c
+        return r * ps, pc, np.int64(k) & 3
 
     @njit(**INLINE)
     def sin(x):
