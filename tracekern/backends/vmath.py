@@ -18,7 +18,30 @@ from numba.extending import intrinsic
 
 # No forced inlining: Numba-level inline="always" made W1's cold compile 44 s instead of 3 s, and
 # LLVM inlines these small functions into the fused loops anyway (the loops still vectorise).
-INLINE = dict(error_model="numpy")
+# cache=True: compiled once per machine, not once per process (see _named).
+INLINE = dict(error_model="numpy", cache=True)
+
+_NAMED: dict[str, object] = {}
+_NAMED_TYPES: dict[type, type] = {}
+
+
+def _lookup(name: str):
+    return _NAMED[name]
+
+
+def _named(obj, name: str):
+    """Give a dispatcher or intrinsic a pickle that names it. Numba's disk cache keys a closure on
+    the pickle of its cell contents, and a plain dispatcher pickles with a per-process id, so the
+    factory-made functions below would never hit the cache (and would grow its index each run)."""
+    base = type(obj)
+    sub = _NAMED_TYPES.get(base)
+    if sub is None:
+        sub = _NAMED_TYPES[base] = type(f"Named{base.__name__}", (base,), {
+            "__reduce__": lambda self: (_lookup, (self._tk_name,))})
+    obj.__class__ = sub
+    obj._tk_name = name
+    _NAMED[name] = obj
+    return obj
 
 
 def _bitcast(src, dst, llvm_type):
@@ -35,10 +58,10 @@ def _bitcast(src, dst, llvm_type):
     return cast
 
 
-f32_bits = _bitcast(types.float32, types.int32, ir.IntType(32))
-f32_from_bits = _bitcast(types.int32, types.float32, ir.FloatType())
-f64_bits = _bitcast(types.float64, types.int64, ir.IntType(64))
-f64_from_bits = _bitcast(types.int64, types.float64, ir.DoubleType())
+f32_bits = _named(_bitcast(types.float32, types.int32, ir.IntType(32)), "f32_bits")
+f32_from_bits = _named(_bitcast(types.int32, types.float32, ir.FloatType()), "f32_from_bits")
+f64_bits = _named(_bitcast(types.float64, types.int64, ir.IntType(64)), "f64_bits")
+f64_from_bits = _named(_bitcast(types.int64, types.float64, ir.DoubleType()), "f64_from_bits")
 
 
 def _tanh_taylor(n: int) -> list[float]:
@@ -168,7 +191,8 @@ def _make(dtype):
         big = big if x >= ZERO else -big
         return small if a < TANH_SMALL else big
 
-    return exp, log, log1p, expm1, tanh
+    sfx = "f32" if dtype == "float32" else "f64"
+    return tuple(_named(f, f"{f.__name__}_{sfx}") for f in (exp, log, log1p, expm1, tanh))
 
 
 exp_f32, log_f32, log1p_f32, expm1_f32, tanh_f32 = _make("float32")
@@ -179,14 +203,6 @@ exp_f64, log_f64, log1p_f64, expm1_f64, tanh_f64 = _make("float64")
 #    float32 evaluates the polynomials in float32 after the same float64 reduction.
 _PIO2 = (1.57079632673412561417e+00, 6.07710050630396597660e-11, 2.02226624879595063154e-21)  # fdlibm pio2_1, pio2_2, pio2_2t
 TRIG_LIMIT = 2.0 ** 19   # k * _PIO2[0] stays exact below this; beyond it a step runs its libm variant
-
-
-@njit(**INLINE)
-def _quadrant(s, c, q, shift):
-    # the value at quadrant q + shift: s, c, -s, -c (plain selects, so loops stay vectorised)
-    q = q + shift
-    v = c if (q & 1) == 1 else s
-    return -v if (q & 2) == 2 else v
 
 
 def _make_trig(dtype):
@@ -211,15 +227,18 @@ def _make_trig(dtype):
             pc = pc * z + c
         return r * ps, pc, np.int64(k) & 3
 
+    # the value in quadrant q is s, c, -s, -c (plain selects, so loops stay vectorised)
     @njit(**INLINE)
     def sin(x):
         s, c, q = reduce(x)
-        return _quadrant(s, c, q, 0)
+        v = c if (q & 1) == 1 else s
+        return -v if (q & 2) == 2 else v
 
     @njit(**INLINE)
     def cos(x):
         s, c, q = reduce(x)
-        return _quadrant(s, c, q, 1)
+        v = s if (q & 1) == 1 else c
+        return v if ((q + 1) & 2) == 0 else -v
 
     @njit(**INLINE)
     def tan(x):
@@ -234,7 +253,11 @@ def _make_trig(dtype):
 
         return exact
 
-    return sin, cos, tan, libm(math.sin), libm(math.cos), libm(math.tan)
+    sfx = "f32" if dtype == "float32" else "f64"
+    _named(reduce, f"reduce_{sfx}")
+    fns = (sin, cos, tan, libm(math.sin), libm(math.cos), libm(math.tan))
+    names = ("sin", "cos", "tan", "sin_exact", "cos_exact", "tan_exact")
+    return tuple(_named(f, f"{n}_{sfx}") for f, n in zip(fns, names))
 
 
 sin_f32, cos_f32, tan_f32, sin_exact_f32, cos_exact_f32, tan_exact_f32 = _make_trig("float32")
