@@ -18,6 +18,7 @@ UNARY = [
     ("pow_const", lambda x: x ** 3, "any"), ("rpow", lambda x: 2.0 ** x, "any"),
     ("clip", lambda x: np.clip(x, -0.5, 0.5), "any"), ("clip_method", lambda x: x.clip(-1.0, None), "any"),
     ("positive", np.positive, "any"),
+    ("floor", np.floor, "any"), ("ceil", np.ceil, "any"), ("rint", np.rint, "any"), ("round", np.round, "any"),
 ]
 BINARY = [
     ("add", np.add, "any", "any"), ("sub", np.subtract, "any", "any"), ("mul", np.multiply, "any", "any"),
@@ -261,6 +262,12 @@ def test_every_primitive_is_exercised_by_this_file():
     cases += [(lambda a, b: a @ b, (np.ones((2, 3)), np.ones((3, 4)))), (lambda x: x < 1, (np.ones(3),))]
     cases += [(lambda a, b: (a < 0) & (b > 0) | ~(a > b), (np.ones(3), np.ones(3)))]
     cases += [(lambda x: tk.stop_gradient(x) * 2, (np.ones(3),)), (lambda x: x.astype(np.float32), (np.ones(3),))]
+    # annotations (tests/test_annotations.py tests them; here they only have to appear)
+    rev = tk.reversible(np.tanh, np.sin)
+    cases += [(tk.recompute(lambda x: np.sin(x) * 2), (np.ones(3),)),
+              (tk.grad_pass_through(np.round), (np.ones(3),)),
+              (lambda x: rev(x, x * 2)[0], (np.ones(3),)),
+              (lambda x: (tk.print("x is", x), x)[1], (np.ones(3),))]
     for fn, args in cases:
         for mode in ("forward", "grad") if args[0].dtype.kind == "f" else ("forward",):
             f = fn if mode == "forward" else (lambda *a, fn=fn: np.sum(fn(*a) * 1.0))

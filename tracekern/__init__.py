@@ -8,6 +8,8 @@ import os as _os
 # elementwise benchmark. Set before Numba loads its threading layer; a user's own setting wins.
 _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 from . import numpy
+from .annotations import checkpoint, custom_gradient, grad_pass_through, recompute, recompute_grad, reversible
+from .annotations import print_ as print  # noqa: A004 (tk.print, SPEC section 6)
 from .api import Staged, grad, jit, make_ir, stop_gradient, value_and_grad, vjp
 from .autodiff import SplitVJP
 from .backends import available_backends, default_backend
@@ -23,12 +25,14 @@ from .errors import (
 from .ir import Aval, Eqn, Graph, Var, verify
 from .numpy import where
 from .pytree import tree_flatten, tree_map, tree_unflatten
+from .trace import Variable
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Aval", "Eqn", "Graph", "GradientCheckError", "IRError", "ShapeError", "SplitVJP", "Staged",
-    "TracekernError", "TracerBoolError", "TracerLeakError", "Var", "available_backends",
-    "check_grad", "default_backend", "grad", "jit", "make_ir", "numpy", "stop_gradient",
+    "TracekernError", "TracerBoolError", "TracerLeakError", "Var", "Variable", "available_backends",
+    "check_grad", "checkpoint", "custom_gradient", "default_backend", "grad", "grad_pass_through", "jit",
+    "make_ir", "numpy", "print", "recompute", "recompute_grad", "reversible", "stop_gradient",
     "tree_flatten", "tree_map", "tree_unflatten", "value_and_grad", "verify", "vjp", "where",
 ]

@@ -18,7 +18,7 @@ from .backends import default_backend, get_compiler
 from .errors import TracerLeakError
 from .ir import SUPPORTED_DTYPES, Aval, Graph, is_float
 from .pytree import TreeDef, leaf_paths, tree_flatten, tree_unflatten
-from .trace import Tracer, aval_of, current_builder, new_builder, trace_to_graph
+from .trace import Tracer, Variable, aval_of, current_builder, new_builder, trace_to_graph
 
 # ----------------------------------------------------------------------------- arguments
 
@@ -89,8 +89,10 @@ class _Compiled:
     graph: Graph
     out_treedef: TreeDef
     run: Callable
+    variables: tuple = ()   # Variables the function reads: inputs after the arguments
 
     def __post_init__(self) -> None:
+        self._var_avals = tuple(v.aval for v in self.variables)
         # outputs that are graph inputs are copied, so a result never aliases the caller's array
         inputs = set(self.graph.inputs)
         self._is_input = [v in inputs for v in self.graph.outputs]
@@ -99,7 +101,13 @@ class _Compiled:
         self._shape = "leaf" if td.kind == "leaf" else (
             "tuple" if td.kind == "tuple" and all(c.kind == "leaf" for c in td.children) else "tree")
 
+    def variables_match(self) -> bool:
+        """Whether every Variable still has the shape and dtype this entry was traced for."""
+        return all(v.aval == a for v, a in zip(self.variables, self._var_avals))
+
     def __call__(self, leaves: list) -> Any:
+        if self.variables:
+            leaves = list(leaves) + [v._value for v in self.variables]
         outs = [np.array(o) if copy else _to_user(o) for o, copy in zip(self.run(leaves), self._is_input)]
         if self._shape == "leaf":
             return outs[0]
@@ -170,19 +178,19 @@ class Staged:
         plain = not kwargs and not self.static_argnums and all(type(a) is np.ndarray for a in args)
         if plain:
             entry = self._fast.get(fast_key := tuple([(a.shape, a.dtype) for a in args]))
-            if entry is not None:
+            if entry is not None and (not entry.variables or entry.variables_match()):
                 return entry(args)
         key, leaves, make_graph = self._signature(args, kwargs)
         entry = self._cache.get(key)
-        if entry is None:
+        if entry is None or not entry.variables_match():   # a Variable's shape or dtype changed
             entry = self._compile(key, make_graph)
         if plain:
             self._fast[fast_key] = entry
         return entry(leaves)
 
     def _compile(self, key, make_graph) -> _Compiled:
-        graph, out_td = make_graph()
-        entry = _Compiled(graph, out_td, get_compiler(self.backend or default_backend())(graph))
+        graph, out_td, variables = make_graph()
+        entry = _Compiled(graph, out_td, get_compiler(self.backend or default_backend())(graph), variables)
         self._cache[key] = entry
         return entry
 
@@ -191,7 +199,9 @@ class Staged:
         None on "interpret"), .memory (.peak_bytes of each compiled function; .residual_bytes saved
         between the two halves of tk.vjp(f) on these arguments)."""
         key, _, make_graph = self._signature(args, kwargs)
-        entry = self._cache.get(key) or self._compile(key, make_graph)
+        entry = self._cache.get(key)
+        if entry is None or not entry.variables_match():
+            entry = self._compile(key, make_graph)
         peaks = {"step": entry.run.peak_bytes}
         residual, split = None, None
         if not kwargs and not self.static_argnums and not isinstance(self.fun, functools.partial):
@@ -236,7 +246,7 @@ class Staged:
             weak.append(w)
         key = (treedef, tuple((a.shape, a.dtype.str) for a in arrays), tuple(weak), statics)
 
-        def make_graph() -> tuple[Graph, TreeDef]:
+        def make_graph() -> tuple[Graph, TreeDef, tuple]:
             self.trace_count += 1
             avals = [Aval(a.shape, a.dtype) for a in arrays]
 
@@ -245,8 +255,8 @@ class Staged:
                 return self.emit(*_merge_static(dyn, statics), **kw)
 
             graph, out_td, captured = trace_to_graph(flat, avals, weak)
-            assert not captured, "top-level trace captured outer values"
-            return graph, out_td
+            assert all(isinstance(c, Variable) for c in captured), "top-level trace captured outer values"
+            return graph, out_td, tuple(captured)
 
         return key, arrays, make_graph
 
@@ -331,9 +341,23 @@ def _split_aux(fun: Callable, out_td: TreeDef, has_aux: bool) -> tuple[TreeDef, 
     return out_td.children[0], out_td.children[1]
 
 
-def _grad_emit(fun: Callable, argnums, has_aux: bool, unconnected: str, with_value: bool) -> Callable:
+def _check_wrt(fun: Callable, wrt) -> tuple | None:
+    if wrt is None:
+        return None
+    items = (wrt,) if isinstance(wrt, Variable) else wrt
+    if not isinstance(items, (list, tuple)) or not all(isinstance(v, Variable) for v in items):
+        raise TypeError(f"wrt= of a transform of {_fun_name(fun)} must be a list of tk.Variable, got {wrt!r:.80}")
+    for v in items:
+        if not is_float(v.dtype):
+            raise TypeError(f"cannot differentiate with respect to Variable {v.name or ''} of dtype {v.dtype}: "
+                            "gradients are defined for float32/float64 only")
+    return tuple(items)
+
+
+def _grad_emit(fun: Callable, argnums, has_aux: bool, unconnected: str, with_value: bool, wrt=None) -> Callable:
     if unconnected not in ("zero", "none"):
         raise ValueError(f"unconnected must be 'zero' or 'none', got {unconnected!r}")
+    wrt = _check_wrt(fun, wrt)
 
     def emit(*args, **kwargs):
         # keyword arguments are closed over: traced (captured) but never differentiated
@@ -354,12 +378,15 @@ def _grad_emit(fun: Callable, argnums, has_aux: bool, unconnected: str, with_val
                 f"grad of {_fun_name(fun)}: the output must be a float scalar, got {out_var.aval}. Use "
                 "tk.vjp(f, *args) with a cotangent of the output's shape for non-scalar outputs "
                 "(or reduce the output, e.g. with .sum()).")
-        fp = autodiff.forward(graph, list(leaves) + list(captured), active + [False] * len(captured))
+        var_active = [any(c is v for v in wrt or ()) for c in captured]
+        fp = autodiff.forward(graph, list(leaves) + list(captured), active + var_active)
         outs = fp.outputs
         seed = np.ones((), out_var.aval.dtype)
         cts = fp.backward([seed] + [None] * (len(outs) - 1))
         grads = _collect_grads(args, nums, leaves, cts, active, owner, unconnected)
         grads = grads[0] if isinstance(argnums, int) else tuple(grads)
+        if wrt is not None:
+            grads = (grads, tuple(_variable_grad(v, captured, cts[len(leaves):], unconnected) for v in wrt))
         value = outs[0]
         if has_aux:
             aux = tree_unflatten(aux_td, outs[1:])
@@ -367,6 +394,15 @@ def _grad_emit(fun: Callable, argnums, has_aux: bool, unconnected: str, with_val
         return (value, grads) if with_value else grads
 
     return emit
+
+
+def _variable_grad(v: Variable, captured: list, cts: list, unconnected: str):
+    from .numpy import zeros_like
+
+    for c, ct in zip(captured, cts):
+        if c is v and ct is not None:
+            return ct
+    return zeros_like(v.read()) if unconnected == "zero" else None
 
 
 def _collect_grads(args, nums, leaves, cts, active, owner, unconnected) -> list:
@@ -387,18 +423,20 @@ def _collect_grads(args, nums, leaves, cts, active, owner, unconnected) -> list:
     return per_arg
 
 
-def grad(fun: Callable, argnums: int | Sequence[int] = 0, *, has_aux: bool = False, unconnected: str = "zero"):
+def grad(fun: Callable, argnums: int | Sequence[int] = 0, *, has_aux: bool = False, unconnected: str = "zero",
+         wrt: Sequence[Variable] | None = None):
     """Gradient of a scalar-valued `fun` with respect to the arguments in `argnums`.
 
     Gradients have the pytree structure of their arguments; with a tuple argnums, a tuple of them.
+    With wrt=[v, ...] (tk.Variables), the result is (argnums gradients, (dv, ...)).
     unconnected="zero" gives zeros for arguments the output does not depend on; "none" gives None."""
-    return Staged(fun, _grad_emit(fun, argnums, has_aux, unconnected, with_value=False))
+    return Staged(fun, _grad_emit(fun, argnums, has_aux, unconnected, with_value=False, wrt=wrt))
 
 
 def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, *, has_aux: bool = False,
-                   unconnected: str = "zero"):
+                   unconnected: str = "zero", wrt: Sequence[Variable] | None = None):
     """(fun(*args), grad(fun)(*args)) from one joint pass."""
-    return Staged(fun, _grad_emit(fun, argnums, has_aux, unconnected, with_value=True))
+    return Staged(fun, _grad_emit(fun, argnums, has_aux, unconnected, with_value=True, wrt=wrt))
 
 
 # ----------------------------------------------------------------------------- vjp
@@ -452,7 +490,8 @@ def vjp(fun: Callable, *args, has_aux: bool = False):
     if current_builder() is not None:
         return _vjp_in_trace(fun, args, has_aux)
     split, leaves, meta = _vjp_split(fun, args, has_aux)
-    out_td, aux_td, active, compiled = meta
+    out_td, aux_td, active, compiled, variables = meta
+    leaves = list(leaves) + [v._value for v in variables]
     fwd_run, bwd_run = compiled
     results = fwd_run(leaves)
     n_out = out_td.num_leaves
@@ -489,16 +528,19 @@ def _vjp_split(fun: Callable, args: tuple, has_aux: bool):
     except TypeError:  # not weak-referenceable: no caching
         per_fun = {}
     hit = per_fun.get(key)
+    if hit is not None and not all(v.aval == a for v, a in zip(hit[1][4], hit[2])):
+        hit = None   # a Variable's shape or dtype changed
     if hit is None:
         graph, out_td, captured = _trace_flat(fun, args, avals, weak)
-        assert not captured
+        assert all(isinstance(c, Variable) for c in captured), "top-level trace captured outer values"
+        variables = tuple(captured)
         value_td, aux_td = _split_aux(fun, out_td, has_aux)
         n_out = value_td.num_leaves
         out_avals = [v.aval for v in graph.outputs[:n_out]]
         with new_builder() as b:
-            primals = [b.new_input(a, w) for a, w in zip(avals, weak)]
+            primals = [b.new_input(a, w) for a, w in zip(avals, weak)] + [b.new_input(v.aval) for v in variables]
             cts = [b.new_input(a) for a in out_avals]
-            fp = autodiff.forward(graph, primals, active)
+            fp = autodiff.forward(graph, primals, active + [False] * len(variables))
             in_cts = fp.backward(list(cts) + [None] * (len(graph.outputs) - n_out))
             from .numpy import zeros_like
 
@@ -507,9 +549,10 @@ def _vjp_split(fun: Callable, args: tuple, has_aux: bool):
         joint = autodiff.passes.simplify(joint)
         split = autodiff.split_joint(joint, len(primals), len(graph.outputs))
         compiler = get_compiler(default_backend())
-        hit = (split, (value_td, aux_td, active, (compiler(split.forward), compiler(split.backward))))
+        hit = (split, (value_td, aux_td, active, (compiler(split.forward), compiler(split.backward)), variables),
+               tuple(v.aval for v in variables))
         per_fun[key] = hit
-    split, meta = hit
+    split, meta, _ = hit
     return split, arrays, meta
 
 

@@ -5,7 +5,7 @@ Cotangents are built by tracing, so the backward pass is ordinary IR (and can be
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from . import passes, remat
@@ -30,6 +30,11 @@ class ForwardPass:
     graph: Graph
     env: dict[Var, Any]
     active: set[Var]
+    # values rebuilt by a later equation's VJP (tk.reversible): used instead of the forward's
+    recon: dict[Var, Any] = field(default_factory=dict)
+
+    def value(self, v: Var) -> Any:
+        return self.recon[v] if v in self.recon else self.env[v]
 
     @property
     def outputs(self) -> list[Any]:
@@ -54,9 +59,13 @@ class ForwardPass:
         from .numpy import zeros_like
 
         with source_override(e.source):
-            outs = [self.env[v] for v in e.outputs]
-            ct_out = [cts[v] if v in cts else zeros_like(o) for v, o in zip(e.outputs, outs)]
-            ct_in = e.primitive.vjp(ct_out, [self.env[v] for v in e.inputs], outs, active_in, **e.params)
+            outs = [self.value(v) for v in e.outputs]
+            ct_out = [cts[v] if v in cts else (None if e.primitive.sparse_cotangents else zeros_like(o))
+                      for v, o in zip(e.outputs, outs)]
+            ct_in = e.primitive.vjp(ct_out, [self.value(v) for v in e.inputs], outs, active_in, **e.params)
+            if e.primitive.reconstructs_inputs:
+                ct_in, rebuilt = ct_in
+                self.recon.update((v, r) for v, r in zip(e.inputs, rebuilt) if r is not None and v not in self.recon)
             if len(ct_in) != len(e.inputs):
                 raise IRError(f"VJP rule of {e.primitive.name} returned {len(ct_in)} cotangents for "
                               f"{len(e.inputs)} inputs")
@@ -117,7 +126,8 @@ def split_joint(joint: Graph, num_primals: int, num_outputs: int) -> SplitVJP:
     in_fwd: set[int] = set()
     for i in reversed(range(len(joint.eqns))):
         e = joint.eqns[i]
-        if any(v in needed_by_fwd for v in e.outputs) and not any(v in depends_on_ct for v in e.outputs):
+        forward_effect = e.primitive.has_effects(**e.params) and not any(v in depends_on_ct for v in e.inputs)
+        if forward_effect or (any(v in needed_by_fwd for v in e.outputs) and not any(v in depends_on_ct for v in e.outputs)):
             needed_by_fwd.update(e.inputs)
             in_fwd.add(i)
     fwd_eqns = [e for i, e in enumerate(joint.eqns) if i in in_fwd]
@@ -150,8 +160,25 @@ def split_joint(joint: Graph, num_primals: int, num_outputs: int) -> SplitVJP:
     bwd = Graph(res_in + joint.inputs[num_primals:], bwd_body,
                 tuple(rename.get(v, v) for v in joint.outputs[num_outputs:]),
                 input_notes=("saved",) * len(res_in) + ("cotangent",) * len(ct_inputs))
-    bwd = passes.simplify(bwd)
+    bwd = _mark_recomputed(passes.simplify(bwd), len(res_in))
     return SplitVJP(verify(fwd), verify(bwd), num_outputs, tuple(residuals))
+
+
+def _mark_recomputed(bwd: Graph, num_saved: int) -> Graph:
+    """Note the backward's equations that remake forward values: those computed from saved values
+    alone, not from a cotangent (a remat_barrier's token only orders the recomputation)."""
+    from .primitives.annotations import remat_barrier
+
+    from_ct = set(bwd.inputs[num_saved:])
+    notes = []
+    for e in bwd.eqns:
+        ins = e.inputs[:1] if e.primitive is remat_barrier else e.inputs
+        if any(v in from_ct for v in ins):
+            from_ct.update(e.outputs)
+            notes.append("")
+        else:
+            notes.append("recomputed" if e.inputs and e.outputs else "")
+    return Graph(bwd.inputs, bwd.eqns, bwd.outputs, bwd.input_notes, tuple(notes))
 
 
 def _rename_eqn(e: Eqn, rename: dict[Var, Var]) -> Eqn:

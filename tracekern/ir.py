@@ -91,8 +91,10 @@ class Graph:
     inputs: tuple[Var, ...]
     eqns: tuple[Eqn, ...]
     outputs: tuple[Var, ...]
-    # Names shown by the printer next to inputs (e.g. "saved" for residuals of a backward pass).
+    # Names shown by the printer next to inputs (e.g. "saved" for residuals of a backward pass),
+    # and next to equations' outputs (e.g. "recomputed" for forward values a backward pass remakes).
     input_notes: tuple[str, ...] = ()
+    eqn_notes: tuple[str, ...] = ()
 
     def __str__(self) -> str:
         return format_graph(self)
@@ -146,8 +148,9 @@ def format_graph(graph: Graph, indent: str = "", show_source: bool = True) -> st
     ins = ", ".join(f"{name(v)}:{v.aval}" + (f" ({n})" if n else "") for v, n in zip(graph.inputs, notes))
     lines = [f"{indent}{{ lambda {ins} ."]
     body = []
-    for e in graph.eqns:
-        outs = " ".join(f"{name(v)}:{v.aval}" for v in e.outputs)
+    eqn_notes = graph.eqn_notes or ("",) * len(graph.eqns)
+    for e, note in zip(graph.eqns, eqn_notes):
+        outs = " ".join(f"{name(v)}:{v.aval}" for v in e.outputs) + (f" ({note})" if note else "")
         params = ", ".join(f"{k}={format_param(p)}" for k, p in e.params.items())
         args = " ".join(name(v) for v in e.inputs)
         text = f"{outs} = {e.primitive.name}" + (f"[{params}]" if params else "") + (f" {args}" if args else "")
@@ -180,6 +183,8 @@ def verify(graph: Graph) -> Graph:
         defined.add(v)
     if graph.input_notes and len(graph.input_notes) != len(graph.inputs):
         raise IRError("input_notes must have one entry per input")
+    if graph.eqn_notes and len(graph.eqn_notes) != len(graph.eqns):
+        raise IRError("eqn_notes must have one entry per equation")
     for i, e in enumerate(graph.eqns):
         where = f"equation {i} ({e.primitive.name})"
         for v in e.inputs:

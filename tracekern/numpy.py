@@ -129,6 +129,21 @@ power = _ufunc_op(np.power, P.power, "power")
 negative = _ufunc_op(np.negative, P.neg, "negative")
 absolute = abs = _ufunc_op(np.absolute, P.absolute, "absolute")
 sign = _ufunc_op(np.sign, P.sign, "sign")
+floor = _ufunc_op(np.floor, P.floor, "floor")
+ceil = _ufunc_op(np.ceil, P.ceil, "ceil")
+rint = _ufunc_op(np.rint, P.rint, "rint")
+
+
+def round(a, decimals=0, out=None):  # noqa: A001 (np.round)
+    """np.round / np.around for decimals=0 (half to even, like np.rint)."""
+    _reject("round", out=out)
+    if decimals != 0:
+        raise NotImplementedError(with_location("np.round: only decimals=0 is supported while tracing; "
+                                                "scale first, e.g. np.round(x * 100) / 100"))
+    return rint(a)
+
+
+around = round
 maximum = _ufunc_op(np.maximum, P.maximum, "maximum")
 minimum = _ufunc_op(np.minimum, P.minimum, "minimum")
 exp = _ufunc_op(np.exp, P.exp, "exp")
@@ -559,7 +574,7 @@ def log_softmax(x, axis=-1):
 UFUNCS: dict[Any, Callable] = {
     np.add: add, np.subtract: subtract, np.multiply: multiply, np.true_divide: divide,
     np.power: power, np.negative: negative, np.positive: positive, np.absolute: absolute,
-    np.sign: sign, np.maximum: maximum, np.minimum: minimum, np.exp: exp, np.log: log,
+    np.sign: sign, np.floor: floor, np.ceil: ceil, np.rint: rint, np.maximum: maximum, np.minimum: minimum, np.exp: exp, np.log: log,
     np.log1p: log1p, np.expm1: expm1, np.sqrt: sqrt, np.sin: sin, np.cos: cos, np.tan: tan,
     np.tanh: tanh, np.arctan: arctan, np.less: less, np.less_equal: less_equal,
     np.greater: greater, np.greater_equal: greater_equal, np.equal: equal,
@@ -571,7 +586,7 @@ UFUNC_REDUCE: dict[Any, Callable] = {np.add: sum, np.multiply: prod, np.maximum:
 
 FUNCTIONS: dict[Any, Callable] = {
     np.sum: sum, np.prod: prod, np.max: max, np.min: min, np.amax: max, np.amin: min,
-    np.mean: mean, np.reshape: reshape, np.ravel: ravel, np.transpose: transpose,
+    np.mean: mean, np.round: round, np.around: around, np.reshape: reshape, np.ravel: ravel, np.transpose: transpose,
     np.swapaxes: swapaxes, np.moveaxis: moveaxis, np.broadcast_to: broadcast_to,
     np.expand_dims: expand_dims, np.squeeze: squeeze, np.concatenate: concatenate,
     np.stack: stack, np.where: where, np.clip: clip, np.dot: dot, np.matmul: matmul,

@@ -14,7 +14,7 @@ def dce(graph: Graph) -> Graph:
     live: set[Var] = set(graph.outputs)
     kept: list[Eqn] = []
     for e in reversed(graph.eqns):
-        if e.primitive.effectful or any(v in live for v in e.outputs):
+        if e.primitive.has_effects(**e.params) or any(v in live for v in e.outputs):
             kept.append(e)
             live.update(e.inputs)
     if len(kept) == len(graph.eqns):
@@ -49,7 +49,7 @@ def cse(graph: Graph) -> Graph:
         if inputs != e.inputs:
             e = Eqn(e.primitive, inputs, e.outputs, e.params, e.source)
             changed = True
-        if not e.primitive.effectful:
+        if not e.primitive.has_effects(**e.params):
             try:
                 key = (e.primitive.name, tuple(v.id for v in inputs), _param_key(e.params))
                 hash(key)
@@ -94,3 +94,32 @@ def fold_constants(graph: Graph) -> Graph:
 
 def simplify(graph: Graph) -> Graph:
     return dce(cse(fold_constants(graph)))
+
+
+def inline_calls(graph: Graph) -> Graph:
+    """Replace each higher-order equation (one with a `body` graph: custom_gradient, recompute,
+    reversible) by its body's equations, recursively, with fresh Vars: what backends run."""
+    if not any("body" in e.params for e in graph.eqns):
+        return graph
+    eqns: list[Eqn] = []
+    rename: dict[Var, Var] = {}
+    _inline_into(graph.eqns, rename, eqns)
+    outputs = tuple(rename.get(v, v) for v in graph.outputs)
+    return simplify(Graph(graph.inputs, tuple(eqns), outputs, graph.input_notes))
+
+
+def _inline_into(body_eqns, rename: dict[Var, Var], out: list[Eqn]) -> None:
+    for e in body_eqns:
+        inputs = tuple(rename.get(v, v) for v in e.inputs)
+        body = e.params.get("body")
+        if body is None:
+            outputs = tuple(rename.get(v, v) for v in e.outputs)
+            out.append(e if (inputs, outputs) == (e.inputs, e.outputs) else Eqn(e.primitive, inputs, outputs, e.params, e.source))
+            continue
+        inner = dict(zip(body.inputs, inputs))
+        for b in body.eqns:
+            for v in b.outputs:
+                inner[v] = Var(v.aval)
+        _inline_into(body.eqns, inner, out)
+        for v, b in zip(e.outputs, body.outputs):
+            rename[v] = inner.get(b, b)

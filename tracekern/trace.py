@@ -52,7 +52,15 @@ class Builder:
         return False
 
     def var_of(self, x: Any) -> Var:
-        """The Var for an operand: this builder's tracer, a captured outer tracer, or a constant."""
+        """The Var for an operand: this builder's tracer, a captured outer tracer or Variable, or a
+        constant. A Variable is captured like an outer value at every level, so the outermost graph
+        has it as an input and the caller passes its current value."""
+        if isinstance(x, Variable):
+            hit = self.captured.get(id(x))
+            if hit is None:
+                hit = (x, Var(x.aval))
+                self.captured[id(x)] = hit
+            return hit[1]
         if isinstance(x, Tracer):
             if x.builder is self:
                 return x.var
@@ -128,6 +136,8 @@ def current_source() -> str | None:
 
 def as_constant(x: Any) -> np.ndarray:
     """A NumPy array for a constant operand, or TypeError for something that is not an array."""
+    if isinstance(x, Variable):
+        return x.value
     if isinstance(x, (np.ndarray, np.generic, bool, int, float)):
         arr = np.asarray(x)
         if arr.dtype not in SUPPORTED_DTYPES:
@@ -140,7 +150,7 @@ def as_constant(x: Any) -> np.ndarray:
 
 
 def aval_of(x: Any) -> Aval:
-    if isinstance(x, Tracer):
+    if isinstance(x, (Tracer, Variable)):
         return x.aval
     a = np.asarray(x)
     return Aval(a.shape, a.dtype)
@@ -173,11 +183,22 @@ def inline_graph(graph: Graph, args: Sequence[Any]) -> list[Any]:
     return [env[v] for v in graph.outputs]
 
 
-def inline_env(graph: Graph, args: Sequence[Any]) -> dict[Var, Any]:
+def inline_env(graph: Graph, args: Sequence[Any], given: dict[Var, Any] | None = None,
+               order: Any = None) -> dict[Var, Any]:
+    """Values of all of graph's Vars after emitting its equations on args; an equation whose outputs
+    are all in `given` is not emitted (its outputs take those values). `order`, when given, becomes
+    an extra operand of each output-less effect (a print), so it runs after `order` is computed."""
     env: dict[Var, Any] = dict(zip(graph.inputs, args))
+    if given:
+        env.update(given)
     for e in graph.eqns:
+        if given and all(v in given for v in e.outputs) and e.outputs:
+            continue
+        operands = [env[v] for v in e.inputs]
+        if order is not None and not e.outputs and e.primitive.has_effects(**e.params):
+            operands.append(order)
         with source_override(e.source):
-            outs = bind(e.primitive, [env[v] for v in e.inputs], e.params)
+            outs = bind(e.primitive, operands, e.params)
         outs = outs if e.primitive.multiple_results else (outs,)
         env.update(zip(e.outputs, outs))
     return env
@@ -194,7 +215,7 @@ def trace_to_graph(fn: Callable, avals: Sequence[Aval], weak: Sequence[bool] | N
         out = fn(*tracers)
         leaves, out_td = tree_flatten(out)
         for i, leaf in enumerate(leaves):
-            if not isinstance(leaf, (Tracer, np.ndarray, np.generic, bool, int, float)):
+            if not isinstance(leaf, (Tracer, Variable, np.ndarray, np.generic, bool, int, float)):
                 raise TypeError(
                     f"output {i} of the traced function is a {type(leaf).__name__}, not an array; "
                     "traced functions must return arrays, numbers, or tuples/lists/dicts of them"
@@ -213,7 +234,92 @@ def _tnp():
     return tnp
 
 
-class Tracer:
+def _read(x):
+    """Operands as tracing sees them: a Variable reads as its value (traced inside a trace)."""
+    if isinstance(x, Variable):
+        return x.read()
+    if isinstance(x, (list, tuple)) and any(isinstance(i, Variable) for i in x):
+        return type(x)(_read(i) for i in x)
+    return x
+
+
+class ArrayOps:
+    """Operators, NumPy protocols and array methods, for anything with an `aval` that tracing reads
+    through `_read`: Tracer, and Variable (whose value is an input of the compiled code)."""
+
+    __slots__ = ()
+
+    shape = property(lambda self: self.aval.shape)
+    dtype = property(lambda self: self.aval.dtype)
+    ndim = property(lambda self: len(self.aval.shape))
+    size = property(lambda self: self.aval.size)
+    T = property(lambda self: _tnp().transpose(_read(self)))
+
+    # -- NumPy protocols ----------------------------------------------------------
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        inputs = tuple(_read(i) for i in inputs)
+        if not isinstance(self, Tracer) and current_builder() is None:  # a Variable, eagerly
+            return getattr(ufunc, method)(*inputs, **kwargs)
+        return _tnp().apply_ufunc(ufunc, method, inputs, kwargs)
+
+    def __array_function__(self, func, types, args, kwargs):
+        args = tuple(_read(a) for a in args)
+        kwargs = {k: _read(v) for k, v in kwargs.items()}
+        if not isinstance(self, Tracer) and current_builder() is None:
+            return func(*args, **kwargs)
+        return _tnp().apply_array_function(func, args, kwargs)
+
+    # -- operators ----------------------------------------------------------------
+    def __add__(self, o): return _tnp().add(_read(self), _read(o))
+    def __radd__(self, o): return _tnp().add(_read(o), _read(self))
+    def __sub__(self, o): return _tnp().subtract(_read(self), _read(o))
+    def __rsub__(self, o): return _tnp().subtract(_read(o), _read(self))
+    def __mul__(self, o): return _tnp().multiply(_read(self), _read(o))
+    def __rmul__(self, o): return _tnp().multiply(_read(o), _read(self))
+    def __truediv__(self, o): return _tnp().divide(_read(self), _read(o))
+    def __rtruediv__(self, o): return _tnp().divide(_read(o), _read(self))
+    def __pow__(self, o): return _tnp().power(_read(self), _read(o))
+    def __rpow__(self, o): return _tnp().power(_read(o), _read(self))
+    def __matmul__(self, o): return _tnp().matmul(_read(self), _read(o))
+    def __rmatmul__(self, o): return _tnp().matmul(_read(o), _read(self))
+    def __neg__(self): return _tnp().negative(_read(self))
+    def __pos__(self): return _read(self)
+    def __abs__(self): return _tnp().absolute(_read(self))
+    def __lt__(self, o): return _tnp().less(_read(self), _read(o))
+    def __le__(self, o): return _tnp().less_equal(_read(self), _read(o))
+    def __gt__(self, o): return _tnp().greater(_read(self), _read(o))
+    def __ge__(self, o): return _tnp().greater_equal(_read(self), _read(o))
+    def __eq__(self, o): return _tnp().equal(_read(self), _read(o))  # noqa: E704
+    def __ne__(self, o): return _tnp().not_equal(_read(self), _read(o))
+    def __and__(self, o): return _tnp().logical_and(_read(self), _read(o))
+    def __rand__(self, o): return _tnp().logical_and(_read(o), _read(self))
+    def __or__(self, o): return _tnp().logical_or(_read(self), _read(o))
+    def __ror__(self, o): return _tnp().logical_or(_read(o), _read(self))
+    def __invert__(self): return _tnp().logical_not(_read(self))
+    def __getitem__(self, idx): return _tnp().getitem(_read(self), idx)
+
+    # -- methods ------------------------------------------------------------------
+    def sum(self, axis=None, dtype=None, keepdims=False): return _tnp().sum(_read(self), axis, dtype, keepdims=keepdims)
+    def mean(self, axis=None, dtype=None, keepdims=False): return _tnp().mean(_read(self), axis, dtype, keepdims=keepdims)
+    def max(self, axis=None, keepdims=False): return _tnp().max(_read(self), axis, keepdims=keepdims)
+    def min(self, axis=None, keepdims=False): return _tnp().min(_read(self), axis, keepdims=keepdims)
+    def prod(self, axis=None, dtype=None, keepdims=False): return _tnp().prod(_read(self), axis, dtype, keepdims=keepdims)
+    def astype(self, dtype): return _tnp().astype(_read(self), dtype)
+    def clip(self, a_min=None, a_max=None): return _tnp().clip(_read(self), a_min, a_max)
+    def dot(self, o): return _tnp().dot(_read(self), _read(o))
+    def squeeze(self, axis=None): return _tnp().squeeze(_read(self), axis)
+    def ravel(self): return _tnp().ravel(_read(self))
+    def flatten(self): return _tnp().ravel(_read(self))
+    def swapaxes(self, a, b): return _tnp().swapaxes(_read(self), a, b)
+
+    def reshape(self, *shape):
+        return _tnp().reshape(_read(self), shape[0] if len(shape) == 1 else shape)
+
+    def transpose(self, *axes):
+        return _tnp().transpose(_read(self), axes[0] if len(axes) == 1 else (axes or None))
+
+
+class Tracer(ArrayOps):
     """Stands for an array while a function is traced. Supports NumPy's protocols and operators."""
 
     __slots__ = ("builder", "var", "weak")
@@ -226,11 +332,6 @@ class Tracer:
         self.weak = weak  # a Python scalar argument: promotes like a Python scalar, not an array
 
     aval = property(lambda self: self.var.aval)
-    shape = property(lambda self: self.var.aval.shape)
-    dtype = property(lambda self: self.var.aval.dtype)
-    ndim = property(lambda self: len(self.var.aval.shape))
-    size = property(lambda self: self.var.aval.size)
-    T = property(lambda self: _tnp().transpose(self))
 
     def __repr__(self) -> str:
         return f"Tracer<{self.aval}>"
@@ -280,58 +381,60 @@ class Tracer:
             raise TypeError(with_location("iteration over a 0-d traced array"))
         return (self[i] for i in range(self.shape[0]))
 
-    # -- NumPy protocols ----------------------------------------------------------
-    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
-        return _tnp().apply_ufunc(ufunc, method, inputs, kwargs)
 
-    def __array_function__(self, func, types, args, kwargs):
-        return _tnp().apply_array_function(func, args, kwargs)
+class Variable(ArrayOps):
+    """A named, mutable array that traced functions read by closure (SPEC section 3).
 
-    # -- operators ----------------------------------------------------------------
-    def __add__(self, o): return _tnp().add(self, o)
-    def __radd__(self, o): return _tnp().add(o, self)
-    def __sub__(self, o): return _tnp().subtract(self, o)
-    def __rsub__(self, o): return _tnp().subtract(o, self)
-    def __mul__(self, o): return _tnp().multiply(self, o)
-    def __rmul__(self, o): return _tnp().multiply(o, self)
-    def __truediv__(self, o): return _tnp().divide(self, o)
-    def __rtruediv__(self, o): return _tnp().divide(o, self)
-    def __pow__(self, o): return _tnp().power(self, o)
-    def __rpow__(self, o): return _tnp().power(o, self)
-    def __matmul__(self, o): return _tnp().matmul(self, o)
-    def __rmatmul__(self, o): return _tnp().matmul(o, self)
-    def __neg__(self): return _tnp().negative(self)
-    def __pos__(self): return self
-    def __abs__(self): return _tnp().absolute(self)
-    def __lt__(self, o): return _tnp().less(self, o)
-    def __le__(self, o): return _tnp().less_equal(self, o)
-    def __gt__(self, o): return _tnp().greater(self, o)
-    def __ge__(self, o): return _tnp().greater_equal(self, o)
-    def __eq__(self, o): return _tnp().equal(self, o)  # noqa: E704
-    def __ne__(self, o): return _tnp().not_equal(self, o)
-    def __and__(self, o): return _tnp().logical_and(self, o)
-    def __rand__(self, o): return _tnp().logical_and(o, self)
-    def __or__(self, o): return _tnp().logical_or(self, o)
-    def __ror__(self, o): return _tnp().logical_or(o, self)
-    def __invert__(self): return _tnp().logical_not(self)
-    def __getitem__(self, idx): return _tnp().getitem(self, idx)
+    Reading it inside a trace makes its value an input of the compiled code, so v.assign() of a new
+    value with the same shape and dtype reuses the compiled code; a new shape or dtype retraces.
+    Outside a trace it behaves like its array. Transforms take wrt=[v, ...] for its gradient."""
 
-    # -- methods ------------------------------------------------------------------
-    def sum(self, axis=None, dtype=None, keepdims=False): return _tnp().sum(self, axis, dtype, keepdims=keepdims)
-    def mean(self, axis=None, dtype=None, keepdims=False): return _tnp().mean(self, axis, dtype, keepdims=keepdims)
-    def max(self, axis=None, keepdims=False): return _tnp().max(self, axis, keepdims=keepdims)
-    def min(self, axis=None, keepdims=False): return _tnp().min(self, axis, keepdims=keepdims)
-    def prod(self, axis=None, dtype=None, keepdims=False): return _tnp().prod(self, axis, dtype, keepdims=keepdims)
-    def astype(self, dtype): return _tnp().astype(self, dtype)
-    def clip(self, a_min=None, a_max=None): return _tnp().clip(self, a_min, a_max)
-    def dot(self, o): return _tnp().dot(self, o)
-    def squeeze(self, axis=None): return _tnp().squeeze(self, axis)
-    def ravel(self): return _tnp().ravel(self)
-    def flatten(self): return _tnp().ravel(self)
-    def swapaxes(self, a, b): return _tnp().swapaxes(self, a, b)
+    __array_priority__ = 1001   # ahead of Tracer, so mixed operations read the Variable first
 
-    def reshape(self, *shape):
-        return _tnp().reshape(self, shape[0] if len(shape) == 1 else shape)
+    def __init__(self, value, name: str | None = None):
+        self.name = name
+        self._value = self._check(value)
 
-    def transpose(self, *axes):
-        return _tnp().transpose(self, axes[0] if len(axes) == 1 else (axes or None))
+    def _check(self, value) -> np.ndarray:
+        if isinstance(value, Tracer):
+            raise TypeError(with_location(
+                f"Variable {self.name or ''}: cannot hold a traced value. Assign concrete arrays, outside "
+                "traced functions (return the new value from the traced function, then assign it)."))
+        arr = np.array(as_constant(value))   # a copy: later changes to the caller's array do not leak in
+        return arr
+
+    @property
+    def aval(self) -> Aval:
+        return Aval(self._value.shape, self._value.dtype)
+
+    @property
+    def value(self):
+        """The current array; inside a traced function, the traced value (an input of the graph)."""
+        return self.read()
+
+    def read(self):
+        b = current_builder()
+        if b is None:
+            return self._value
+        return Tracer(b, b.var_of(self))
+
+    def assign(self, value) -> Variable:
+        if current_builder() is not None:
+            raise TypeError(with_location(
+                f"Variable {self.name or ''}.assign() inside a traced function is not supported: assign "
+                "outside, with the value the traced function returns."))
+        self._value = self._check(value)
+        return self
+
+    def __array__(self, dtype=None, copy=None):
+        if current_builder() is not None:
+            return self.read().__array__(dtype)   # the tracer's clear error
+        return self._value if dtype is None else self._value.astype(dtype)
+
+    def __repr__(self) -> str:
+        return f"Variable({self.name + ', ' if self.name else ''}{self._value!r})"
+
+    __hash__ = object.__hash__
+
+    def __len__(self) -> int:
+        return len(self._value)

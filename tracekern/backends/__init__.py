@@ -6,6 +6,8 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 
+from .. import passes
+
 _AVAILABLE = {"interpret": "tracekern.backends.interpret", "cpu": "tracekern.backends.cpu"}
 _PLANNED = {"cuda": "the Numba CUDA backend (issue #6)"}
 
@@ -20,8 +22,11 @@ def available_backends() -> list[str]:
 
 
 def get_compiler(name: str) -> Callable:
+    """compile(graph) -> run(list of arrays) -> list of arrays, for backend `name`. Higher-order
+    equations (annotations) are inlined first: backends see plain primitives only."""
     if name in _AVAILABLE:
-        return importlib.import_module(_AVAILABLE[name]).compile_graph
+        compile_graph = importlib.import_module(_AVAILABLE[name]).compile_graph
+        return lambda graph: compile_graph(passes.inline_calls(graph))
     if name in _PLANNED:
         raise ValueError(f"backend {name!r} is not available in this version of tracekern: "
                          f"{_PLANNED[name]} has not landed yet. Available: {available_backends()}")

@@ -54,6 +54,7 @@ def functions(dtype: np.dtype, exact: bool = False) -> dict[str, str]:
         fns = {f: f"{f}_{sfx}" for f in ("exp", "log", "log1p", "expm1", "sin", "cos", "tan", "tanh", "pow")}
         if exact:
             fns.update({f: f"{f}_exact_{sfx}" for f in ("sin", "cos", "tan")})
+        fns.update({f: f"{f}_{sfx}" for f in ("floor", "ceil", "rint")})
         fns.update(sqrt=f"sqrt_{sfx}", arctan=f"arctan_{sfx}", abs="abs", sign="sign_f",
                    maximum="maximum_f", minimum="minimum_f", radd="radd", rmul="rmul")
         return fns
@@ -79,6 +80,18 @@ def _reassoc(op: str):
 
 radd = _reassoc("add")  # a + b that LLVM may reorder: reductions vectorise
 rmul = _reassoc("mul")
+
+
+def _rounded(fn, T):
+    @njit(**INLINE)
+    def rounded(x):
+        return T(fn(x))   # NumPy's scalar floor/ceil/rint give float64 in Numba
+
+    return rounded
+
+
+floor_f32, ceil_f32, rint_f32 = (_rounded(fn, f32) for fn in (np.floor, np.ceil, np.rint))
+floor_f64, ceil_f64, rint_f64 = (_rounded(fn, f64) for fn in (np.floor, np.ceil, np.rint))
 
 
 @njit(**INLINE)

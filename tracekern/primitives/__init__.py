@@ -1,17 +1,20 @@
 """Every primitive of the IR, one object each (see core.Primitive for the rules each holds).
 
 Import a primitive from its room; this package re-exports them and the registry."""
+from .annotations import custom_vjp_call, print_, recompute_call, remat_barrier, reversible_call
 from .core import REGISTRY, Primitive
 from .elementwise import (
     absolute,
     add,
     arctan,
+    ceil,
     convert,
     cos,
     div,
     eq,
     exp,
     expm1,
+    floor,
     ge,
     gt,
     le,
@@ -27,6 +30,7 @@ from .elementwise import (
     ne,
     neg,
     power,
+    rint,
     select,
     sign,
     sin,
@@ -41,7 +45,8 @@ from .reductions import reduce_max, reduce_min, reduce_prod, reduce_sum
 from .shape import broadcast_to, concatenate, const, full, reshape, slice_, transpose, unslice
 
 __all__ = [
-    "REGISTRY", "Primitive", "absolute", "add", "arctan", "broadcast_to", "concatenate", "const",
+    "REGISTRY", "Primitive", "ceil", "custom_vjp_call", "floor", "rint", "print_", "recompute_call", "remat_barrier", "reversible_call",
+    "absolute", "add", "arctan", "broadcast_to", "concatenate", "const",
     "convert", "cos", "div", "eq", "exp", "expm1", "full", "ge", "gt", "le", "log", "log1p",
     "logical_and", "logical_not", "logical_or", "lt", "matmul", "maximum", "minimum", "mul", "ne",
     "neg", "power", "reduce_max", "reduce_min", "reduce_prod", "reduce_sum", "reshape", "select",

@@ -26,6 +26,11 @@ class Primitive:
 
     multiple_results = False
     effectful = False  # effectful equations survive dead-code elimination and are never merged
+    # True when vjp() returns (cotangents, reconstructed inputs): the inputs recomputed from the
+    # outputs (tk.reversible), which autodiff then hands to the VJPs of the equations that made them
+    reconstructs_inputs = False
+    # True when vjp() takes None for an output that receives no cotangent (instead of zeros)
+    sparse_cotangents = False
     # How kernel renderers treat it (backends/fusion.py): "elementwise" (a scalar expression in a
     # fused loop), "view" (an index mapping onto its operand), "reduce", or "call" (its own kernel).
     fusion = "call"
@@ -53,6 +58,11 @@ class Primitive:
     def scalar_for(self, literals: Sequence) -> str:
         """The scalar expression, given the literal value of each operand (None where not literal)."""
         return self.scalar
+
+    def has_effects(self, **params) -> bool:
+        """Whether an equation must run even when its outputs are unused (a print, or a sub-graph
+        that prints): dead-code elimination keeps it and CSE never merges it."""
+        return self.effectful
 
     def differentiable(self, **params) -> bool:
         """Whether cotangents flow through this equation at all (False: stop_gradient, comparisons...)."""

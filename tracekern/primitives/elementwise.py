@@ -146,6 +146,11 @@ minimum = Elementwise("minimum", np.minimum,
                       [lambda ct, x, y, out: _share(ct, x < y, x == y), lambda ct, x, y, out: _share(ct, y < x, x == y)],
                       scalar="{minimum}({0}, {1})")
 
+# rounding: piecewise constant, so a zero gradient (tk.grad_pass_through gives straight-through)
+floor = Elementwise("floor", np.floor, None, dtypes="float", scalar="{floor}({0})")
+ceil = Elementwise("ceil", np.ceil, None, dtypes="float", scalar="{ceil}({0})")
+rint = Elementwise("rint", np.rint, None, dtypes="float", scalar="{rint}({0})")
+
 # -- transcendentals (float only) ---------------------------------------------------------------
 exp = Elementwise("exp", np.exp, [lambda ct, x, out: ct * out], dtypes="float", scalar="{exp}({0})")
 log = Elementwise("log", np.log, [lambda ct, x, out: ct / x], dtypes="float", scalar="{log}({0})")

@@ -1,0 +1,276 @@
+"""Gradient annotations (SPEC sections 4 and 6): custom_gradient, recompute, grad_pass_through,
+reversible, and the runtime print. Each traces the user's functions into sub-graphs and binds one
+higher-order primitive (primitives/annotations.py), whose VJP rule carries the annotation."""
+from __future__ import annotations
+
+import builtins
+import functools
+import inspect
+from collections.abc import Callable
+
+import numpy as np
+
+from .errors import with_location
+from .ir import Aval, Graph, is_float
+from .primitives import annotations as A
+from .primitives import full
+from .pytree import tree_flatten, tree_unflatten
+from .trace import Tracer, Variable, _read, aval_of, current_builder, inline_graph, trace_to_graph
+
+
+def _name(f) -> str:
+    return getattr(f, "__qualname__", getattr(f, "__name__", repr(f)))
+
+
+def _flatten_args(args: tuple):
+    """Leaves (tracers or constants), their avals and weak flags, and a function rebuilding args."""
+    leaves, treedefs = [], []
+    for a in args:
+        ls, td = tree_flatten(_read(a))
+        leaves.extend(_read(x) for x in ls)
+        treedefs.append(td)
+    avals = [aval_of(x) for x in leaves]
+    weak = [isinstance(x, Tracer) and x.weak or isinstance(x, (int, float)) and not isinstance(x, bool)
+            for x in leaves]
+
+    def rebuild(flat):
+        out, i = [], 0
+        for td in treedefs:
+            out.append(tree_unflatten(td, list(flat[i:i + td.num_leaves])))
+            i += td.num_leaves
+        return out
+
+    return leaves, avals, weak, rebuild
+
+
+# ----------------------------------------------------------------------------- custom_gradient
+
+
+def _accepts_variables(fn: Callable) -> bool:
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return True
+    return any(p.name == "variables" or p.kind is p.VAR_KEYWORD for p in params)
+
+
+def custom_gradient(f: Callable | None = None):
+    """`f(*x)` returns `(y, grad_fn)`; the gradient of the decorated function is `grad_fn`'s.
+
+    grad_fn(*dys) returns one cotangent per input of f (a single value for one input). If f reads
+    tk.Variables, grad_fn must accept `variables=` (those Variables) and return (grad_xs, grad_vars).
+    Both f and grad_fn are traced; grad_fn's ops are ordinary IR, so grad of grad goes through them."""
+    if f is None:
+        return custom_gradient
+
+    @functools.wraps(f)
+    def wrapper(*args):
+        if current_builder() is None:   # nothing is being traced or differentiated
+            y, _ = _split_result(f, f(*args))
+            return y
+        return _custom_gradient_traced(f, args)
+
+    return wrapper
+
+
+def _split_result(f, out):
+    if not (isinstance(out, tuple) and len(out) == 2 and callable(out[1])):
+        raise TypeError(with_location(f"{_name(f)} is a tk.custom_gradient function, so it must return a pair "
+                                      f"(y, grad_fn); it returned {type(out).__name__}"))
+    return out
+
+
+def _custom_gradient_traced(f, args):
+    leaves, avals, weak, rebuild = _flatten_args(args)
+    state = {}
+
+    def fwd(*xs):
+        y, grad_fn = _split_result(f, f(*rebuild(xs)))
+        y_leaves, y_td = tree_flatten(y)
+        builder = current_builder()
+        variables = [c for c, _ in builder.captured.values() if isinstance(c, Variable)]
+        if variables and not _accepts_variables(grad_fn):
+            names = ", ".join(v.name or "unnamed" for v in variables)
+            raise TypeError(with_location(
+                f"{_name(f)} reads tk.Variables ({names}), so its grad_fn must accept the keyword argument "
+                "`variables` and return (grad_xs, grad_vars) with one gradient per Variable"))
+        y_avals = [aval_of(v) for v in y_leaves]
+        G, _, g_captured = trace_to_graph(
+            lambda *dys: _run_grad_fn(f, grad_fn, dys, xs, variables), y_avals)
+        state.update(y_td=y_td, num_y=len(y_leaves), G=G, variables=variables)
+        return list(y_leaves) + list(g_captured)
+
+    F, _, f_captured = trace_to_graph(fwd, avals, weak)
+    variables = state["variables"]
+    var_positions = tuple(len(leaves) + next(i for i, c in enumerate(f_captured) if c is v) for v in variables)
+    outs = A.custom_vjp_call.bind(*leaves, *f_captured, body=F, bwd=state["G"], num_y=state["num_y"],
+                                  num_x=len(leaves), var_positions=var_positions, fun_name=_name(f))
+    return tree_unflatten(state["y_td"], list(outs[:state["num_y"]]))
+
+
+def _run_grad_fn(f, grad_fn, dys, xs, variables) -> list:
+    from . import numpy as tnp
+
+    if variables:
+        res = grad_fn(*dys, variables=list(variables))
+        if not (isinstance(res, (tuple, list)) and len(res) == 2):
+            raise TypeError(with_location(f"the grad_fn of {_name(f)} gets variables=, so it must return "
+                                          "(grad_xs, grad_vars)"))
+        grad_xs, grad_vars = res
+        grad_vars = list(grad_vars)
+        if len(grad_vars) != len(variables):
+            raise ValueError(with_location(f"the grad_fn of {_name(f)} returned {len(grad_vars)} Variable "
+                                           f"gradients; expected {len(variables)}, one per Variable it reads"))
+    else:
+        grad_xs, grad_vars = grad_fn(*dys), []
+    flat = [grad_xs] if len(xs) == 1 and not isinstance(grad_xs, (tuple, list)) else _leaves_and_nones(grad_xs)
+    if len(flat) != len(xs):
+        raise ValueError(with_location(f"the grad_fn of {_name(f)} returned {len(flat)} cotangents; expected "
+                                       f"{len(xs)}, one per input of {_name(f)}"))
+    targets = [aval_of(x) for x in xs] + [v.aval for v in variables]
+    out = []
+    for k, (g, want) in enumerate(zip(flat + grad_vars, targets)):
+        if g is None or not is_float(want.dtype):
+            out.append(full(shape=tuple(want.shape), dtype=want.dtype, value=want.dtype.type(0).item()))
+            continue
+        g = _read(g)
+        got = aval_of(g)
+        what = f"cotangent {k}" if k < len(xs) else f"the gradient of Variable {variables[k - len(xs)].name or ''}"
+        if got.shape != want.shape:
+            raise ValueError(with_location(f"the grad_fn of {_name(f)} returned {what} of shape {got.shape}; the "
+                                           f"value it is for has shape {want.shape}"))
+        out.append(tnp.astype(g, want.dtype) if got.dtype != want.dtype else g)
+    return out
+
+
+def _leaves_and_nones(tree) -> list:
+    """Leaves in pytree order, with None kept as a leaf (a zero cotangent)."""
+    if tree is None:
+        return [None]
+    if isinstance(tree, (tuple, list)):
+        return [x for t in tree for x in _leaves_and_nones(t)]
+    if isinstance(tree, dict):
+        return [x for k in sorted(tree) for x in _leaves_and_nones(tree[k])]
+    return [tree]
+
+
+# ----------------------------------------------------------------------------- recompute
+
+_POLICIES = {"nothing": lambda eqn: False, "dots": lambda eqn: eqn.primitive.name == "matmul"}
+
+
+def recompute(f: Callable | None = None, *, policy="nothing"):
+    """Values are f's; the backward pass recomputes f's forward from its inputs instead of keeping
+    its intermediates. policy: "nothing" (save nothing inside), "dots" (matmul outputs may be saved),
+    or a callable(eqn) -> bool choosing the equations whose outputs may be saved."""
+    if f is None:
+        return lambda fn: recompute(fn, policy=policy)
+    if callable(policy):
+        policy_fn, policy_name = policy, _name(policy)
+    elif policy in _POLICIES:
+        policy_fn, policy_name = _POLICIES[policy], policy
+    else:
+        raise ValueError(f"tk.recompute: policy must be 'nothing', 'dots' or a callable(eqn) -> bool, got {policy!r}")
+
+    @functools.wraps(f)
+    def wrapper(*args, **kwargs):
+        if current_builder() is None:
+            return f(*args, **kwargs)
+        leaves, avals, weak, rebuild = _flatten_args(args)
+        R, out_td, captured = trace_to_graph(lambda *xs: f(*rebuild(xs), **kwargs), avals, weak)
+        outputs = set(R.outputs)
+        saved = tuple(v for e in R.eqns if policy_fn(e) for v in e.outputs if v not in outputs)
+        body = Graph(R.inputs, R.eqns, R.outputs + saved)
+        outs = A.recompute_call.bind(*leaves, *captured, body=body, num_y=len(R.outputs), policy=policy_name)
+        return tree_unflatten(out_td, list(outs[:len(R.outputs)]))
+
+    return wrapper
+
+
+recompute_grad = checkpoint = recompute
+
+
+# ----------------------------------------------------------------------------- grad_pass_through
+
+
+def grad_pass_through(f: Callable):
+    """Forward is f; backward is the identity (each output's cotangent goes to the input in the same
+    position, which must have the same shape), e.g. straight-through rounding."""
+
+    @functools.wraps(f)
+    def wrapper(*args):
+        @custom_gradient
+        def through(*xs):
+            y = f(*xs)
+
+            def identity(*dys, variables=None):
+                if len(dys) != len(xs):
+                    raise ValueError(with_location(
+                        f"tk.grad_pass_through({_name(f)}): {len(dys)} outputs for {len(xs)} inputs; the identity "
+                        "backward needs one output per input"))
+                grads = dys[0] if len(dys) == 1 else list(dys)
+                return (grads, [None] * len(variables)) if variables else grads
+
+            return y, identity
+
+        return through(*args)
+
+    return wrapper
+
+
+# ----------------------------------------------------------------------------- reversible
+
+
+def reversible(f: Callable, g: Callable):
+    """A reversible residual block: block(x1, x2) returns (y1, y2) = (x1 + f(x2), x2 + g(y1)). Its
+    backward reconstructs x1 and x2 from y1 and y2, so a stack of blocks saves no activations but
+    the last outputs (the reconstruction is exact up to rounding)."""
+
+    def block(x1, x2):
+        if current_builder() is None:
+            y1 = x1 + f(x2)
+            return y1, x2 + g(y1)
+        x1, x2 = _read(x1), _read(x2)
+        a1, a2 = aval_of(x1), aval_of(x2)
+        F, _, cf = trace_to_graph(lambda v: _same(f, v, a1, "x1"), [a2])
+        G, _, cg = trace_to_graph(lambda v: _same(g, v, a2, "x2"), [a1])
+
+        def fwd(v1, v2, *caps):
+            y1 = v1 + inline_graph(F, [v2] + list(caps[:len(cf)]))[0]
+            return y1, v2 + inline_graph(G, [y1] + list(caps[len(cf):]))[0]
+
+        body, _, _ = trace_to_graph(fwd, [a1, a2] + [aval_of(c) for c in cf + cg])
+        y1, y2 = A.reversible_call.bind(x1, x2, *cf, *cg, body=body, f=F, g=G, num_f=len(cf))
+        return y1, y2
+
+    block.__name__ = f"reversible({_name(f)}, {_name(g)})"
+    return block
+
+
+def _same(fn, v, want: Aval, other: str):
+    out = _read(fn(v))
+    got = aval_of(out)
+    if got != want:
+        raise TypeError(with_location(f"tk.reversible: {_name(fn)} returned {got}; it must return the shape and "
+                                      f"dtype of {other} ({want}), since its result is added to {other}"))
+    return out
+
+
+# ----------------------------------------------------------------------------- print
+
+
+def print_(*values, sep: str = " ") -> None:
+    """Print when the compiled code runs (not when it is traced): once per execution, in program
+    order, and again each time a recomputation runs the code that contains it."""
+    if current_builder() is None:
+        builtins.print(*[np.asarray(v._value) if isinstance(v, Variable) else v for v in values], sep=sep, flush=True)
+        return
+    parts, operands = [], []
+    for v in values:
+        v = _read(v)
+        if isinstance(v, Tracer):
+            parts.append(("value", len(operands)))
+            operands.append(v)
+        else:
+            parts.append(("text", str(v)))
+    A.print_.bind(*operands, parts=tuple(parts), sep=str(sep))
