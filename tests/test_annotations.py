@@ -399,7 +399,9 @@ def test_reversible_blocks_match_the_plain_network(backend):
     x1, x2 = rng.standard_normal((4, 8)), rng.standard_normal((4, 8))
     assert_same(on(backend, tk.value_and_grad(net, argnums=(0, 1)))(x1, x2),
                 tk.jit(tk.value_and_grad(plain, argnums=(0, 1)), backend="interpret")(x1, x2), 1e-9)
-    tk.check_grad(net, (x1, x2))
+    tk.check_grad(net, (x1, x2), order=2)
+    gg = on(backend, tk.grad(lambda a, b: np.sum(tk.grad(net)(a, b) ** 2)))(x1, x2)
+    np.testing.assert_allclose(gg, tk.grad(lambda a, b: np.sum(tk.grad(plain)(a, b) ** 2))(x1, x2), rtol=1e-9, atol=1e-12)
 
 
 def test_a_stack_of_reversible_blocks_saves_a_constant_number_of_activations():

@@ -108,3 +108,31 @@ def test_pow_special_cases(dtype):
     np.testing.assert_allclose(got, want, rtol=1e-6)
     ok = ~np.isnan(want)  # (the sign of a NaN means nothing)
     np.testing.assert_array_equal(np.signbit(got[ok]), np.signbit(want[ok]))
+
+
+def test_every_compiled_math_function_has_its_own_qualified_name():
+    """Numba names cache files and machine-code symbols by qualified name (plus a per-process
+    counter): two factory-made functions sharing one could be linked in place of each other when
+    one comes from the disk cache and the other was compiled fresh."""
+    from numba.core.registry import CPUDispatcher
+
+    from tracekern.backends import cpu_math
+
+    fns = [f for f in vars(vmath).values() if isinstance(f, CPUDispatcher)]
+    fns += [f for f in vars(cpu_math).values() if isinstance(f, CPUDispatcher) and f not in fns]
+    names = [f.py_func.__qualname__ for f in fns]
+    assert len(fns) > 40 and len(set(names)) == len(names)
+
+
+def test_math_functions_load_from_the_disk_cache_in_a_new_process(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    code = ("import numpy as np\nfrom tracekern.backends import vmath\n"
+            "vmath.tanh_f32(np.float32(0.5)); vmath.sin_f64(1.0)\n"
+            "print(sum(vmath.tanh_f32.stats.cache_hits.values()) + sum(vmath.sin_f64.stats.cache_hits.values()))")
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path))
+    runs = [subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+            for _ in range(2)]
+    assert [r.stdout.strip() for r in runs] == ["0", "2"], [r.stderr[-500:] for r in runs]

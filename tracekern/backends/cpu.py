@@ -116,6 +116,14 @@ def _literal(value, dtype: np.dtype) -> str:
     return f"{cast}({text})"
 
 
+def _empty(shape: tuple, dtype: str) -> str:
+    """An uninitialised array: cpu_math's empty_* helpers are cached on disk by Numba, where an
+    np.empty in the step would compile NumPy's implementation again in every process (~0.05 s a
+    shape rank and dtype)."""
+    dims = "".join(f"i64({n}), " for n in shape)   # (i64(): a literal would compile per shape)
+    return f"empty_{cpu_math.CASTS[np.dtype(dtype).name]}(({dims[:-1] if len(shape) > 1 else dims}))"
+
+
 def _index(idx: Sequence[str]) -> str:
     if not idx:
         return "()"
@@ -188,7 +196,7 @@ class _Renderer:
         self.emit(0, f"@njit({flags})")
         self.emit(0, f"def {name}({', '.join(args)}):")
         if flag:
-            self.emit(1, "n_big = 0  # chunks with a sin/cos/tan argument >= TRIG_LIMIT (a prange reduction)")
+            self.emit(1, "any_big = False  # a sin/cos/tan argument >= TRIG_LIMIT somewhere")
         for pos, k in enumerate(self.plan.kernels):
             if isinstance(k, LoopKernel):
                 self.loop(k, pos, exact, flag)
@@ -198,7 +206,7 @@ class _Renderer:
                 self.pool.setdefault((v.shape, v.dtype.str), []).append(self.names[v])
         outs = []
         if flag:
-            outs.append("n_big > 0")
+            outs.append("any_big")
         for v in g.outputs:
             name_ = self.names[v]
             outs.append(f"{name_}.copy()" if v in self.plan.consts else name_)
@@ -212,12 +220,12 @@ class _Renderer:
         if free:
             self.emit(depth, f"{name} = {free.pop()}  # reuses a dead buffer")
         else:
-            self.emit(depth, f"{name} = np.empty({tuple(v.shape)}, np.{v.dtype.name})")
+            self.emit(depth, f"{name} = {_empty(tuple(v.shape), v.dtype.name)}")
         return name
 
     def filled(self, name: str, shape: tuple, dtype: str, value: str) -> None:
-        """np.empty and a fill: np.full, np.zeros and friends each cost a compile of their own (~0.1 s)."""
-        self.emit(1, f"{name} = np.empty({shape}, np.{'bool_' if dtype == 'bool' else dtype})")
+        """An allocation and a fill: np.full, np.zeros and friends each cost a compile of their own."""
+        self.emit(1, f"{name} = {_empty(shape, dtype)}")
         self.emit(1, f"{name}[...] = {value}")
 
     # -- loop kernels ----------------------------------------------------------------
@@ -272,15 +280,19 @@ class _Renderer:
                 self.scalar(stmt, 1)
         rng = "prange" if k.parallel else "range"
         rows = k.chunk_rows
+        trig = flag and any(isinstance(s, Compute) and s.eqn.primitive.name in _TRIG for s in k.body)
+        if trig:  # a flag per chunk, combined after the loop (a prange reduction costs compile time)
+            self.emit(1, f"big{pos} = {_empty((k.num_chunks,), 'bool')}")
         self.emit(1, f"for c in {rng}({k.num_chunks}):")
         self.emit(2, f"lo = c * {rows}")
         self.emit(2, f"m0 = {rows} if lo + {rows} <= {D[0]} else {D[0]} - lo")
-        trig = flag and any(isinstance(s, Compute) and s.eqn.primitive.name in _TRIG for s in k.body)
         if trig:
             self.emit(2, "big = False")
         self.nest(k, reds, 2, exact=exact, flag=trig)
         if trig:
-            self.emit(2, "n_big += 1 if big else 0")
+            self.emit(2, f"big{pos}[c] = big")
+            self.emit(1, f"for c in range({k.num_chunks}):")
+            self.emit(2, f"any_big = any_big | big{pos}[c]")
         for r in reds:  # combine per-chunk partial results in a fixed order
             if "scratch" in r:
                 self.finish(r, k.num_chunks)

@@ -22,6 +22,7 @@ from .vmath import (  # noqa: F401  (re-exported to generated modules)
     exp_f64,
     expm1_f32,
     expm1_f64,
+    jit_named,
     log1p_f32,
     log1p_f64,
     log_f32,
@@ -82,8 +83,19 @@ radd = _reassoc("add")  # a + b that LLVM may reorder: reductions vectorise
 rmul = _reassoc("mul")
 
 
+def _empty(T):
+    @jit_named(f"empty_{CASTS[np.dtype(T).name]}")
+    def empty(shape):
+        return np.empty(shape, T)
+
+    return empty
+
+
+empty_f32, empty_f64, empty_i32, empty_i64, empty_b1 = (_empty(T) for T in (f32, f64, i32, i64, b1))
+
+
 def _rounded(fn, T):
-    @njit(**INLINE)
+    @jit_named(f"{fn.__name__}_{CASTS[np.dtype(T).name]}")
     def rounded(x):
         return T(fn(x))   # NumPy's scalar floor/ceil/rint give float64 in Numba
 

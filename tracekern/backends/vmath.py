@@ -44,6 +44,18 @@ def _named(obj, name: str):
     return obj
 
 
+def jit_named(name: str):
+    """njit (cached on disk) for a function that a factory makes once per dtype. Each gets its own
+    qualified name: Numba names a function's cache files and its machine-code symbols by qualified
+    name plus a per-process counter, so closures of one code object, cached by one process and
+    compiled fresh by another, could share a symbol, and the wrong one would be linked."""
+    def deco(fn):
+        fn.__qualname__ = fn.__name__ = name
+        return _named(njit(**INLINE)(fn), name)
+
+    return deco
+
+
 def _bitcast(src, dst, llvm_type):
     @intrinsic
     def cast(typingctx, x):
@@ -102,6 +114,7 @@ def _horner(coeffs) -> tuple:
 
 
 def _make(dtype):
+    sfx = "f32" if dtype == "float32" else "f64"
     F = _Float(dtype)
     T, I = F.T, F.I  # noqa: E741
     bits, from_bits = F.bits, F.from_bits
@@ -123,7 +136,7 @@ def _make(dtype):
     expm1_poly = _horner([T(1 / math.factorial(k + 2)) for k in reversed(range(F.expm1_terms))])
     SHIFTER = T(1.5 * 2.0 ** F.mant)
 
-    @njit(**INLINE)
+    @jit_named(f"exp_{sfx}")
     def exp(x):
         xc = LO if x < LO else x          # NaN passes both clamps unchanged
         xc = HI if xc > HI else xc
@@ -138,7 +151,7 @@ def _make(dtype):
         k2 = k - k1
         return p * from_bits(I((k1 + BIAS) << MANT)) * from_bits(I((k2 + BIAS) << MANT))
 
-    @njit(**INLINE)
+    @jit_named(f"log_{sfx}")
     def log(x):
         sub = x < MIN_NORMAL
         xs = x * SUB_SCALE if sub else x
@@ -161,14 +174,14 @@ def _make(dtype):
         special = -INF if x == ZERO else (NAN if (x < ZERO or x != x) else INF)
         return res if (x > ZERO and x < INF) else special
 
-    @njit(**INLINE)
+    @jit_named(f"log1p_{sfx}")
     def log1p(x):
         u = ONE + x
         d = u - ONE
         res = log(u) * (x / (ZERO + (ONE if d == ZERO else d)))
         return x if (d == ZERO or x == INF) else res
 
-    @njit(**INLINE)
+    @jit_named(f"expm1_{sfx}")
     def expm1(x):
         # |x| < 0.35: x + x*x*P(x) (Taylor), no cancellation; elsewhere exp(x) - 1 loses nothing
         p = expm1_poly[0]
@@ -178,7 +191,7 @@ def _make(dtype):
         small = x if x == ZERO else small  # keeps -0.0
         return small if abs(x) < EXPM1_SMALL else exp(x) - ONE
 
-    @njit(**INLINE)
+    @jit_named(f"tanh_{sfx}")
     def tanh(x):
         a = abs(x)
         z = x * x
@@ -191,8 +204,7 @@ def _make(dtype):
         big = big if x >= ZERO else -big
         return small if a < TANH_SMALL else big
 
-    sfx = "f32" if dtype == "float32" else "f64"
-    return tuple(_named(f, f"{f.__name__}_{sfx}") for f in (exp, log, log1p, expm1, tanh))
+    return exp, log, log1p, expm1, tanh
 
 
 exp_f32, log_f32, log1p_f32, expm1_f32, tanh_f32 = _make("float32")
@@ -206,12 +218,13 @@ TRIG_LIMIT = 2.0 ** 19   # k * _PIO2[0] stays exact below this; beyond it a step
 
 
 def _make_trig(dtype):
+    sfx = "f32" if dtype == "float32" else "f64"
     T = np.float32 if dtype == "float32" else np.float64
     terms = (6, 7) if dtype == "float32" else (9, 10)
     sin_poly = _horner([T((-1) ** k / math.factorial(2 * k + 1)) for k in reversed(range(terms[0]))])  # sin r = r * P(r*r)
     cos_poly = _horner([T((-1) ** k / math.factorial(2 * k)) for k in reversed(range(terms[1]))])
 
-    @njit(**INLINE)
+    @jit_named(f"reduce_{sfx}")
     def reduce(x):
         """(sin r, cos r, quadrant) with x = r + quadrant * pi/2."""
         xd = np.float64(x)
@@ -228,36 +241,32 @@ def _make_trig(dtype):
         return r * ps, pc, np.int64(k) & 3
 
     # the value in quadrant q is s, c, -s, -c (plain selects, so loops stay vectorised)
-    @njit(**INLINE)
+    @jit_named(f"sin_{sfx}")
     def sin(x):
         s, c, q = reduce(x)
         v = c if (q & 1) == 1 else s
         return -v if (q & 2) == 2 else v
 
-    @njit(**INLINE)
+    @jit_named(f"cos_{sfx}")
     def cos(x):
         s, c, q = reduce(x)
         v = s if (q & 1) == 1 else c
         return v if ((q + 1) & 2) == 0 else -v
 
-    @njit(**INLINE)
+    @jit_named(f"tan_{sfx}")
     def tan(x):
         s, c, q = reduce(x)
         odd = (q & 1) == 1
         return (-c if odd else s) / (s if odd else c)
 
     def libm(fn):
-        @njit(**INLINE)
+        @jit_named(f"{fn.__name__}_exact_{sfx}")
         def exact(x):
             return T(fn(np.float64(x)))
 
         return exact
 
-    sfx = "f32" if dtype == "float32" else "f64"
-    _named(reduce, f"reduce_{sfx}")
-    fns = (sin, cos, tan, libm(math.sin), libm(math.cos), libm(math.tan))
-    names = ("sin", "cos", "tan", "sin_exact", "cos_exact", "tan_exact")
-    return tuple(_named(f, f"{n}_{sfx}") for f, n in zip(fns, names))
+    return sin, cos, tan, libm(math.sin), libm(math.cos), libm(math.tan)
 
 
 sin_f32, cos_f32, tan_f32, sin_exact_f32, cos_exact_f32, tan_exact_f32 = _make_trig("float32")
