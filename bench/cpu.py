@@ -146,6 +146,40 @@ def sgemm_rate(n=1024, m=256) -> float:
     return 2 * m * n * n / t
 
 
+def peers_w2(ws, x, y, runs):
+    out, notes = {}, []
+    try:
+        import jax
+        import jax.numpy as jnp
+
+        def jl(ws, x, y):
+            h = x
+            for w in ws:
+                h = jnp.tanh(h @ w)
+            return jnp.mean((h - y) ** 2)
+        f = jax.jit(jax.value_and_grad(jl))
+        wj, xj, yj = [jnp.asarray(w) for w in ws], jnp.asarray(x), jnp.asarray(y)
+        out["jax_jit"] = median_time(lambda: jax.block_until_ready(f(wj, xj, yj)), runs)
+    except ImportError:
+        notes.append("JAX not installed: W2 peer skipped")
+    try:
+        import torch
+
+        wt = [torch.from_numpy(w) for w in ws]
+        xt, yt = torch.from_numpy(x), torch.from_numpy(y)
+
+        def eager():
+            params = [w.clone().requires_grad_(True) for w in wt]
+            h = xt
+            for w in params:
+                h = torch.tanh(h @ w)
+            ((h - yt) ** 2).mean().backward()
+        out["torch_eager"] = median_time(eager, runs)
+    except ImportError:
+        notes.append("PyTorch not installed: W2 peer skipped")
+    return out, notes
+
+
 def peers_w1(x, runs):
     out, notes = {}, []
     try:
@@ -252,6 +286,16 @@ def per_call_overhead() -> dict:
     res = {"jit_us": min(timeit.repeat(lambda: f(x), number=n, repeat=5)) / n * 1e6,
            "value_and_grad_us": min(timeit.repeat(lambda: g(x), number=n, repeat=5)) / n * 1e6,
            "numpy_us": min(timeit.repeat(lambda: np.tanh(x) * 2 + 1, number=n, repeat=5)) / n * 1e6}
+    try:
+        import jax
+        import jax.numpy as jnp
+
+        jf = jax.jit(lambda x: jnp.tanh(x) * 2 + 1)
+        xj = jnp.asarray(x)
+        jax.block_until_ready(jf(xj))
+        res["jax_jit_us"] = min(timeit.repeat(lambda: jax.block_until_ready(jf(xj)), number=n, repeat=5)) / n * 1e6
+    except ImportError:
+        pass
     return res
 
 
@@ -294,6 +338,9 @@ def main(argv=None) -> dict:
           "gemms_only": median_time(lambda: w2_gemms(ws, xb), runs)}
     flops = depth * 3 * 2 * batch * width * width
     w2["roofline"] = flops / sgemm_rate(width, batch)
+    peer2, notes2 = peers_w2(ws, xb, yb, runs)
+    w2.update(peer2)
+    result["notes"] += notes2
     g2 = vg2(ws, xb, yb)[1]
     assert all(np.allclose(a, b, rtol=1e-3, atol=1e-5) for a, b in zip(g2, w2_numpy(ws, xb, yb)[1]))
     result["W2"] = w2
@@ -322,7 +369,7 @@ def report(r: dict) -> None:
               f"and tracekern {s['warm_start_beyond_numba_startup_s']:.3f} s")
     o = r["overhead"]
     print(f"per-call overhead, 8 elements: jit {o['jit_us']:.1f} us, value_and_grad {o['value_and_grad_us']:.1f} us "
-          f"(plain NumPy {o['numpy_us']:.1f} us)")
+          f"(plain NumPy {o['numpy_us']:.1f} us" + (f", JAX jit {o['jax_jit_us']:.1f} us" if "jax_jit_us" in o else "") + ")")
     for note in r["notes"]:
         print("note:", note)
 
