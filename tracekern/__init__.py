@@ -14,6 +14,7 @@ from .api import Staged, grad, jit, make_ir, stop_gradient, value_and_grad, vjp
 from .autodiff import SplitVJP
 from .backends import available_backends, default_backend
 from .check import check_grad
+from .control import cond, fori_loop, scan, while_loop
 from .errors import (
     GradientCheckError,
     IRError,
@@ -32,7 +33,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Aval", "Eqn", "Graph", "GradientCheckError", "IRError", "ShapeError", "SplitVJP", "Staged",
     "TracekernError", "TracerBoolError", "TracerLeakError", "Var", "Variable", "available_backends",
-    "check_grad", "checkpoint", "custom_gradient", "default_backend", "grad", "grad_pass_through", "jit",
-    "make_ir", "numpy", "print", "recompute", "recompute_grad", "reversible", "stop_gradient",
-    "tree_flatten", "tree_map", "tree_unflatten", "value_and_grad", "verify", "vjp", "where",
+    "check_grad", "checkpoint", "cond", "custom_gradient", "default_backend", "fori_loop", "grad", "grad_pass_through", "jit",
+    "make_ir", "numpy", "print", "recompute", "recompute_grad", "reversible", "scan", "stop_gradient",
+    "tree_flatten", "tree_map", "tree_unflatten", "value_and_grad", "verify", "vjp", "where", "while_loop",
 ]

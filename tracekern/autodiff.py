@@ -86,6 +86,9 @@ def _accumulate(cts: dict[Var, Any], v: Var, ct: Any) -> None:
 
 def forward(graph: Graph, args: Sequence[Any], active_inputs: Sequence[bool]) -> ForwardPass:
     """Emit graph's equations on args into the current builder and remember them for backward."""
+    eqns = tuple(e.primitive.for_vjp(e) for e in graph.eqns)
+    if any(a is not b for a, b in zip(eqns, graph.eqns)):
+        graph = Graph(graph.inputs, eqns, graph.outputs)
     env = inline_env(graph, args)
     return ForwardPass(graph, env, active_vars(graph, active_inputs))
 

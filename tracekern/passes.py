@@ -13,11 +13,14 @@ def dce(graph: Graph) -> Graph:
     """Drop equations whose outputs are never used (effectful equations stay)."""
     live: set[Var] = set(graph.outputs)
     kept: list[Eqn] = []
+    changed = False
     for e in reversed(graph.eqns):
         if e.primitive.has_effects(**e.params) or any(v in live for v in e.outputs):
-            kept.append(e)
-            live.update(e.inputs)
-    if len(kept) == len(graph.eqns):
+            pruned = e.primitive.prune(e, live)
+            changed |= pruned is not e
+            kept.append(pruned)
+            live.update(pruned.inputs)
+    if len(kept) == len(graph.eqns) and not changed:
         return graph
     return Graph(graph.inputs, tuple(reversed(kept)), graph.outputs, graph.input_notes)
 
@@ -99,7 +102,7 @@ def simplify(graph: Graph) -> Graph:
 def inline_calls(graph: Graph) -> Graph:
     """Replace each higher-order equation (one with a `body` graph: custom_gradient, recompute,
     reversible) by its body's equations, recursively, with fresh Vars: what backends run."""
-    if not any("body" in e.params for e in graph.eqns):
+    if not any(_is_call(e) for e in graph.eqns):
         return graph
     eqns: list[Eqn] = []
     rename: dict[Var, Var] = {}
@@ -108,10 +111,16 @@ def inline_calls(graph: Graph) -> Graph:
     return simplify(Graph(graph.inputs, tuple(eqns), outputs, graph.input_notes))
 
 
+def _is_call(e: Eqn) -> bool:
+    from .primitives.annotations import Call
+
+    return isinstance(e.primitive, Call)
+
+
 def _inline_into(body_eqns, rename: dict[Var, Var], out: list[Eqn]) -> None:
     for e in body_eqns:
         inputs = tuple(rename.get(v, v) for v in e.inputs)
-        body = e.params.get("body")
+        body = e.params["body"] if _is_call(e) else None
         if body is None:
             outputs = tuple(rename.get(v, v) for v in e.outputs)
             out.append(e if (inputs, outputs) == (e.inputs, e.outputs) else Eqn(e.primitive, inputs, outputs, e.params, e.source))

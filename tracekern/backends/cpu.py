@@ -95,7 +95,9 @@ def compile_graph(graph: Graph) -> CompiledStep:
     plan = fusion.plan(graph)
     renderer = _Renderer(plan)
     source, lines = renderer.render()
-    consts = [np.ascontiguousarray(_producer(graph, v).params["value"]) for v in plan.consts]
+    consts = [renderer.const_value(v) for v in plan.consts]
+    if renderer.module.used:
+        consts.append(tuple(renderer.module.extras))
     return CompiledStep(graph, plan, source, consts, lines, flagged=renderer.has_trig())
 
 
@@ -142,8 +144,38 @@ def _identity_literal(identity: str, dtype: np.dtype) -> str:
     return _literal(info.min if low else info.max, dtype)
 
 
+_CONTROL = ("cond", "scan", "while", "while_grad")
+
+
+class _Module:
+    """What one generated module holds besides `step`: an njit function per control-flow sub-graph
+    (a loop body, a branch), and the constant arrays those read, passed to every function as one
+    tuple `X` (so a sub-graph's constants need no argument of their own)."""
+
+    def __init__(self):
+        self.lines: list[str] = []
+        self.subs: dict[int, str] = {}
+        self.extras: list[np.ndarray] = []
+        self.used = False
+
+    def sub(self, graph: Graph) -> str:
+        if id(graph) not in self.subs:
+            from .. import passes
+
+            name = f"sub{len(self.subs)}"
+            self.subs[id(graph)] = name
+            r = _Renderer(fusion.plan(passes.inline_calls(graph)), self, sub=True)
+            r.prepare()
+            # (libm sin/cos/tan inside loop bodies: the vectorised forms need the step's re-run flag)
+            r.function(name, exact=True, flag=False)
+            self.lines += r.lines + ["", ""]
+        return self.subs[id(graph)]
+
+
 class _Renderer:
-    def __init__(self, plan: fusion.Plan):
+    def __init__(self, plan: fusion.Plan, module: _Module | None = None, sub: bool = False):
+        self.module = module or _Module()
+        self.sub = sub
         self.plan = plan
         self.graph = plan.graph
         self.lines: list[str] = []
@@ -165,6 +197,9 @@ class _Renderer:
         `step_exact`, the same graph with libm's sin/cos/tan. Numba compiles a function on its first
         call, so the libm variant costs compile time only when a large argument appears."""
         g = self.graph
+        self.prepare()
+        subs = self.module.lines
+        self.lines = list(subs)   # sub-graph functions first (their errors map to no equation)
         trig = self.has_trig()
         self.function("step", exact=False, flag=trig)
         if trig:
@@ -174,6 +209,15 @@ class _Renderer:
         listing = "\n".join("# " + line for line in str(g).splitlines())
         source = _HEADER.format(digest=f"[{_math_digest()}]") + "\n".join(self.lines) + "\n\n" + listing + "\n"
         return source, self.line_eqn
+
+    def prepare(self) -> None:
+        """Render the functions of the control-flow sub-graphs this plan calls."""
+        for k in self.plan.kernels:
+            if isinstance(k, CallKernel) and k.eqn.primitive.name in _CONTROL:
+                self.module.used = True
+                for key in ("true", "false", "cond", "body", "back"):
+                    if key in k.eqn.params:
+                        self.module.sub(k.eqn.params[key])
 
     def has_trig(self) -> bool:
         """Whether a loop calls sin/cos/tan (0-d loops use libm directly)."""
@@ -188,8 +232,14 @@ class _Renderer:
             self.names[v] = f"a{k}"
             args.append(f"a{k}")
         for k, v in enumerate(self.plan.consts):
-            self.names[v] = f"c{k}"
-            args.append(f"c{k}")
+            if self.sub:   # a sub-graph's constants travel in X
+                self.names[v] = f"X[{len(self.module.extras)}]"
+                self.module.extras.append(self.const_value(v))
+            else:
+                self.names[v] = f"c{k}"
+                args.append(f"c{k}")
+        if self.module.used:
+            args.append("X")
         prints = any(isinstance(k, CallKernel) and k.eqn.primitive.name == "print" for k in self.plan.kernels)
         # (nogil: other threads may run meanwhile; not with tk.print's objmode block, which holds it)
         flags = "cache=True, error_model='numpy'" + ("" if prints else ", nogil=True") + (", parallel=True" if self.parallel else "")
@@ -211,6 +261,9 @@ class _Renderer:
             name_ = self.names[v]
             outs.append(f"{name_}.copy()" if v in self.plan.consts else name_)
         self.emit(1, f"return ({', '.join(outs)},)" if outs else "return ()")
+
+    def const_value(self, v: Var) -> np.ndarray:
+        return np.ascontiguousarray(_producer(self.graph, v).params["value"])
 
     # -- buffers -----------------------------------------------------------------
     def alloc(self, v: Var, depth: int = 1) -> str:
@@ -371,6 +424,8 @@ class _Renderer:
             sl = ", ".join(f"{a}:{'' if b < 0 else b}:{c}" for a, b, c in e.params["index"])
             self.filled(name, tuple(out.shape), out.dtype.name, _literal(0, out.dtype))
             self.emit(1, f"{name}[{sl}] = {ops[0]}", eqn=e)
+        elif e.primitive.name in _CONTROL:
+            getattr(self, "control_" + e.primitive.name)(e, ops)
         elif e.primitive.name == "print":   # runs as Python, in program order (kernels are sequential)
             items = [repr(p[1]) if p[0] == "text" else ops[p[1]] for p in e.params["parts"]]
             self.emit(1, "with objmode():", eqn=e)
@@ -400,3 +455,104 @@ class _Renderer:
         self.emit(depth + 2, f"for u in range({k_dim}):")
         self.emit(depth + 3, f"t += {A}[r, u] * {B}[u, s]")
         self.emit(depth + 2, f"{C}[r, s] = {cpu_math.CASTS[out.dtype.name]}(t)", eqn=e)
+
+    # -- control flow: loops in the step, sub-graphs as njit functions ---------------------------
+    def _subcall(self, graph: Graph, args: list[str]) -> str:
+        return f"{self.module.sub(graph)}({', '.join(args + ['X'])})"
+
+    def _outputs(self, e, values: list[str], depth: int = 1) -> None:
+        """Bind the equation's outputs to copies of `values` (fresh arrays: no aliasing of inputs)."""
+        for v, val in zip(e.outputs, values):
+            self.names[v] = f"b{v.id}"
+            self.emit(depth, f"b{v.id} = {val}.copy()", eqn=e)
+
+    @staticmethod
+    def _row(seq: str, shape: tuple) -> str:
+        return f"{seq}[t:t + 1].reshape({shape})"
+
+    def control_cond(self, e, ops: list[str]) -> None:
+        p = e.params
+        self.emit(1, f"if {ops[0]}[()]:", eqn=e)
+        self.emit(2, f"rt{e.outputs[0].id if e.outputs else 0} = {self._subcall(p['true'], ops[1:])}", eqn=e)
+        self._outputs(e, [f"rt{e.outputs[0].id if e.outputs else 0}[{i}]" for i in range(len(e.outputs))], 2)
+        self.emit(1, "else:")
+        self.emit(2, f"rf{e.outputs[0].id if e.outputs else 0} = {self._subcall(p['false'], ops[1:])}", eqn=e)
+        self._outputs(e, [f"rf{e.outputs[0].id if e.outputs else 0}[{i}]" for i in range(len(e.outputs))], 2)
+
+    def control_scan(self, e, ops: list[str]) -> None:
+        p = e.params
+        nc, nk, n = p["num_consts"], p["num_carry"], p["length"]
+        body = p["body"]
+        tag = e.outputs[0].id
+        consts, init, xs = ops[:nc], ops[nc:nc + nk], ops[nc + nk:]
+        carry = [f"k{tag}_{i}" for i in range(nk)]
+        for c, x in zip(carry, init):
+            self.emit(1, f"{c} = {x}.copy()", eqn=e)
+        seqs = [f"q{tag}_{i}" for i in range(len(xs))]
+        for q, x in zip(seqs, xs):
+            self.emit(1, f"{q} = np.ascontiguousarray({x})")
+        n_y = len(body.outputs) - nk
+        stacked = e.outputs[nk:]   # ys, then the recorded carries
+        for v in stacked:
+            self.names[v] = f"b{v.id}"
+            self.emit(1, f"b{v.id} = {_empty(tuple(v.shape), v.dtype.name)}")
+        rng = f"range({n} - 1, -1, -1)" if p["reverse"] else f"range({n})"
+        self.emit(1, f"for t in {rng}:", eqn=e)
+        for c, v in zip(carry, e.outputs[nk + n_y:]):
+            self.emit(2, f"{self._row(f'b{v.id}', tuple(v.shape[1:]))}[...] = {c}")
+        rows = [self._row(q, tuple(x.shape[1:])) for q, x in zip(seqs, e.inputs[nc + nk:])]
+        self.emit(2, f"r{tag} = {self._subcall(body, consts + carry + rows)}", eqn=e)
+        for i, c in enumerate(carry):
+            self.emit(2, f"{c} = r{tag}[{i}]")
+        for j, v in enumerate(e.outputs[nk:nk + n_y]):
+            self.emit(2, f"{self._row(f'b{v.id}', tuple(v.shape[1:]))}[...] = r{tag}[{nk + j}]")
+        self._outputs(e.__class__(e.primitive, e.inputs, e.outputs[:nk], e.params, e.source), carry)
+
+    def control_while(self, e, ops: list[str]) -> None:
+        p = e.params
+        nc = p["num_consts"]
+        tag = e.outputs[0].id
+        consts, init = ops[:nc], ops[nc:]
+        carry = [f"k{tag}_{i}" for i in range(len(init))]
+        for c, x in zip(carry, init):
+            self.emit(1, f"{c} = {x}.copy()", eqn=e)
+        self.emit(1, f"n{tag} = 0")
+        self.emit(1, f"while {self._subcall(p['cond'], consts + carry)}[0][()]:", eqn=e)
+        self.emit(2, f"r{tag} = {self._subcall(p['body'], consts + carry)}", eqn=e)
+        for i, c in enumerate(carry):
+            self.emit(2, f"{c} = r{tag}[{i}]")
+        self.emit(2, f"n{tag} += 1")
+        trip = e.outputs[-1]
+        self.emit(1, f"b{trip.id} = {_empty((), 'int64')}")
+        self.emit(1, f"b{trip.id}[()] = n{tag}")
+        self.names[trip] = f"b{trip.id}"
+        self._outputs(e.__class__(e.primitive, e.inputs, e.outputs[:-1], e.params, e.source), carry)
+
+    def control_while_grad(self, e, ops: list[str]) -> None:
+        p = e.params
+        nc, body = p["num_consts"], p["body"]
+        nk = len(body.outputs)
+        tag = e.outputs[0].id
+        consts, init, trip, state0 = ops[:nc], ops[nc:nc + nk], ops[nc + nk], ops[nc + nk + 1:]
+        self.emit(1, f"n{tag} = {trip}[()]", eqn=e)
+        carry = [f"k{tag}_{i}" for i in range(nk)]
+        tapes = [f"tape{tag}_{i}" for i in range(nk)]
+        for c, x, tp, v in zip(carry, init, tapes, body.outputs):
+            self.emit(1, f"{c} = {x}.copy()")
+            dims = "".join(f", i64({d})" for d in v.shape)
+            self.emit(1, f"{tp} = empty_{cpu_math.CASTS[v.dtype.name]}((i64(n{tag}){dims},))")
+        self.emit(1, f"for t in range(n{tag}):   # the forward again, keeping each iteration's carry", eqn=e)
+        for c, tp, v in zip(carry, tapes, body.outputs):
+            self.emit(2, f"{self._row(tp, tuple(v.shape))}[...] = {c}")
+        self.emit(2, f"r{tag} = {self._subcall(body, consts + carry)}", eqn=e)
+        for i, c in enumerate(carry):
+            self.emit(2, f"{c} = r{tag}[{i}]")
+        state = [f"s{tag}_{i}" for i in range(len(state0))]
+        for st, x in zip(state, state0):
+            self.emit(1, f"{st} = {x}.copy()")
+        self.emit(1, f"for t in range(n{tag} - 1, -1, -1):   # the body's backward, in reverse", eqn=e)
+        rows = [self._row(tp, tuple(v.shape)) for tp, v in zip(tapes, body.outputs)]
+        self.emit(2, f"g{tag} = {self._subcall(p['back'], consts + state + rows)}", eqn=e)
+        for i, st in enumerate(state):
+            self.emit(2, f"{st} = g{tag}[{i}]")
+        self._outputs(e, state)

@@ -41,8 +41,9 @@ from .vmath import (  # noqa: F401  (re-exported to generated modules)
     tanh_f64,
 )
 
-f32, f64, i32, i64, b1, U = np.float32, np.float64, np.int32, np.int64, np.bool_, np.uintp
-CASTS = {"float32": "f32", "float64": "f64", "int32": "i32", "int64": "i64", "bool": "b1"}
+# (casts are named so that they cannot clash with generated names: buffers are b<id>, scalars s<id>)
+f32, f64, i32, i64, boolean, U = np.float32, np.float64, np.int32, np.int64, np.bool_, np.uintp
+CASTS = {"float32": "f32", "float64": "f64", "int32": "i32", "int64": "i64", "bool": "boolean"}
 ACCUMULATOR = {"float32": "float64", "float64": "float64", "int32": "int64", "int64": "int64", "bool": "int64"}
 
 
@@ -91,7 +92,7 @@ def _empty(T):
     return empty
 
 
-empty_f32, empty_f64, empty_i32, empty_i64, empty_b1 = (_empty(T) for T in (f32, f64, i32, i64, b1))
+empty_f32, empty_f64, empty_i32, empty_i64, empty_boolean = (_empty(T) for T in (f32, f64, i32, i64, boolean))
 
 
 def _rounded(fn, T):

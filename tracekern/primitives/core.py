@@ -64,6 +64,15 @@ class Primitive:
         that prints): dead-code elimination keeps it and CSE never merges it."""
         return self.effectful
 
+    def prune(self, eqn, live):
+        """This equation without outputs nothing reads (`live`: the Vars still needed), if the
+        primitive can drop them (dead-code elimination calls it); else the equation itself."""
+        return eqn
+
+    def for_vjp(self, eqn):
+        """The equation as reverse mode re-emits it (a scan records its carries again; see prune)."""
+        return eqn
+
     def differentiable(self, **params) -> bool:
         """Whether cotangents flow through this equation at all (False: stop_gradient, comparisons...)."""
         return True

@@ -1,0 +1,217 @@
+"""Differentiable control flow (SPEC section 5): cond, scan, fori_loop and while_loop. Each traces
+its functions into sub-graphs and binds one primitive of primitives/control.py; values the
+functions read by closure become the primitive's `consts` operands."""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from .errors import with_location
+from .ir import Aval, Graph
+from .primitives import control as C
+from .primitives.shape import const
+from .pytree import leaf_paths, tree_flatten, tree_unflatten
+from .trace import Tracer, _read, aval_of, current_builder, trace_to_graph
+
+
+def _leaves(tree, what: str):
+    leaves, td = tree_flatten(tree)
+    out = []
+    for x in leaves:
+        x = _read(x)
+        if not isinstance(x, Tracer):
+            try:
+                x = np.asarray(x)
+            except Exception:  # noqa: BLE001
+                raise TypeError(with_location(f"{what}: {type(x).__name__} is not an array")) from None
+        out.append(x)
+    return out, td
+
+
+def _trace(fn: Callable, avals, what: str):
+    """fn traced on avals; returns (graph with non-scalar constants lifted to inputs, out treedef,
+    extra operands: the captured values and the lifted constants)."""
+    graph, out_td, captured = trace_to_graph(fn, avals)
+    return _lift_consts(graph, list(captured)) + (out_td,)
+
+
+def _lift_consts(graph: Graph, captured: list):
+    """Array constants inside a loop body become operands (kernels pass arrays, not literals)."""
+    lifted, eqns, new_inputs = [], [], []
+    for e in graph.eqns:
+        if e.primitive is const and e.outputs[0].shape:
+            new_inputs.append(e.outputs[0])
+            lifted.append(np.asarray(e.params["value"]))
+        else:
+            eqns.append(e)
+    if not lifted:
+        return graph, captured
+    return Graph(graph.inputs + tuple(new_inputs), tuple(eqns), graph.outputs), captured + lifted
+
+
+def _check_same(what: str, td_a, td_b, avals_a, avals_b, names=("expected", "got")) -> None:
+    if td_a != td_b:
+        raise TypeError(with_location(f"{what}: structures differ: {names[0]} {td_a!r}, {names[1]} {td_b!r}"))
+    paths = leaf_paths(td_a)
+    for p, a, b in zip(paths, avals_a, avals_b):
+        if a != b:
+            raise TypeError(with_location(f"{what}: leaf {p or '(the value)'} is {a} in {names[0]} and {b} in {names[1]}"))
+
+
+# ----------------------------------------------------------------------------- cond
+
+
+def cond(pred, true_fn: Callable, false_fn: Callable, *operands):
+    """true_fn(*operands) if pred else false_fn(*operands); differentiable; both branches must
+    return the same structure of shapes and dtypes."""
+    pred = _read(pred)
+    if not isinstance(pred, Tracer):   # known now: no need for a run-time choice
+        return (true_fn if bool(np.asarray(pred)) else false_fn)(*operands)
+    if pred.dtype != np.bool_:
+        pred = pred != 0
+    if pred.shape != ():
+        raise TypeError(with_location(f"tk.cond: the predicate must be a scalar, got shape {pred.shape}"))
+    leaves, in_td = _leaves(list(operands), "tk.cond operands")
+    avals = [aval_of(x) for x in leaves]
+
+    def branch(fn):
+        return lambda *xs: fn(*tree_unflatten(in_td, list(xs)))
+
+    gt, ct, td_t = _trace(branch(true_fn), avals, "tk.cond")
+    gf, cf, td_f = _trace(branch(false_fn), avals, "tk.cond")
+    _check_same("tk.cond: the branches return different results", td_t, td_f,
+                [v.aval for v in gt.outputs], [v.aval for v in gf.outputs], ("true_fn", "false_fn"))
+    # each branch gets both branches' extra operands (its own first), so the two graphs match
+    gt = _extend(gt, len(leaves) + len(ct), [aval_of(c) for c in cf], after=True)
+    gf = _extend(gf, len(leaves), [aval_of(c) for c in ct], after=False)
+    outs = C.cond(pred, *leaves, *ct, *cf, true=gt, false=gf)
+    return tree_unflatten(td_t, list(outs))
+
+
+def _extend(g: Graph, at: int, avals, after: bool) -> Graph:
+    """g with unused inputs of `avals` inserted at position `at` (after=True) or after the
+    operands (before its own extra inputs)."""
+    from .ir import Var
+
+    new = tuple(Var(a) for a in avals)
+    if after:
+        inputs = g.inputs + new
+    else:
+        inputs = g.inputs[:at] + new + g.inputs[at:]
+    return Graph(inputs, g.eqns, g.outputs)
+
+
+# ----------------------------------------------------------------------------- scan
+
+
+def scan(f: Callable, init, xs=None, length: int | None = None, *, reverse: bool = False):
+    """(carry, ys) = scan(f, init, xs): carry, y = f(carry, x) for each x along axis 0 of xs (a
+    pytree of arrays, or None with `length`); ys stacks the ys. Differentiable (grad of grad too)."""
+    init_leaves, carry_td = _leaves(init, "tk.scan init")
+    x_leaves, x_td = _leaves(xs, "tk.scan xs") if xs is not None else ([], tree_flatten(None)[1])
+    lengths = {int(aval_of(x).shape[0]) if aval_of(x).shape else -1 for x in x_leaves}
+    if -1 in lengths:
+        raise TypeError(with_location("tk.scan: every leaf of xs needs an axis 0 to scan over"))
+    if length is not None:
+        lengths.add(int(length))
+    if len(lengths) != 1:
+        raise ValueError(with_location(f"tk.scan: lengths disagree: {sorted(lengths)} (xs leaves and length=)"))
+    n = lengths.pop()
+    carry_avals = [aval_of(x) for x in init_leaves]
+    x_avals = [Aval(aval_of(x).shape[1:], aval_of(x).dtype) for x in x_leaves]
+    out_td_box = {}
+
+    def body(*a):
+        carry = tree_unflatten(carry_td, list(a[:len(init_leaves)]))
+        x = tree_unflatten(x_td, list(a[len(init_leaves):])) if xs is not None else None
+        out = f(carry, x)
+        if not (isinstance(out, tuple) and len(out) == 2):
+            raise TypeError(with_location(f"tk.scan: {getattr(f, '__name__', 'f')} must return (carry, y)"))
+        new_carry, y = out
+        c_leaves, c_td = _leaves(new_carry, "tk.scan carry")
+        _check_same("tk.scan: the carry changed", carry_td, c_td, carry_avals, [aval_of(c) for c in c_leaves],
+                    ("init", "f's result"))
+        y_leaves, y_td = _leaves(y, "tk.scan y")
+        out_td_box["y"] = y_td
+        return c_leaves + y_leaves
+
+    g, extra, _ = _trace(body, carry_avals + x_avals, "tk.scan")
+    g = _consts_first(g, len(extra))
+    outs = C.scan(*extra, *init_leaves, *x_leaves, body=g, num_consts=len(extra), num_carry=len(init_leaves),
+                  length=n, reverse=bool(reverse), record=True)
+    nk = len(init_leaves)
+    n_y = len(g.outputs) - nk
+    return tree_unflatten(carry_td, list(outs[:nk])), tree_unflatten(out_td_box["y"], list(outs[nk:nk + n_y]))
+
+
+def _consts_first(g: Graph, n_extra: int) -> Graph:
+    """Move the trailing extra inputs (captures, lifted constants) to the front: primitives take
+    consts first."""
+    if not n_extra:
+        return g
+    k = len(g.inputs) - n_extra
+    return Graph(g.inputs[k:] + g.inputs[:k], g.eqns, g.outputs)
+
+
+# ----------------------------------------------------------------------------- loops
+
+
+def fori_loop(lower, upper, body_fn: Callable, init):
+    """for i in range(lower, upper): val = body_fn(i, val). Static integer bounds run as tk.scan;
+    traced bounds as tk.while_loop."""
+    lo, hi = _read(lower), _read(upper)
+    if not isinstance(lo, Tracer) and not isinstance(hi, Tracer):
+        lo, hi = int(lo), int(hi)
+        if current_builder() is None:
+            val = init
+            for i in range(lo, hi):
+                val = body_fn(np.int64(i), val)
+            return val
+        steps = max(hi - lo, 0)
+        idx = np.arange(lo, lo + steps, dtype=np.int64)
+        carry, _ = scan(lambda c, i: (body_fn(i, c), ()), init, idx, length=steps)
+        return carry
+    from . import numpy as tnp
+
+    lo = tnp.astype(lo, np.int64) if isinstance(lo, Tracer) else np.int64(lo)
+    hi = tnp.astype(hi, np.int64) if isinstance(hi, Tracer) else np.int64(hi)
+    _, val = while_loop(lambda s: s[0] < hi, lambda s: (s[0] + 1, body_fn(s[0], s[1])), (lo, init))
+    return val
+
+
+def while_loop(cond_fn: Callable, body_fn: Callable, init):
+    """while cond_fn(val): val = body_fn(val). Reverse-differentiable with a trip count known only
+    at run time: the backward re-runs the loop from its initial value, keeping every iteration's
+    carry, then runs the body's backward in reverse."""
+    if current_builder() is None and not any(isinstance(_read(x), Tracer) for x in tree_flatten(init)[0]):
+        val = init
+        while bool(np.asarray(cond_fn(val))):
+            val = body_fn(val)
+        return val
+    leaves, td = _leaves(init, "tk.while_loop init")
+    avals = [aval_of(x) for x in leaves]
+
+    def body(*a):
+        out = body_fn(tree_unflatten(td, list(a)))
+        o_leaves, o_td = _leaves(out, "tk.while_loop body result")
+        _check_same("tk.while_loop: the carry changed", td, o_td, avals, [aval_of(x) for x in o_leaves],
+                    ("init", "body_fn's result"))
+        return o_leaves
+
+    def test(*a):
+        from . import numpy as tnp
+
+        c = cond_fn(tree_unflatten(td, list(a)))
+        c = _read(c)
+        if aval_of(c).shape != ():
+            raise TypeError(with_location(f"tk.while_loop: cond_fn must return a scalar, got shape {aval_of(c).shape}"))
+        return tnp.astype(c, np.bool_) if aval_of(c).dtype != np.bool_ else c
+
+    gb, eb, _ = _trace(body, avals, "tk.while_loop")
+    gc, ec, _ = _trace(test, avals, "tk.while_loop")
+    extra = eb + ec
+    gb = _consts_first(_extend(gb, len(avals) + len(eb), [aval_of(c) for c in ec], after=True), len(extra))
+    gc = _consts_first(_extend(gc, len(avals), [aval_of(c) for c in eb], after=False), len(extra))
+    outs = C.while_(*extra, *leaves, cond=gc, body=gb, num_consts=len(extra))
+    return tree_unflatten(td, list(outs[:-1]))
