@@ -84,11 +84,17 @@ def _accumulate(cts: dict[Var, Any], v: Var, ct: Any) -> None:
     cts[v] = ct if v not in cts else add(cts[v], ct)
 
 
+def for_vjp(graph: Graph) -> Graph:
+    """The graph as reverse mode emits it (Primitive.for_vjp: a scan records its carries again)."""
+    eqns = tuple(e.primitive.for_vjp(e) for e in graph.eqns)
+    if all(a is b for a, b in zip(eqns, graph.eqns)):
+        return graph
+    return Graph(graph.inputs, eqns, graph.outputs)
+
+
 def forward(graph: Graph, args: Sequence[Any], active_inputs: Sequence[bool]) -> ForwardPass:
     """Emit graph's equations on args into the current builder and remember them for backward."""
-    eqns = tuple(e.primitive.for_vjp(e) for e in graph.eqns)
-    if any(a is not b for a, b in zip(eqns, graph.eqns)):
-        graph = Graph(graph.inputs, eqns, graph.outputs)
+    graph = for_vjp(graph)
     env = inline_env(graph, args)
     return ForwardPass(graph, env, active_vars(graph, active_inputs))
 

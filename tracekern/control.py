@@ -105,9 +105,14 @@ def _extend(g: Graph, at: int, avals, after: bool) -> Graph:
 # ----------------------------------------------------------------------------- scan
 
 
-def scan(f: Callable, init, xs=None, length: int | None = None, *, reverse: bool = False):
+def scan(f: Callable, init, xs=None, length: int | None = None, *, reverse: bool = False, checkpoint: int | None = None):
     """(carry, ys) = scan(f, init, xs): carry, y = f(carry, x) for each x along axis 0 of xs (a
-    pytree of arrays, or None with `length`); ys stacks the ys. Differentiable (grad of grad too)."""
+    pytree of arrays, or None with `length`); ys stacks the ys. Differentiable (grad of grad too).
+
+    checkpoint=None keeps every step's carry for the backward pass; checkpoint=k keeps k carries
+    (the starts of k segments) and recomputes each segment's steps in the backward pass."""
+    if checkpoint is not None and not reverse:
+        return _checkpointed_scan(f, init, xs, length, int(checkpoint))
     init_leaves, carry_td = _leaves(init, "tk.scan init")
     x_leaves, x_td = _leaves(xs, "tk.scan xs") if xs is not None else ([], tree_flatten(None)[1])
     lengths = {int(aval_of(x).shape[0]) if aval_of(x).shape else -1 for x in x_leaves}
@@ -145,6 +150,41 @@ def scan(f: Callable, init, xs=None, length: int | None = None, *, reverse: bool
     return tree_unflatten(carry_td, list(outs[:nk])), tree_unflatten(out_td_box["y"], list(outs[nk:nk + n_y]))
 
 
+def _checkpointed_scan(f, init, xs, length, k):
+    """Two-level checkpointing: an outer scan over segments of L = ceil(n / k) steps records only the
+    segment starts; each segment is a tk.recompute region, so its steps run again in the backward.
+    Every step is recomputed once."""
+    from . import numpy as tnp
+    from .annotations import recompute
+
+    if k < 1:
+        raise ValueError(with_location(f"tk.scan: checkpoint must be None or a positive number of snapshots, got {k}"))
+    x_leaves, x_td = tree_flatten(xs)
+    n = int(length) if length is not None else int(aval_of(_read(x_leaves[0])).shape[0])
+    seg = -(-n // k) if n else 1
+    full = n // seg
+    if seg == 1:   # k >= n: every carry is a snapshot anyway
+        return scan(f, init, xs, length)
+    rem = n - full * seg
+    segment = recompute(lambda c, xseg: scan(f, c, xseg, length=seg))
+
+    def split(leaf):
+        leaf = _read(leaf)
+        rest = tuple(aval_of(leaf).shape[1:])
+        return tnp.reshape(leaf[:full * seg], (full, seg) + rest), leaf[full * seg:]
+
+    parts = [split(leaf) for leaf in x_leaves]
+    xs_full = tree_unflatten(x_td, [p[0] for p in parts]) if xs is not None else None
+    carry, ys = scan(lambda c, xseg: segment(c, xseg), init, xs_full, length=full)
+    y_leaves, y_td = tree_flatten(ys)
+    y_leaves = [tnp.reshape(y, (full * seg,) + tuple(aval_of(y).shape[2:])) for y in y_leaves]
+    if rem:
+        xs_rem = tree_unflatten(x_td, [p[1] for p in parts]) if xs is not None else None
+        carry, ys_rem = recompute(lambda c, xr: scan(f, c, xr, length=rem))(carry, xs_rem)
+        y_leaves = [tnp.concatenate([a, b], axis=0) for a, b in zip(y_leaves, tree_flatten(ys_rem)[0])]
+    return carry, tree_unflatten(y_td, y_leaves)
+
+
 def _consts_first(g: Graph, n_extra: int) -> Graph:
     """Move the trailing extra inputs (captures, lifted constants) to the front: primitives take
     consts first."""
@@ -157,9 +197,9 @@ def _consts_first(g: Graph, n_extra: int) -> Graph:
 # ----------------------------------------------------------------------------- loops
 
 
-def fori_loop(lower, upper, body_fn: Callable, init):
-    """for i in range(lower, upper): val = body_fn(i, val). Static integer bounds run as tk.scan;
-    traced bounds as tk.while_loop."""
+def fori_loop(lower, upper, body_fn: Callable, init, *, checkpoint: int | None = None):
+    """for i in range(lower, upper): val = body_fn(i, val). Static integer bounds run as tk.scan
+    (checkpoint= as there); traced bounds as tk.while_loop."""
     lo, hi = _read(lower), _read(upper)
     if not isinstance(lo, Tracer) and not isinstance(hi, Tracer):
         lo, hi = int(lo), int(hi)
@@ -170,7 +210,7 @@ def fori_loop(lower, upper, body_fn: Callable, init):
             return val
         steps = max(hi - lo, 0)
         idx = np.arange(lo, lo + steps, dtype=np.int64)
-        carry, _ = scan(lambda c, i: (body_fn(i, c), ()), init, idx, length=steps)
+        carry, _ = scan(lambda c, i: (body_fn(i, c), ()), init, idx, length=steps, checkpoint=checkpoint)
         return carry
     from . import numpy as tnp
 

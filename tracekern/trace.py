@@ -342,9 +342,9 @@ class Tracer(ArrayOps):
             f"{what} of a traced array ({self.aval}) is not known while tracing: it depends on "
             "the input values.\n"
             f"{describe_location(user_frame_location())}\n"
-            "Use np.where(cond, a, b) (tk.where) to choose between values, tk.stop_gradient or "
-            "static_argnums=... for values that are fixed per call, instead of Python control flow "
-            "(if / while / bool / int / float) on traced values."
+            "Use np.where(cond, a, b) (tk.where) to choose between values, tk.cond / tk.while_loop / "
+            "tk.fori_loop / tk.scan for control flow, or static_argnums=... for values that are fixed "
+            "per call, instead of Python control flow (if / while / bool / int / float) on traced values."
         )
 
     def __bool__(self):

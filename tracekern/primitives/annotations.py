@@ -80,9 +80,10 @@ class RecomputeCall(Call):
     sparse_cotangents = True
 
     def vjp(self, cts, ins, outs, active, body, num_y, policy):
-        from ..autodiff import ForwardPass, active_vars
+        from ..autodiff import ForwardPass, active_vars, for_vjp
         from ..trace import inline_env
 
+        body = for_vjp(body)
         token = next(ct for ct in cts if ct is not None)
         xs = [remat_barrier(x, token) for x in ins]
         given = dict(zip(body.outputs[num_y:], outs[num_y:]))

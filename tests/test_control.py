@@ -1,0 +1,232 @@
+"""tk.cond, tk.scan, tk.fori_loop and tk.while_loop: values and gradients against unrolled Python
+and finite differences, on every backend; loops run inside the compiled step on cpu."""
+import numpy as np
+import pytest
+
+import tracekern as tk
+
+W = np.array([0.9, 1.1, 0.7, 1.0, 1.2])
+
+
+def on(backend, f):
+    return tk.jit(f, backend=backend)
+
+
+def close(a, b, tol=1e-10):
+    for x, y in zip(tk.tree_flatten(a)[0], tk.tree_flatten(b)[0]):
+        np.testing.assert_allclose(x, y, rtol=tol, atol=tol)
+
+
+# ----------------------------------------------------------------------------- cond
+
+
+def _branchy(x):
+    return tk.cond(np.sum(x) > 0, lambda v: (np.sin(v) * 2, v.sum()), lambda v: (np.cos(v), v.max()), x)
+
+
+def _branchy_python(x):
+    return (np.sin(x) * 2, x.sum()) if np.sum(x) > 0 else (np.cos(x), x.max())
+
+
+@pytest.mark.parametrize("shift", [0.3, -0.5])
+def test_cond_values_and_gradients(backend, shift):
+    x = np.linspace(-1, 1, 5) + shift
+    close(on(backend, _branchy)(x), _branchy_python(x))
+    loss = lambda x: np.sum(_branchy(x)[0] ** 2) + _branchy(x)[1]  # noqa: E731
+    taken = (lambda v: (np.sin(v) * 2, v.sum())) if shift > 0 else (lambda v: (np.cos(v), v.max()))
+
+    def plain(x):
+        a, b = taken(x)
+        return np.sum(a ** 2) + b
+    close(on(backend, tk.grad(loss))(x), tk.grad(plain)(x))
+    tk.check_grad(loss, (x,), order=2)
+
+
+def test_cond_with_closures_and_mismatched_branches():
+    y = np.array([1.0, 2.0])
+    f = lambda x, s: tk.cond(s > 0, lambda v: v * y, lambda v: v + s, x)  # noqa: E731
+    np.testing.assert_allclose(tk.jit(f)(np.ones(2), np.float64(1.0)), [1.0, 2.0])
+    np.testing.assert_allclose(tk.jit(f)(np.ones(2), np.float64(-1.0)), [0.0, 0.0])
+    dx, ds = tk.grad(lambda x, s: np.sum(f(x, s)), argnums=(0, 1))(np.ones(2), np.float64(-1.0))
+    np.testing.assert_allclose(dx, [1.0, 1.0])
+    assert ds == 2.0
+    with pytest.raises(TypeError, match="leaf .* is f64\\[2\\] in true_fn and f64\\[\\] in false_fn"):
+        tk.jit(lambda x, s: tk.cond(s > 0, lambda v: v, lambda v: v.sum(), x))(np.ones(2), np.float64(1.0))
+
+
+# ----------------------------------------------------------------------------- scan
+
+
+def _scan_loss(x, xs):
+    c, ys = tk.scan(lambda c, xi: (np.tanh(c * W + xi), (c.sum(), c * 2)), x, xs)
+    return np.sum(c) + np.sum(ys[0] ** 2) + np.sum(ys[1] * xs)
+
+
+def _scan_python(x, xs):
+    c, y0, y1 = x, [], []
+    for xi in xs:
+        y0.append(c.sum())
+        y1.append(c * 2)
+        c = np.tanh(c * W + xi)
+    return np.sum(c) + np.sum(np.stack(y0) ** 2) + np.sum(np.stack(y1) * xs)
+
+
+def test_scan_values_gradients_and_grad_of_grad(backend):
+    rng = np.random.default_rng(0)
+    x, xs = rng.standard_normal(5), rng.standard_normal((4, 5))
+    close(on(backend, _scan_loss)(x, xs), _scan_python(x, xs))
+    close(on(backend, tk.grad(_scan_loss, argnums=(0, 1)))(x, xs), tk.grad(_scan_python, argnums=(0, 1))(x, xs))
+    gg = on(backend, tk.grad(lambda x, xs: np.sum(tk.grad(_scan_loss)(x, xs) ** 2)))(x, xs)
+    close(gg, tk.grad(lambda x, xs: np.sum(tk.grad(_scan_python)(x, xs) ** 2))(x, xs), 1e-9)
+    tk.check_grad(_scan_loss, (x, xs), order=2)
+
+
+def test_scan_reverse_length_pytrees_and_zero_steps(backend):
+    def f(x):
+        (a, b), ys = tk.scan(lambda c, _: ((c[0] * 0.5 + c[1], np.sin(c[0])), c[1] * 3), (x, x * 2), None, length=3,
+                             reverse=True)
+        return a + b, ys
+
+    x = np.array([0.2, -0.4])
+    a, b = x, x * 2
+    ys = []
+    for _ in range(3):
+        ys.append(b * 3)
+        a, b = a * 0.5 + b, np.sin(a)
+    got = on(backend, f)(x)
+    close(got[0], a + b)
+    close(got[1], np.stack(ys[::-1]))           # reverse: ys[t] is written at step t, t = 2, 1, 0
+    tk.check_grad(lambda x: np.sum(f(x)[0]) + np.sum(f(x)[1]), (x,))
+    empty = on(backend, lambda x: tk.scan(lambda c, xi: (c + xi, c), x, np.ones((0, 2))))(x)
+    close(empty[0], x)
+    assert empty[1].shape == (0, 2)
+
+
+def test_scan_carry_must_keep_its_shape():
+    with pytest.raises(TypeError, match=r"the carry changed: leaf .* is f64\[2\] in init and f64\[\] in f's result"):
+        tk.jit(lambda x: tk.scan(lambda c, xi: (c.sum(), xi), x, np.ones((3, 2))))(np.ones(2))
+
+
+def test_a_plain_forward_scan_keeps_no_recorded_carries():
+    g = tk.make_ir(lambda x: tk.scan(lambda c, xi: (c * xi, c), x, np.ones((3, 2)))[0])(np.ones(2))
+    (e,) = [e for e in g.eqns if e.primitive.name == "scan"]
+    assert e.params["record"] is False and len(e.outputs) == 2
+
+
+def test_loops_run_inside_the_compiled_step():
+    source = tk.jit(lambda x: tk.fori_loop(0, 5, lambda i, v: v * 2, x)).lower(np.ones(3)).source
+    assert "for t in range(5):" in source and "def step" in source and "def sub0" in source
+
+
+# ----------------------------------------------------------------------------- fori_loop and while_loop
+
+
+def test_fori_loop_static_and_traced_bounds(backend):
+    body = lambda i, v: v * 0.5 + np.sin(v) * i  # noqa: E731
+
+    def python(x, n):
+        for i in range(n):
+            x = body(np.float64(i), x)
+        return x
+
+    x = np.linspace(-1, 1, 4)
+    close(on(backend, lambda x: tk.fori_loop(0, 4, body, x))(x), python(x, 4))
+    traced = lambda x, n: tk.fori_loop(0, n, body, x)  # noqa: E731
+    for n in (0, 1, 4):
+        close(on(backend, traced)(x, np.int64(n)), python(x, n))
+        close(on(backend, tk.grad(lambda x, n: np.sum(traced(x, n) ** 2)))(x, np.int64(n)),
+              tk.grad(lambda x: np.sum(python(x, n) ** 2))(x))
+    tk.check_grad(lambda x: np.sum(tk.fori_loop(0, 3, body, x) ** 2), (x,), order=2)
+
+
+def _simulate(x, v):
+    """A falling mass with drag, integrated until it reaches the ground: a data-dependent trip count."""
+    def step(s):
+        pos, vel, t = s
+        return pos + 0.05 * vel, vel * 0.98 - 0.05 * 9.81, t + 1
+
+    pos, vel, t = tk.while_loop(lambda s: np.min(s[0]) > 0.0, step, (x, v, np.int64(0)))
+    return np.sum(pos ** 2) + np.sum(vel), t
+
+
+def _simulate_python(x, v):
+    pos, vel, t = x, v, 0
+    while np.min(pos) > 0.0:
+        pos, vel, t = pos + 0.05 * vel, vel * 0.98 - 0.05 * 9.81, t + 1
+    return np.sum(pos ** 2) + np.sum(vel), t
+
+
+def test_while_loop_with_a_run_time_trip_count(backend):
+    x, v = np.array([1.0, 1.5]), np.array([0.3, -0.2])
+    value, trips = on(backend, _simulate)(x, v)
+    want, want_trips = _simulate_python(x, v)
+    assert trips == want_trips and trips > 10
+    close(value, want)
+    g = on(backend, tk.grad(lambda x, v: _simulate(x, v)[0], argnums=(0, 1)))(x, v)
+
+    def unrolled(x, v):   # the same number of steps, as straight-line code
+        pos, vel = x, v
+        for _ in range(int(trips)):
+            pos, vel = pos + 0.05 * vel, vel * 0.98 - 0.05 * 9.81
+        return np.sum(pos ** 2) + np.sum(vel)
+
+    close(g, tk.grad(unrolled, argnums=(0, 1))(x, v))
+    # against finite differences (the trip count is locally constant around this point)
+    tk.check_grad(lambda x, v: _simulate(x, v)[0], (x, v))
+    out, pull = tk.vjp(lambda x: _simulate(x, v)[0], x)
+    close(pull(np.float64(1.0))[0], g[0])
+
+
+def test_while_loop_zero_iterations_and_errors():
+    f = lambda x: tk.while_loop(lambda s: np.sum(s) > 10, lambda s: s * 2, x)  # noqa: E731
+    close(tk.jit(f)(np.ones(2)), np.ones(2))
+    close(tk.grad(lambda x: np.sum(f(x)))(np.ones(2)), np.ones(2))
+    with pytest.raises(TypeError, match="the carry changed"):
+        tk.jit(lambda x: tk.while_loop(lambda s: np.sum(s) < 3, lambda s: s.sum(), x))(np.ones(2))
+
+
+def test_recompute_and_custom_gradient_inside_loops(backend):
+    @tk.custom_gradient
+    def softplus(x):
+        e = np.exp(x)
+        return np.log1p(e), lambda dy: dy * (1 - 1 / (1 + e))
+
+    layer = tk.recompute(lambda c: np.tanh(c * W) + softplus(c) * 0.1)
+    plain = lambda c: np.tanh(c * W) + np.log1p(np.exp(c)) * 0.1  # noqa: E731
+    loss = lambda x, f: np.sum(tk.fori_loop(0, 3, lambda i, c: f(c), x) ** 2)  # noqa: E731
+    x = np.linspace(-1, 1, 5)
+    close(on(backend, tk.grad(lambda x: loss(x, layer)))(x), tk.grad(lambda x: loss(x, plain))(x))
+    br = lambda x: np.sum(tk.cond(np.sum(x) > 0, layer, plain, x))  # noqa: E731
+    close(on(backend, tk.grad(br))(x + 0.1), tk.grad(lambda x: np.sum(plain(x)))(x + 0.1))
+
+
+# ----------------------------------------------------------------------------- checkpointed scans
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 7, 12])
+def test_checkpointed_scan_gradients_are_identical_for_every_k(n):
+    rng = np.random.default_rng(n)
+    w = rng.standard_normal(4) * 0.5
+
+    def loss(x0, xs, k):
+        c, ys = tk.scan(lambda c, x: (np.tanh(c * w + x) + c * 0.1, np.sum(c * x)), x0, xs, checkpoint=k)
+        return np.sum(c ** 2) + np.sum(ys)
+
+    x0, xs = rng.standard_normal(4), rng.standard_normal((n, 4))
+    want = tk.jit(tk.value_and_grad(lambda a, b: loss(a, b, None), argnums=(0, 1)), backend="interpret")(x0, xs)
+    base = tk.make_ir(lambda a, b: loss(a, b, 1), mode="vjp")(x0, xs).residual_bytes
+    for k in range(1, n + 2):
+        got = tk.jit(tk.value_and_grad(lambda a, b: loss(a, b, k), argnums=(0, 1)), backend="interpret")(x0, xs)
+        close(got, want, 1e-13)
+        saved = tk.make_ir(lambda a, b: loss(a, b, k), mode="vjp")(x0, xs).residual_bytes
+        assert saved - base <= (k - 1) * x0.nbytes        # at most k carry snapshots
+    got = tk.value_and_grad(lambda a, b: loss(a, b, 3), argnums=(0, 1))(x0, xs)   # cpu
+    close(got, want, 1e-12)
+
+
+def test_checkpointed_fori_loop_saves_fewer_bytes():
+    f = lambda x, k: np.sum(tk.fori_loop(0, 40, lambda i, v: np.sin(v) * 1.01 + 0.01, x, checkpoint=k))  # noqa: E731
+    x = np.linspace(-1, 1, 64)
+    saved = {k: tk.make_ir(lambda x: f(x, k), mode="vjp")(x).residual_bytes for k in (None, 4)}
+    assert saved[4] < saved[None] / 5
+    close(tk.grad(lambda x: f(x, 4))(x), tk.grad(lambda x: f(x, None))(x), 1e-12)
