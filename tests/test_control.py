@@ -230,3 +230,24 @@ def test_checkpointed_fori_loop_saves_fewer_bytes():
     saved = {k: tk.make_ir(lambda x: f(x, k), mode="vjp")(x).residual_bytes for k in (None, 4)}
     assert saved[4] < saved[None] / 5
     close(tk.grad(lambda x: f(x, 4))(x), tk.grad(lambda x: f(x, None))(x), 1e-12)
+
+
+@pytest.mark.parametrize("start,trips", [(np.array([-1.0, 1.0]), 0), (np.array([0.01, 0.02]), 1),
+                                         (np.array([1.0, 1.5]), None)])
+def test_checkpointed_while_loop_gives_identical_gradients_for_every_k(backend, start, trips):
+    v = np.array([-0.3, -0.2])
+    n = int(on(backend, _simulate)(start, v)[1])
+    assert trips is None or n == trips
+
+    def loss(k):
+        def f(x, v):
+            def step(s):
+                pos, vel, t = s
+                return pos + 0.05 * vel + np.sin(vel) * 0.01, vel * 0.98 - 0.05 * 9.81, t + 1
+            pos, vel, _ = tk.while_loop(lambda s: np.min(s[0]) > 0.0, step, (x, v, np.int64(0)), checkpoint=k)
+            return np.sum(pos ** 2) + np.sum(vel)
+        return f
+
+    want = tk.jit(tk.grad(loss(None), argnums=(0, 1)), backend="interpret")(start, v)
+    for k in sorted({1, 2, 3, max(n, 1), n + 1}):
+        close(on(backend, tk.grad(loss(k), argnums=(0, 1)))(start, v), want, 1e-13)

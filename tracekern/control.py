@@ -109,10 +109,12 @@ def scan(f: Callable, init, xs=None, length: int | None = None, *, reverse: bool
     """(carry, ys) = scan(f, init, xs): carry, y = f(carry, x) for each x along axis 0 of xs (a
     pytree of arrays, or None with `length`); ys stacks the ys. Differentiable (grad of grad too).
 
-    checkpoint=None keeps every step's carry for the backward pass; checkpoint=k keeps k carries
-    (the starts of k segments) and recomputes each segment's steps in the backward pass."""
-    if checkpoint is not None and not reverse:
-        return _checkpointed_scan(f, init, xs, length, int(checkpoint))
+    checkpoint=None keeps every step's carry for the backward pass. checkpoint=k keeps none: the
+    backward runs a binomial schedule from the initial carry with at most k carries stored
+    (tracekern.schedule), re-running the fewest forward steps that allows."""
+    if checkpoint is not None and int(checkpoint) < 1:
+        raise ValueError(with_location(f"tk.scan: checkpoint must be None or a positive number of snapshots, "
+                                       f"got {checkpoint}"))
     init_leaves, carry_td = _leaves(init, "tk.scan init")
     x_leaves, x_td = _leaves(xs, "tk.scan xs") if xs is not None else ([], tree_flatten(None)[1])
     lengths = {int(aval_of(x).shape[0]) if aval_of(x).shape else -1 for x in x_leaves}
@@ -143,46 +145,12 @@ def scan(f: Callable, init, xs=None, length: int | None = None, *, reverse: bool
 
     g, extra, _ = _trace(body, carry_avals + x_avals, "tk.scan")
     g = _consts_first(g, len(extra))
+    ck = None if checkpoint is None or int(checkpoint) >= n else int(checkpoint)
     outs = C.scan(*extra, *init_leaves, *x_leaves, body=g, num_consts=len(extra), num_carry=len(init_leaves),
-                  length=n, reverse=bool(reverse), record=True)
+                  length=n, reverse=bool(reverse), record=ck is None, checkpoint=ck)
     nk = len(init_leaves)
     n_y = len(g.outputs) - nk
     return tree_unflatten(carry_td, list(outs[:nk])), tree_unflatten(out_td_box["y"], list(outs[nk:nk + n_y]))
-
-
-def _checkpointed_scan(f, init, xs, length, k):
-    """Two-level checkpointing: an outer scan over segments of L = ceil(n / k) steps records only the
-    segment starts; each segment is a tk.recompute region, so its steps run again in the backward.
-    Every step is recomputed once."""
-    from . import numpy as tnp
-    from .annotations import recompute
-
-    if k < 1:
-        raise ValueError(with_location(f"tk.scan: checkpoint must be None or a positive number of snapshots, got {k}"))
-    x_leaves, x_td = tree_flatten(xs)
-    n = int(length) if length is not None else int(aval_of(_read(x_leaves[0])).shape[0])
-    seg = -(-n // k) if n else 1
-    full = n // seg
-    if seg == 1:   # k >= n: every carry is a snapshot anyway
-        return scan(f, init, xs, length)
-    rem = n - full * seg
-    segment = recompute(lambda c, xseg: scan(f, c, xseg, length=seg))
-
-    def split(leaf):
-        leaf = _read(leaf)
-        rest = tuple(aval_of(leaf).shape[1:])
-        return tnp.reshape(leaf[:full * seg], (full, seg) + rest), leaf[full * seg:]
-
-    parts = [split(leaf) for leaf in x_leaves]
-    xs_full = tree_unflatten(x_td, [p[0] for p in parts]) if xs is not None else None
-    carry, ys = scan(lambda c, xseg: segment(c, xseg), init, xs_full, length=full)
-    y_leaves, y_td = tree_flatten(ys)
-    y_leaves = [tnp.reshape(y, (full * seg,) + tuple(aval_of(y).shape[2:])) for y in y_leaves]
-    if rem:
-        xs_rem = tree_unflatten(x_td, [p[1] for p in parts]) if xs is not None else None
-        carry, ys_rem = recompute(lambda c, xr: scan(f, c, xr, length=rem))(carry, xs_rem)
-        y_leaves = [tnp.concatenate([a, b], axis=0) for a, b in zip(y_leaves, tree_flatten(ys_rem)[0])]
-    return carry, tree_unflatten(y_td, y_leaves)
 
 
 def _consts_first(g: Graph, n_extra: int) -> Graph:
@@ -216,14 +184,19 @@ def fori_loop(lower, upper, body_fn: Callable, init, *, checkpoint: int | None =
 
     lo = tnp.astype(lo, np.int64) if isinstance(lo, Tracer) else np.int64(lo)
     hi = tnp.astype(hi, np.int64) if isinstance(hi, Tracer) else np.int64(hi)
-    _, val = while_loop(lambda s: s[0] < hi, lambda s: (s[0] + 1, body_fn(s[0], s[1])), (lo, init))
+    _, val = while_loop(lambda s: s[0] < hi, lambda s: (s[0] + 1, body_fn(s[0], s[1])), (lo, init),
+                        checkpoint=checkpoint)
     return val
 
 
-def while_loop(cond_fn: Callable, body_fn: Callable, init):
+def while_loop(cond_fn: Callable, body_fn: Callable, init, *, checkpoint: int | None = None):
     """while cond_fn(val): val = body_fn(val). Reverse-differentiable with a trip count known only
     at run time: the backward re-runs the loop from its initial value, keeping every iteration's
-    carry, then runs the body's backward in reverse."""
+    carry (checkpoint=None) or k snapshots and one segment at a time (checkpoint=k), then runs the
+    body's backward in reverse."""
+    if checkpoint is not None and int(checkpoint) < 1:
+        raise ValueError(with_location(f"tk.while_loop: checkpoint must be None or a positive number of snapshots, "
+                                       f"got {checkpoint}"))
     if current_builder() is None and not any(isinstance(_read(x), Tracer) for x in tree_flatten(init)[0]):
         val = init
         while bool(np.asarray(cond_fn(val))):
@@ -253,5 +226,6 @@ def while_loop(cond_fn: Callable, body_fn: Callable, init):
     extra = eb + ec
     gb = _consts_first(_extend(gb, len(avals) + len(eb), [aval_of(c) for c in ec], after=True), len(extra))
     gc = _consts_first(_extend(gc, len(avals), [aval_of(c) for c in eb], after=False), len(extra))
-    outs = C.while_(*extra, *leaves, cond=gc, body=gb, num_consts=len(extra))
+    outs = C.while_(*extra, *leaves, cond=gc, body=gb, num_consts=len(extra),
+                    checkpoint=None if checkpoint is None else int(checkpoint))
     return tree_unflatten(td, list(outs[:-1]))

@@ -144,7 +144,7 @@ def _identity_literal(identity: str, dtype: np.dtype) -> str:
     return _literal(info.min if low else info.max, dtype)
 
 
-_CONTROL = ("cond", "scan", "while", "while_grad")
+_CONTROL = ("cond", "scan", "while", "while_grad", "scan_revolve")
 
 
 class _Module:
@@ -534,25 +534,111 @@ class _Renderer:
         nk = len(body.outputs)
         tag = e.outputs[0].id
         consts, init, trip, state0 = ops[:nc], ops[nc:nc + nk], ops[nc + nk], ops[nc + nk + 1:]
-        self.emit(1, f"n{tag} = {trip}[()]", eqn=e)
+        n, seg, nsnap = f"n{tag}", f"seg{tag}", f"ns{tag}"
+        self.emit(1, f"{n} = {trip}[()]", eqn=e)
+        k = p.get("checkpoint")
+        self.emit(1, f"{seg} = max({n}, 1)" if k is None else f"{seg} = max(({n} + {k - 1}) // {k}, 1)")
+        self.emit(1, f"{nsnap} = ({n} + {seg} - 1) // {seg}")
         carry = [f"k{tag}_{i}" for i in range(nk)]
+        snaps = [f"snap{tag}_{i}" for i in range(nk)]
         tapes = [f"tape{tag}_{i}" for i in range(nk)]
-        for c, x, tp, v in zip(carry, init, tapes, body.outputs):
-            self.emit(1, f"{c} = {x}.copy()")
+        for c, x, sn, tp, v in zip(carry, init, snaps, tapes, body.outputs):
             dims = "".join(f", i64({d})" for d in v.shape)
-            self.emit(1, f"{tp} = empty_{cpu_math.CASTS[v.dtype.name]}((i64(n{tag}){dims},))")
-        self.emit(1, f"for t in range(n{tag}):   # the forward again, keeping each iteration's carry", eqn=e)
-        for c, tp, v in zip(carry, tapes, body.outputs):
-            self.emit(2, f"{self._row(tp, tuple(v.shape))}[...] = {c}")
+            self.emit(1, f"{c} = {x}.copy()")
+            self.emit(1, f"{sn} = empty_{cpu_math.CASTS[v.dtype.name]}((i64({nsnap}){dims},))")
+            self.emit(1, f"{tp} = empty_{cpu_math.CASTS[v.dtype.name]}((i64({seg}){dims},))")
+            self.emit(1, f"if {n} > 0:")
+            self.emit(2, f"{sn}[0:1].reshape({tuple(v.shape)})[...] = {c}")
+        self.emit(1, f"for t in range(1, ({nsnap} - 1) * {seg} + 1):   # the forward again, to the last snapshot", eqn=e)
         self.emit(2, f"r{tag} = {self._subcall(body, consts + carry)}", eqn=e)
         for i, c in enumerate(carry):
             self.emit(2, f"{c} = r{tag}[{i}]")
+        self.emit(2, f"if t % {seg} == 0:")
+        for c, sn, v in zip(carry, snaps, body.outputs):
+            self.emit(3, f"{sn}[t // {seg}:t // {seg} + 1].reshape({tuple(v.shape)})[...] = {c}")
         state = [f"s{tag}_{i}" for i in range(len(state0))]
         for st, x in zip(state, state0):
             self.emit(1, f"{st} = {x}.copy()")
-        self.emit(1, f"for t in range(n{tag} - 1, -1, -1):   # the body's backward, in reverse", eqn=e)
-        rows = [self._row(tp, tuple(v.shape)) for tp, v in zip(tapes, body.outputs)]
-        self.emit(2, f"g{tag} = {self._subcall(p['back'], consts + state + rows)}", eqn=e)
+        self.emit(1, f"for q in range({nsnap} - 1, -1, -1):   # segments in reverse", eqn=e)
+        self.emit(2, f"t0 = q * {seg}")
+        self.emit(2, f"t1 = min({n}, t0 + {seg})")
+        for c, sn, v in zip(carry, snaps, body.outputs):
+            self.emit(2, f"{c} = {sn}[q:q + 1].reshape({tuple(v.shape)}).copy()")
+        self.emit(2, "for t in range(t0, t1):   # the segment's carries")
+        for c, tp, v in zip(carry, tapes, body.outputs):
+            self.emit(3, f"{tp}[t - t0:t - t0 + 1].reshape({tuple(v.shape)})[...] = {c}")
+        self.emit(3, f"r{tag} = {self._subcall(body, consts + carry)}", eqn=e)
+        for i, c in enumerate(carry):
+            self.emit(3, f"{c} = r{tag}[{i}]")
+        self.emit(2, "for t in range(t1 - 1, t0 - 1, -1):   # the body's backward, in reverse")
+        rows = [f"{tp}[t - t0:t - t0 + 1].reshape({tuple(v.shape)})" for tp, v in zip(tapes, body.outputs)]
+        self.emit(3, f"g{tag} = {self._subcall(p['back'], consts + state + rows)}", eqn=e)
         for i, st in enumerate(state):
-            self.emit(2, f"{st} = g{tag}[{i}]")
+            self.emit(3, f"{st} = g{tag}[{i}]")
         self._outputs(e, state)
+
+    def _contiguous(self, name: str, new: str) -> str:
+        self.emit(1, f"{new} = np.ascontiguousarray({name})")
+        return new
+
+    def control_scan_revolve(self, e, ops: list[str]) -> None:
+        """Runs the checkpoint schedule (tracekern.schedule): a loop over its actions."""
+        p = e.params
+        body, nc, nk, ns, n = p["body"], p["num_consts"], p["num_carry"], p["num_state"], p["length"]
+        n_y = len(body.outputs) - nk
+        n_xs = len(ops) - nc - nk - ns - n_y
+        consts, init = ops[:nc], ops[nc:nc + nk]
+        xs, state0, ct_ys = ops[nc + nk:nc + nk + n_xs], ops[nc + nk + n_xs:nc + nk + n_xs + ns], ops[nc + nk + n_xs + ns:]
+        tag = e.outputs[0].id if e.outputs else 0
+        acts = f"X[{len(self.module.extras)}]"
+        self.module.extras.append(np.ascontiguousarray(p["actions"], np.int64))
+        k = int(p["actions"][:, 1][p["actions"][:, 0] == 1].max()) + 1 if len(p["actions"]) else 1
+        carry = [f"k{tag}_{i}" for i in range(nk)]
+        slots = [f"slot{tag}_{i}" for i in range(nk)]
+        for c, x, sl, v in zip(carry, init, slots, body.outputs):
+            dims = "".join(f", i64({d})" for d in v.shape)
+            self.emit(1, f"{c} = {x}.copy()", eqn=e)
+            self.emit(1, f"{sl} = empty_{cpu_math.CASTS[v.dtype.name]}((i64({k}){dims},))")
+        self.emit(1, f"slotpos{tag} = np.zeros({k}, np.int64)")
+        state = [f"s{tag}_{i}" for i in range(ns)]
+        for st, x in zip(state, state0):
+            self.emit(1, f"{st} = {x}.copy()")
+        grads = e.outputs[ns:]
+        for v in grads:
+            self.names[v] = f"b{v.id}"
+            self.emit(1, f"b{v.id} = {_empty(tuple(v.shape), v.dtype.name)}")
+        ins = e.inputs
+        xs = [self._contiguous(x, f"q{tag}_{i}") for i, x in enumerate(xs)]
+        ct_ys = [self._contiguous(x, f"cq{tag}_{i}") for i, x in enumerate(ct_ys)]
+        xs_rows = [self._row(q, tuple(x.shape[1:])) for q, x in zip(xs, ins[nc + nk:nc + nk + n_xs])]
+        cy_rows = [self._row(q, tuple(x.shape[1:])) for q, x in zip(ct_ys, ins[nc + nk + n_xs + ns:])]
+        tindex = f"{n} - 1 - pos{tag}" if p["reverse"] else f"pos{tag}"
+        self.emit(1, f"pos{tag} = 0")
+        self.emit(1, f"for a in range({acts}.shape[0]):", eqn=e)
+        self.emit(2, f"op = {acts}[a, 0]")
+        self.emit(2, f"arg = {acts}[a, 1]")
+        self.emit(2, "if op == 0:   # advance")
+        self.emit(3, "for _ in range(arg):")
+        self.emit(4, f"t = {tindex}")
+        self.emit(4, f"r{tag} = {self._subcall(body, consts + carry + xs_rows)}", eqn=e)
+        for i, c in enumerate(carry):
+            self.emit(4, f"{c} = r{tag}[{i}]")
+        self.emit(4, f"pos{tag} += 1")
+        self.emit(2, "elif op == 1:   # store")
+        for c, sl, v in zip(carry, slots, body.outputs):
+            self.emit(3, f"{sl}[arg:arg + 1].reshape({tuple(v.shape)})[...] = {c}")
+        self.emit(3, f"slotpos{tag}[arg] = pos{tag}")
+        self.emit(2, "elif op == 2:   # restore")
+        for c, sl, v in zip(carry, slots, body.outputs):
+            self.emit(3, f"{c} = {sl}[arg:arg + 1].reshape({tuple(v.shape)}).copy()")
+        self.emit(3, f"pos{tag} = slotpos{tag}[arg]")
+        self.emit(2, "else:   # the backward step at the current position")
+        self.emit(3, f"t = {tindex}")
+        self.emit(3, f"g{tag} = {self._subcall(p['back'], consts + state + carry + xs_rows + cy_rows)}", eqn=e)
+        for i, st in enumerate(state):
+            self.emit(3, f"{st} = g{tag}[{i}]")
+        for j, v in enumerate(grads):
+            self.emit(3, f"{self._row(f'b{v.id}', tuple(v.shape[1:]))}[...] = g{tag}[{ns + j}]")
+        for v, st in zip(e.outputs[:ns], state):
+            self.names[v] = f"b{v.id}"
+            self.emit(1, f"b{v.id} = {st}.copy()")

@@ -77,7 +77,7 @@ class Scan(Primitive):
     multiple_results = True
     sparse_cotangents = True
 
-    def abstract_eval(self, *avals, body, num_consts, num_carry, length, reverse, record):
+    def abstract_eval(self, *avals, body, num_consts, num_carry, length, reverse, record, checkpoint=None):
         nc, nk = num_consts, num_carry
         carry = _avals(body, "outputs")[:nk]
         if tuple(avals[nc:nc + nk]) != carry:
@@ -90,7 +90,7 @@ class Scan(Primitive):
         recs = tuple(Aval((length,) + a.shape, a.dtype) for a in carry) if record else ()
         return carry + ys + recs
 
-    def impl(self, *arrays, body, num_consts, num_carry, length, reverse, record):
+    def impl(self, *arrays, body, num_consts, num_carry, length, reverse, record, checkpoint=None):
         nc, nk = num_consts, num_carry
         consts, carry, xs = arrays[:nc], list(arrays[nc:nc + nk]), arrays[nc + nk:]
         outs = [v.aval for v in body.outputs]
@@ -118,18 +118,20 @@ class Scan(Primitive):
         return Eqn(self, eqn.inputs, eqn.outputs[:len(eqn.outputs) - p["num_carry"]], dict(p, record=False), eqn.source)
 
     def for_vjp(self, eqn):
-        if eqn.params["record"]:
-            return eqn
+        if eqn.params["record"] or eqn.params.get("checkpoint") is not None:
+            return eqn   # (a checkpointed scan's backward re-runs steps instead)
         from ..ir import Eqn, Var
 
         recs = tuple(Var(Aval((eqn.params["length"],) + v.aval.shape, v.aval.dtype))
                      for v in eqn.params["body"].outputs[:eqn.params["num_carry"]])
         return Eqn(self, eqn.inputs, eqn.outputs + recs, dict(eqn.params, record=True), eqn.source)
 
-    def vjp(self, cts, ins, outs, active, body, num_consts, num_carry, length, reverse, record):
+    def vjp(self, cts, ins, outs, active, body, num_consts, num_carry, length, reverse, record, checkpoint=None):
         from ..numpy import zeros_like
         from ..trace import aval_of
 
+        if checkpoint is not None:
+            return _revolve_vjp(cts, ins, outs, active, body, num_consts, num_carry, length, reverse, checkpoint)
         if not record:
             raise TracekernError("scan: its recorded carries were dropped before differentiation (internal error)")
         nc, nk = num_consts, num_carry
@@ -162,6 +164,86 @@ class Scan(Primitive):
         ct_xs = dict(zip(dx, res[len(fk) + len(dc):len(fk) + len(dc) + len(dx)]))
         return ([ct_consts.get(i) for i in range(nc)] + [ct_init.get(i) if act[nc + i] else None for i in range(nk)]
                 + [ct_xs.get(i) for i in range(len(xs))])
+
+
+def _revolve_vjp(cts, ins, outs, active, body, nc, nk, length, reverse, k):
+    """The backward of a checkpointed scan: scan_revolve runs the schedule of tracekern.schedule
+    (at most k stored carries) from the initial carry, interleaving forward and backward steps."""
+    from ..numpy import zeros_like
+    from ..schedule import actions
+    from ..trace import aval_of
+
+    n_y = len(body.outputs) - nk
+    consts, init, xs = list(ins[:nc]), list(ins[nc:nc + nk]), list(ins[nc + nk:])
+    ct_carry = [zeros_like(o) if c is None else c for c, o in zip(cts[:nk], outs[:nk])]
+    ct_ys = [zeros_like(o) if c is None else c for c, o in zip(cts[nk:nk + n_y], outs[nk:nk + n_y])]
+    act = list(active)
+    dc = [i for i in range(nc) if act[i]]
+    fk = [i for i in range(nk) if is_float(body.outputs[i].dtype)]
+    dx = [i for i in range(len(xs)) if act[nc + nk + i]]
+    step_active = act[:nc] + [i in fk for i in range(nk)] + act[nc + nk:]
+    avals = ([aval_of(c) for c in consts] + [aval_of(ct_carry[i]) for i in fk] + [aval_of(consts[i]) for i in dc]
+             + [v.aval for v in body.outputs[:nk]] + [_row(aval_of(x)) for x in xs] + [_row(aval_of(c)) for c in ct_ys])
+    back = _scan_step_vjp(body, nc, nk, fk, dc, dx, len(xs), step_active, avals)
+    acc0 = [zeros_like(consts[i]) for i in dc]
+    res = scan_revolve(*consts, *init, *xs, *[ct_carry[i] for i in fk], *acc0, *ct_ys, body=body, back=back,
+                       actions=actions(length, k), num_consts=nc, num_carry=nk, num_state=len(fk) + len(dc),
+                       dx=tuple(dx), length=length, reverse=reverse)
+    ct_init = dict(zip(fk, res[:len(fk)]))
+    ct_consts = dict(zip(dc, res[len(fk):len(fk) + len(dc)]))
+    ct_xs = dict(zip(dx, res[len(fk) + len(dc):]))
+    return ([ct_consts.get(i) for i in range(nc)] + [ct_init.get(i) if act[nc + i] else None for i in range(nk)]
+            + [ct_xs.get(i) for i in range(len(xs))])
+
+
+class ScanRevolve(Primitive):
+    """The backward of a checkpointed scan. Operands: consts, the initial carry, the sequences, the
+    backward state (carry cotangents, then const-cotangent sums), the ys' cotangents. It runs
+    `actions` (tracekern.schedule) with at most k stored carries; outputs the final backward state
+    and the stacked cotangents of the sequences in `dx`."""
+
+    multiple_results = True
+
+    def abstract_eval(self, *avals, body, back, actions, num_consts, num_carry, num_state, dx, length, reverse):
+        n_xs = len(avals) - num_consts - num_carry - num_state - (len(body.outputs) - num_carry)
+        start = num_consts + num_carry + n_xs
+        xs = avals[num_consts + num_carry:start]
+        return tuple(avals[start:start + num_state]) + tuple(xs[i] for i in dx)
+
+    def impl(self, *arrays, body, back, actions, num_consts, num_carry, num_state, dx, length, reverse):
+        from ..schedule import ADVANCE, RESTORE, STORE
+
+        nc, nk, ns = num_consts, num_carry, num_state
+        n_y = len(body.outputs) - nk
+        n_xs = len(arrays) - nc - nk - ns - n_y
+        consts = list(arrays[:nc])
+        cur = list(arrays[nc:nc + nk])
+        xs = arrays[nc + nk:nc + nk + n_xs]
+        state = list(arrays[nc + nk + n_xs:nc + nk + n_xs + ns])
+        ct_ys = arrays[nc + nk + n_xs + ns:]
+        ct_xs = [np.zeros_like(xs[i]) for i in dx]
+        pos, slots = 0, {}
+        for op, arg in actions:
+            if op == ADVANCE:
+                for _ in range(int(arg)):
+                    t = length - 1 - pos if reverse else pos
+                    cur = [np.asarray(v) for v in _run(body, consts + cur + [x[t] for x in xs])[:nk]]
+                    pos += 1
+            elif op == STORE:
+                slots[int(arg)] = (cur, pos)
+            elif op == RESTORE:
+                cur, pos = slots[int(arg)]
+            else:
+                t = length - 1 - pos if reverse else pos
+                g = [np.asarray(v) for v in _run(back, consts + state + cur + [x[t] for x in xs] + [c[t] for c in ct_ys])]
+                state = g[:ns]
+                for j in range(len(dx)):
+                    ct_xs[j][t] = g[ns + j]
+        return tuple(state) + tuple(ct_xs)
+
+    def vjp(self, cts, ins, outs, active, **params):
+        raise TracekernError("grad of grad through a checkpointed tk.scan is not supported; use checkpoint=None "
+                             "(its backward is an ordinary scan, differentiable again)")
 
 
 def _row(a: Aval) -> Aval:
@@ -206,14 +288,14 @@ class While(Primitive):
 
     multiple_results = True
 
-    def abstract_eval(self, *avals, cond, body, num_consts):
+    def abstract_eval(self, *avals, cond, body, num_consts, checkpoint=None):
         carry = tuple(avals[num_consts:])
         if _avals(body, "outputs") != carry:
             raise TypeError(f"while_loop: the body returns {[str(a) for a in _avals(body, 'outputs')]}, the carry is "
                             f"{[str(a) for a in carry]}")
         return carry + (Aval((), np.dtype(np.int64)),)
 
-    def impl(self, *arrays, cond, body, num_consts):
+    def impl(self, *arrays, cond, body, num_consts, checkpoint=None):
         consts, carry = list(arrays[:num_consts]), list(arrays[num_consts:])
         n = 0
         while bool(_run(cond, consts + carry)[0]):
@@ -224,7 +306,7 @@ class While(Primitive):
     def has_effects(self, cond, body, **params) -> bool:
         return _graph_effects(cond, body)
 
-    def vjp(self, cts, ins, outs, active, cond, body, num_consts):
+    def vjp(self, cts, ins, outs, active, cond, body, num_consts, checkpoint=None):
         from ..numpy import zeros_like
         from ..trace import aval_of
 
@@ -240,34 +322,44 @@ class While(Primitive):
         back = _scan_step_vjp(body, nc, nk, fk, dc, [], 0, step_active, avals[:-1])
         ct_k = [zeros_like(init[i]) if cts[i] is None else cts[i] for i in fk]
         res = while_grad(*consts, *init, outs[-1], *ct_k, *[zeros_like(consts[i]) for i in dc],
-                         body=body, back=back, num_consts=nc, num_float=len(fk), num_acc=len(dc))
+                         body=body, back=back, num_consts=nc, num_float=len(fk), num_acc=len(dc), checkpoint=checkpoint)
         ct_init = dict(zip(fk, res[:len(fk)]))
         ct_consts = dict(zip(dc, res[len(fk):]))
         return [ct_consts.get(i) for i in range(nc)] + [ct_init.get(i) if active[nc + i] else None for i in range(nk)]
 
 
 class WhileGrad(Primitive):
-    """The reverse of a while loop: re-runs the forward `trip` times from the initial carry, keeping
-    each iteration's carry, then runs the body's backward step in reverse."""
+    """The reverse of a while loop: re-runs the forward `trip` times from the initial carry, then
+    runs the body's backward step in reverse. checkpoint=None keeps every iteration's carry;
+    checkpoint=k keeps k snapshots (every L = ceil(trip / k) iterations) and re-runs one segment
+    of at most L iterations at a time: k + L carries at once, each iteration re-run twice."""
 
     multiple_results = True
 
-    def abstract_eval(self, *avals, body, back, num_consts, num_float, num_acc):
+    def abstract_eval(self, *avals, body, back, num_consts, num_float, num_acc, checkpoint=None):
         nk = len(body.outputs)
         start = num_consts + nk + 1
         return tuple(avals[start:start + num_float + num_acc])
 
-    def impl(self, *arrays, body, back, num_consts, num_float, num_acc):
+    def impl(self, *arrays, body, back, num_consts, num_float, num_acc, checkpoint=None):
         nc, nk = num_consts, len(body.outputs)
         consts, carry = list(arrays[:nc]), list(arrays[nc:nc + nk])
         trip = int(arrays[nc + nk])
         state = list(arrays[nc + nk + 1:])
-        tape = []
-        for _ in range(trip):
-            tape.append(carry)
+        seg = segment_length(trip, checkpoint)
+        num_snap = -(-trip // seg)
+        snapshots = [carry] if trip else []
+        for t in range(1, (num_snap - 1) * seg + 1):   # up to the last snapshot only
             carry = [np.asarray(v) for v in _run(body, consts + carry)]
-        for carry_t in reversed(tape):
-            state = [np.asarray(v) for v in _run(back, consts + state + carry_t)]
+            if t % seg == 0:
+                snapshots.append(carry)
+        for s in reversed(range(len(snapshots))):
+            carry, tape = snapshots[s], []
+            for _ in range(s * seg, min(trip, (s + 1) * seg)):
+                tape.append(carry)
+                carry = [np.asarray(v) for v in _run(body, consts + carry)]
+            for carry_t in reversed(tape):
+                state = [np.asarray(v) for v in _run(back, consts + state + carry_t)]
         return tuple(state)
 
     def vjp(self, cts, ins, outs, active, **params):
@@ -275,7 +367,15 @@ class WhileGrad(Primitive):
                              "bounds or tk.scan, whose gradients are loops that can be differentiated again")
 
 
+def segment_length(trip: int, checkpoint) -> int:
+    """Iterations between snapshots in while_grad: all of them in one segment without checkpoints."""
+    if checkpoint is None:
+        return max(trip, 1)
+    return max(-(-trip // int(checkpoint)), 1)
+
+
 cond = Cond("cond")
 scan = Scan("scan")
 while_ = While("while")
 while_grad = WhileGrad("while_grad")
+scan_revolve = ScanRevolve("scan_revolve")

@@ -1,0 +1,95 @@
+"""Checkpoint schedules for reversing a loop of n steps with at most k stored carries (binomial
+checkpointing, after Griewank and Walther's Revolve): which steps the backward pass runs again.
+
+A schedule is a list of actions on a machine holding one current carry and k slots:
+ADVANCE j (run j forward steps), STORE s (copy the current carry to slot s), RESTORE s (copy
+slot s to the current carry), REVERSE (the backward step at the current position). The carry at
+step 0 is stored in slot 0 first. The split points minimise the forward steps re-run (dynamic
+programming over (steps, free slots)); the count equals Revolve's bound for this setting."""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+ADVANCE, STORE, RESTORE, REVERSE = 0, 1, 2, 3
+
+
+@functools.lru_cache(maxsize=64)
+def _tables(n: int, free: int) -> tuple[np.ndarray, np.ndarray]:
+    """cost[s, l]: fewest forward steps to reverse l steps given the carry at their start (stored)
+    and s more free slots; split[s, l]: the steps to advance before storing the next carry."""
+    cost = np.zeros((free + 1, n + 1), np.int64)
+    split = np.zeros((free + 1, n + 1), np.int64)
+    ls = np.arange(n + 1)
+    cost[0] = ls * (ls - 1) // 2          # no free slot: restart from the start for each step
+    cost[0, 0] = 0
+    for s in range(1, free + 1):
+        for length in range(2, n + 1):
+            j = np.arange(1, length)
+            total = j + cost[s - 1, length - j] + cost[s, j]
+            best = int(np.argmin(total))
+            cost[s, length] = total[best]
+            split[s, length] = best + 1
+    return cost, split
+
+
+def reruns(n: int, k: int) -> int:
+    """Forward steps the backward pass runs again to reverse n steps with k slots."""
+    if n <= 1:
+        return 0
+    free = max(min(k, n) - 1, 0)
+    return int(_tables(n, free)[0][free, n])
+
+
+@functools.lru_cache(maxsize=64)
+def actions(n: int, k: int) -> np.ndarray:
+    """The schedule as an int64 array of (action, argument) rows."""
+    if k < 1:
+        raise ValueError(f"a checkpoint schedule needs at least one slot, got {k}")
+    out: list[tuple[int, int]] = [(STORE, 0)] if n else []
+    free = max(min(k, n) - 1, 0)
+    split = _tables(max(n, 1), free)[1]
+
+    def reverse(start: int, length: int, slot: int, s: int) -> None:
+        # precondition: the current carry is the one at `start`, also in `slot`
+        if length == 0:
+            return
+        if length == 1:
+            out.append((REVERSE, 0))
+            return
+        if s == 0:
+            for t in reversed(range(length)):
+                if t:
+                    out.append((ADVANCE, t))
+                out.append((REVERSE, 0))
+                if t:
+                    out.append((RESTORE, slot))
+            return
+        j = int(split[s, length])
+        out.append((ADVANCE, j))
+        out.append((STORE, slot + 1))
+        reverse(start + j, length - j, slot + 1, s - 1)
+        out.append((RESTORE, slot))
+        reverse(start, j, slot, s)
+
+    reverse(0, n, 0, free)
+    arr = np.asarray(out, np.int64).reshape(-1, 2)
+    arr.setflags(write=False)
+    return arr
+
+
+def simulate(n: int, acts: np.ndarray) -> tuple[list[int], int, int]:
+    """(steps reversed in order, forward steps run, slots used): for tests and the benchmark."""
+    pos, slots, done, advanced = 0, {}, [], 0
+    for op, arg in acts:
+        if op == ADVANCE:
+            pos += int(arg)
+            advanced += int(arg)
+        elif op == STORE:
+            slots[int(arg)] = pos
+        elif op == RESTORE:
+            pos = slots[int(arg)]
+        else:
+            done.append(pos)
+    return done, advanced, len(slots)
