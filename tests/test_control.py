@@ -251,3 +251,13 @@ def test_checkpointed_while_loop_gives_identical_gradients_for_every_k(backend, 
     want = tk.jit(tk.grad(loss(None), argnums=(0, 1)), backend="interpret")(start, v)
     for k in sorted({1, 2, 3, max(n, 1), n + 1}):
         close(on(backend, tk.grad(loss(k), argnums=(0, 1)))(start, v), want, 1e-13)
+
+
+def test_sin_beyond_the_vectorised_range_inside_a_loop_body_is_exact():
+    x = np.array([0.5, 3e7, -2e9])
+    f = lambda x: tk.fori_loop(0, 3, lambda i, v: np.sin(v) * 1e7 + v, x)  # noqa: E731
+    want = x
+    for _ in range(3):
+        want = np.sin(want) * 1e7 + want
+    np.testing.assert_allclose(tk.jit(f)(x), want, rtol=1e-12)
+    np.testing.assert_allclose(tk.jit(f)(np.array([0.5, 0.1, 0.2])), f(np.array([0.5, 0.1, 0.2])), rtol=1e-12)

@@ -98,7 +98,7 @@ def compile_graph(graph: Graph) -> CompiledStep:
     consts = [renderer.const_value(v) for v in plan.consts]
     if renderer.module.used:
         consts.append(tuple(renderer.module.extras))
-    return CompiledStep(graph, plan, source, consts, lines, flagged=renderer.has_trig())
+    return CompiledStep(graph, plan, source, consts, lines, flagged=renderer.has_trig() or renderer.module.used)
 
 
 def _producer(graph: Graph, v: Var):
@@ -158,18 +158,24 @@ class _Module:
         self.extras: list[np.ndarray] = []
         self.used = False
 
-    def sub(self, graph: Graph) -> str:
-        if id(graph) not in self.subs:
+    def sub(self, graph: Graph, exact: bool) -> str:
+        """The function of a sub-graph: `subN` uses vectorised sin/cos/tan and sets F[0] when an
+        argument is beyond their range (the step then runs `step_exact`, which calls `subN_x`,
+        the same with libm's)."""
+        key = (id(graph), exact)
+        if key not in self.subs:
             from .. import passes
 
-            name = f"sub{len(self.subs)}"
-            self.subs[id(graph)] = name
-            r = _Renderer(fusion.plan(passes.inline_calls(graph)), self, sub=True)
-            r.prepare()
-            # (libm sin/cos/tan inside loop bodies: the vectorised forms need the step's re-run flag)
-            r.function(name, exact=True, flag=False)
-            self.lines += r.lines + ["", ""]
-        return self.subs[id(graph)]
+            name = f"sub{len(self.subs) // 2}" + ("_x" if exact else "")
+            self.subs[key] = name
+            self.subs[(id(graph), not exact)] = name[:-2] if exact else name + "_x"
+            plan = fusion.plan(passes.inline_calls(graph))
+            for variant in (False, True):
+                r = _Renderer(plan, self, sub=True)
+                r.prepare()
+                r.function(self.subs[(id(graph), variant)], exact=variant, flag=not variant)
+                self.lines += r.lines + ["", ""]
+        return self.subs[key]
 
 
 class _Renderer:
@@ -200,7 +206,7 @@ class _Renderer:
         self.prepare()
         subs = self.module.lines
         self.lines = list(subs)   # sub-graph functions first (their errors map to no equation)
-        trig = self.has_trig()
+        trig = self.has_trig() or self.module.used   # (a sub-graph may have sin/cos/tan)
         self.function("step", exact=False, flag=trig)
         if trig:
             self.emit(0, "")
@@ -217,7 +223,7 @@ class _Renderer:
                 self.module.used = True
                 for key in ("true", "false", "cond", "body", "back"):
                     if key in k.eqn.params:
-                        self.module.sub(k.eqn.params[key])
+                        self.module.sub(k.eqn.params[key], exact=False)
 
     def has_trig(self) -> bool:
         """Whether a loop calls sin/cos/tan (0-d loops use libm directly)."""
@@ -238,8 +244,11 @@ class _Renderer:
             else:
                 self.names[v] = f"c{k}"
                 args.append(f"c{k}")
+        self.exact_mode, self.flag_mode = exact, flag
         if self.module.used:
             args.append("X")
+        if self.sub and flag:
+            args.append("F")   # a one-element bool array: set when an argument needed libm
         prints = any(isinstance(k, CallKernel) and k.eqn.primitive.name == "print" for k in self.plan.kernels)
         # (nogil: other threads may run meanwhile; not with tk.print's objmode block, which holds it)
         flags = "cache=True, error_model='numpy'" + ("" if prints else ", nogil=True") + (", parallel=True" if self.parallel else "")
@@ -247,6 +256,9 @@ class _Renderer:
         self.emit(0, f"def {name}({', '.join(args)}):")
         if flag:
             self.emit(1, "any_big = False  # a sin/cos/tan argument >= TRIG_LIMIT somewhere")
+            if self.module.used and not self.sub:
+                self.emit(1, "F = empty_boolean((i64(1),))")
+                self.emit(1, "F[0] = False")
         for pos, k in enumerate(self.plan.kernels):
             if isinstance(k, LoopKernel):
                 self.loop(k, pos, exact, flag)
@@ -255,8 +267,11 @@ class _Renderer:
             for v in self.plan.frees.get(pos, ()):
                 self.pool.setdefault((v.shape, v.dtype.str), []).append(self.names[v])
         outs = []
-        if flag:
-            outs.append("any_big")
+        if flag and self.sub:
+            self.emit(1, "if any_big:")
+            self.emit(2, "F[0] = True")
+        elif flag:
+            outs.append("any_big | F[0]" if self.module.used else "any_big")
         for v in g.outputs:
             name_ = self.names[v]
             outs.append(f"{name_}.copy()" if v in self.plan.consts else name_)
@@ -458,7 +473,8 @@ class _Renderer:
 
     # -- control flow: loops in the step, sub-graphs as njit functions ---------------------------
     def _subcall(self, graph: Graph, args: list[str]) -> str:
-        return f"{self.module.sub(graph)}({', '.join(args + ['X'])})"
+        extra = ["X"] if self.exact_mode else ["X", "F"]
+        return f"{self.module.sub(graph, self.exact_mode)}({', '.join(args + extra)})"
 
     def _outputs(self, e, values: list[str], depth: int = 1) -> None:
         """Bind the equation's outputs to copies of `values` (fresh arrays: no aliasing of inputs)."""
