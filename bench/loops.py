@@ -4,8 +4,7 @@ while_loop that stops on a data-dependent condition; JAX side by side when impor
     python -m bench.loops [--quick] [--json PATH]
 
 Prints a table and writes JSON. `snapshots` is the carries the backward pass keeps: every step's
-without checkpointing, the schedule's k slots with checkpoint=k (scan), or k snapshots plus one
-segment of ceil(n/k) carries (while_loop). `vjp saves` is what tk.vjp saves between its two calls
+without checkpointing, the schedule's k slots with checkpoint=k. `vjp saves` is what tk.vjp saves between its two calls
 (the scan's recorded carries, or only its inputs). `rerun` is the number of forward steps the
 backward pass runs again; `revolve` is Griewank and Walther's bound for the same number of stored
 carries (the first forward sweep included)."""
@@ -117,13 +116,12 @@ def main(argv=None) -> dict:
         f = tk.jit(tk.value_and_grad(lambda a, k=k: sim_loss(a, k), has_aux=True))
         (_, trips), _ = f(x_sim)
         trips = int(trips)
-        seg = max(trips, 1) if k is None else max(-(-trips // k), 1)
-        nsnap = -(-trips // seg)
-        stored = nsnap + seg
+        stored = trips if k is None else min(k, trips)
         result["while"][str(k)] = {
             "time_s": median_time(lambda f=f: f(x_sim), runs), "trips": trips,
             "snapshot_bytes": int(2 * carry * stored),   # position and velocity per stored carry
-            "rerun": trips + (nsnap - 1) * seg, "revolve": revolve_min_steps(trips, stored)}
+            "rerun": trips if k is None else schedule.reruns(trips, k),
+            "revolve": revolve_min_steps(trips, stored)}
     report(result)
     os.makedirs(os.path.dirname(args.json), exist_ok=True)
     with open(args.json, "w") as fh:

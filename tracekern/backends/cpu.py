@@ -249,8 +249,10 @@ class _Renderer:
             args.append("X")
         if self.sub and flag:
             args.append("F")   # a one-element bool array: set when an argument needed libm
-        prints = any(isinstance(k, CallKernel) and k.eqn.primitive.name == "print" for k in self.plan.kernels)
-        # (nogil: other threads may run meanwhile; not with tk.print's objmode block, which holds it)
+        prints = any(isinstance(k, CallKernel) and (k.eqn.primitive.name == "print" or (
+            k.eqn.primitive.name == "scan_revolve" and k.eqn.params["length"] is None)) for k in self.plan.kernels)
+        # (nogil: other threads may run meanwhile; not with an objmode block (tk.print, a while loop's
+        # schedule), which holds it)
         flags = "cache=True, error_model='numpy'" + ("" if prints else ", nogil=True") + (", parallel=True" if self.parallel else "")
         self.emit(0, f"@njit({flags})")
         self.emit(0, f"def {name}({', '.join(args)}):")
@@ -601,21 +603,32 @@ class _Renderer:
         """Runs the checkpoint schedule (tracekern.schedule): a loop over its actions."""
         p = e.params
         body, nc, nk, ns, n = p["body"], p["num_consts"], p["num_carry"], p["num_state"], p["length"]
+        tag = e.outputs[0].id if e.outputs else 0
+        ins = list(e.inputs)
+        if n is None:   # a while loop's: the schedule is made when the trip count is known
+            trip = ops[nc + nk]
+            ops = ops[:nc + nk] + ops[nc + nk + 1:]
+            ins = ins[:nc + nk] + ins[nc + nk + 1:]
+            n, k = f"n{tag}", p["checkpoint"]
+            acts = f"acts{tag}"
+            self.emit(1, f"{n} = {trip}[()]", eqn=e)
+            self.emit(1, f"with objmode({acts}='int64[:, ::1]'):")
+            self.emit(2, f"{acts} = schedule_actions({n}, {k}).copy()")
+        else:
+            acts = f"X[{len(self.module.extras)}]"
+            self.module.extras.append(np.ascontiguousarray(p["actions"], np.int64))
+            k = int(p["actions"][:, 1][p["actions"][:, 0] == 1].max()) + 1 if len(p["actions"]) else 1
         n_y = len(body.outputs) - nk
         n_xs = len(ops) - nc - nk - ns - n_y
         consts, init = ops[:nc], ops[nc:nc + nk]
         xs, state0, ct_ys = ops[nc + nk:nc + nk + n_xs], ops[nc + nk + n_xs:nc + nk + n_xs + ns], ops[nc + nk + n_xs + ns:]
-        tag = e.outputs[0].id if e.outputs else 0
-        acts = f"X[{len(self.module.extras)}]"
-        self.module.extras.append(np.ascontiguousarray(p["actions"], np.int64))
-        k = int(p["actions"][:, 1][p["actions"][:, 0] == 1].max()) + 1 if len(p["actions"]) else 1
         carry = [f"k{tag}_{i}" for i in range(nk)]
         slots = [f"slot{tag}_{i}" for i in range(nk)]
         for c, x, sl, v in zip(carry, init, slots, body.outputs):
             dims = "".join(f", i64({d})" for d in v.shape)
             self.emit(1, f"{c} = {x}.copy()", eqn=e)
             self.emit(1, f"{sl} = empty_{cpu_math.CASTS[v.dtype.name]}((i64({k}){dims},))")
-        self.emit(1, f"slotpos{tag} = np.zeros({k}, np.int64)")
+        self.emit(1, f"slotpos{tag} = empty_i64((i64({k}),))")
         state = [f"s{tag}_{i}" for i in range(ns)]
         for st, x in zip(state, state0):
             self.emit(1, f"{st} = {x}.copy()")
@@ -623,7 +636,6 @@ class _Renderer:
         for v in grads:
             self.names[v] = f"b{v.id}"
             self.emit(1, f"b{v.id} = {_empty(tuple(v.shape), v.dtype.name)}")
-        ins = e.inputs
         xs = [self._contiguous(x, f"q{tag}_{i}") for i, x in enumerate(xs)]
         ct_ys = [self._contiguous(x, f"cq{tag}_{i}") for i, x in enumerate(ct_ys)]
         xs_rows = [self._row(q, tuple(x.shape[1:])) for q, x in zip(xs, ins[nc + nk:nc + nk + n_xs])]

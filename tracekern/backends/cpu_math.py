@@ -11,6 +11,7 @@ import numpy as np
 from numba import njit, types
 from numba.extending import intrinsic
 
+from ..schedule import actions as schedule_actions  # noqa: F401  (for while loops' schedules, in objmode)
 from .vmath import (  # noqa: F401  (re-exported to generated modules)
     INLINE,
     TRIG_LIMIT,

@@ -204,16 +204,26 @@ class ScanRevolve(Primitive):
 
     multiple_results = True
 
-    def abstract_eval(self, *avals, body, back, actions, num_consts, num_carry, num_state, dx, length, reverse):
+    def abstract_eval(self, *avals, body, back, actions, num_consts, num_carry, num_state, dx, length, reverse,
+                      checkpoint=None):
+        if length is None:   # a while loop's: the trip count is an operand, after the carry
+            start = num_consts + num_carry + 1
+            return tuple(avals[start:start + num_state])
         n_xs = len(avals) - num_consts - num_carry - num_state - (len(body.outputs) - num_carry)
         start = num_consts + num_carry + n_xs
         xs = avals[num_consts + num_carry:start]
         return tuple(avals[start:start + num_state]) + tuple(xs[i] for i in dx)
 
-    def impl(self, *arrays, body, back, actions, num_consts, num_carry, num_state, dx, length, reverse):
+    def impl(self, *arrays, body, back, actions, num_consts, num_carry, num_state, dx, length, reverse,
+             checkpoint=None):
         from ..schedule import ADVANCE, RESTORE, STORE
+        from ..schedule import actions as make_actions
 
         nc, nk, ns = num_consts, num_carry, num_state
+        if length is None:   # a while loop: its schedule is made now that the trip count is known
+            length = int(arrays[nc + nk])
+            actions = make_actions(length, checkpoint)
+            arrays = arrays[:nc + nk] + arrays[nc + nk + 1:]
         n_y = len(body.outputs) - nk
         n_xs = len(arrays) - nc - nk - ns - n_y
         consts = list(arrays[:nc])
@@ -321,6 +331,14 @@ class While(Primitive):
         # the scan backward step, with no sequences; the trip count rides along unused
         back = _scan_step_vjp(body, nc, nk, fk, dc, [], 0, step_active, avals[:-1])
         ct_k = [zeros_like(init[i]) if cts[i] is None else cts[i] for i in fk]
+        if checkpoint is not None:   # a binomial schedule with at most k carries, made at run time
+            res = scan_revolve(*consts, *init, outs[-1], *ct_k, *[zeros_like(consts[i]) for i in dc], body=body,
+                               back=back, actions=None, num_consts=nc, num_carry=nk, num_state=len(fk) + len(dc),
+                               dx=(), length=None, reverse=False, checkpoint=checkpoint)
+            ct_init = dict(zip(fk, res[:len(fk)]))
+            ct_consts = dict(zip(dc, res[len(fk):]))
+            return ([ct_consts.get(i) for i in range(nc)]
+                    + [ct_init.get(i) if active[nc + i] else None for i in range(nk)])
         res = while_grad(*consts, *init, outs[-1], *ct_k, *[zeros_like(consts[i]) for i in dc],
                          body=body, back=back, num_consts=nc, num_float=len(fk), num_acc=len(dc), checkpoint=checkpoint)
         ct_init = dict(zip(fk, res[:len(fk)]))
