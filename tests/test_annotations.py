@@ -209,10 +209,10 @@ def test_custom_gradient_multiple_outputs_and_grad_of_grad(backend):
         return np.sum(x * x * y)
 
     r, t = np.array([1.0, 2.0]), np.array([0.3, -0.4])
-    assert_same(on(backend, tk.grad(loss, argnums=(0, 1)))(r, t), tk.grad(plain, argnums=(0, 1))(r, t))
+    assert_same(on(backend, tk.grad(loss, argnums=(0, 1)))(r, t), on("interpret", tk.grad(plain, argnums=(0, 1)))(r, t))
     # grad of grad goes through grad_fn's ops (and through the residuals they use)
     gg = on(backend, tk.grad(lambda r, t: np.sum(tk.grad(loss)(r, t))))(r, t)
-    np.testing.assert_allclose(gg, tk.grad(lambda r, t: np.sum(tk.grad(plain)(r, t)))(r, t), rtol=1e-10)
+    np.testing.assert_allclose(gg, on("interpret", tk.grad(lambda r, t: np.sum(tk.grad(plain)(r, t))))(r, t), rtol=1e-10)
 
 
 def test_nested_custom_gradients(backend):
@@ -259,7 +259,8 @@ def test_recompute_gives_the_same_values_and_gradients(backend, policy):
     want = tk.jit(tk.value_and_grad(lambda p, x: _mlp(p, x, _layer)), backend="interpret")(params, x)
     got = on(backend, tk.value_and_grad(lambda p, x: _mlp(p, x, layer)))(params, x)
     assert_same(got, want, 1e-12)
-    tk.check_grad(lambda p, x: _mlp(p, x, layer), (params[:2], x))
+    if backend == "cpu":
+        tk.check_grad(lambda p, x: _mlp(p, x, layer), (params[:2], x))
 
 
 def test_recompute_cuts_the_residual_bytes_of_vjp_and_the_dots_policy_keeps_matmul_outputs():
@@ -399,9 +400,11 @@ def test_reversible_blocks_match_the_plain_network(backend):
     x1, x2 = rng.standard_normal((4, 8)), rng.standard_normal((4, 8))
     assert_same(on(backend, tk.value_and_grad(net, argnums=(0, 1)))(x1, x2),
                 tk.jit(tk.value_and_grad(plain, argnums=(0, 1)), backend="interpret")(x1, x2), 1e-9)
-    tk.check_grad(net, (x1, x2), order=2)
+    if backend == "cpu":   # (check_grad compiles on the default backend: once is enough)
+        tk.check_grad(net, (x1, x2), order=2)
     gg = on(backend, tk.grad(lambda a, b: np.sum(tk.grad(net)(a, b) ** 2)))(x1, x2)
-    np.testing.assert_allclose(gg, tk.grad(lambda a, b: np.sum(tk.grad(plain)(a, b) ** 2))(x1, x2), rtol=1e-9, atol=1e-12)
+    want = on("interpret", tk.grad(lambda a, b: np.sum(tk.grad(plain)(a, b) ** 2)))(x1, x2)
+    np.testing.assert_allclose(gg, want, rtol=1e-9, atol=1e-12)
 
 
 def test_a_stack_of_reversible_blocks_saves_a_constant_number_of_activations():
