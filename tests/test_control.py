@@ -272,3 +272,17 @@ def test_sin_beyond_the_vectorised_range_inside_a_loop_body_is_exact():
         want = np.sin(want) * 1e7 + want
     np.testing.assert_allclose(tk.jit(f)(x), want, rtol=1e-12)
     np.testing.assert_allclose(tk.jit(f)(np.array([0.5, 0.1, 0.2])), f(np.array([0.5, 0.1, 0.2])), rtol=1e-12)
+
+
+def test_print_in_a_loop_body_and_cond_inside_scan(backend, capfd):
+    def f(x):
+        def body(c, xi):
+            tk.print("step", xi)
+            return tk.cond(xi > 0, lambda v: v * 2, lambda v: v, c + xi), c
+        return tk.scan(body, x, np.arange(3.0))
+
+    capfd.readouterr()
+    carry, ys = on(backend, f)(np.float64(1.0))
+    assert capfd.readouterr().out == "step 0.0\nstep 1.0\nstep 2.0\n"
+    assert carry == 12.0 and ys.tolist() == [1.0, 1.0, 4.0]
+    assert on(backend, tk.grad(lambda x: f(x)[0]))(np.float64(1.0)) == 4.0
