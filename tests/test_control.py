@@ -286,3 +286,24 @@ def test_print_in_a_loop_body_and_cond_inside_scan(backend, capfd):
     assert capfd.readouterr().out == "step 0.0\nstep 1.0\nstep 2.0\n"
     assert carry == 12.0 and ys.tolist() == [1.0, 1.0, 4.0]
     assert on(backend, tk.grad(lambda x: f(x)[0]))(np.float64(1.0)) == 4.0
+
+
+def test_variables_in_loop_bodies_and_nested_loops(backend):
+    w = tk.Variable(np.array([0.5, 1.5]), name="w")
+    x = np.array([0.3, -0.2])
+    scanned = lambda x, wv: np.sum(tk.scan(lambda c, xi: (np.tanh(c * wv + xi), c), x, np.ones((4, 2)))[0])  # noqa: E731
+    dx, (dw,) = on(backend, tk.grad(lambda x: scanned(x, w), wrt=[w]))(x)
+    close((dx, dw), ref(tk.grad(scanned, argnums=(0, 1)))(x, w.value))
+    looped = lambda x, wv: np.sum(tk.while_loop(lambda c: np.sum(c) < 5, lambda c: c * wv + 0.5, x, checkpoint=2))  # noqa: E731
+    dx, (dw,) = on(backend, tk.grad(lambda x: looped(x, w), wrt=[w]))(x)
+    close((dx, dw), ref(tk.grad(looped, argnums=(0, 1)))(x, w.value))
+
+    def nested(x):
+        def outer(i, c):
+            inner = lambda s: tk.scan(lambda a, _: (a * 1.1 + 0.05, ()), s, None, length=2)[0]  # noqa: E731
+            return tk.while_loop(lambda s: np.sum(s) < 3.0 * (i + 1), inner, c)
+        return np.sum(tk.fori_loop(0, 3, outer, x) ** 2)
+
+    close(on(backend, nested)(x), ref(nested)(x))
+    close(on(backend, tk.grad(nested))(x), ref(tk.grad(nested))(x))
+    fd(backend, nested, (x,))

@@ -188,7 +188,7 @@ def inline_env(graph: Graph, args: Sequence[Any], given: dict[Var, Any] | None =
     """Values of all of graph's Vars after emitting its equations on args; an equation whose outputs
     are all in `given` is not emitted (its outputs take those values). `order`, when given, becomes
     an extra operand of each output-less effect (a print), so it runs after `order` is computed."""
-    env: dict[Var, Any] = dict(zip(graph.inputs, args))
+    env: dict[Var, Any] = dict(zip(graph.inputs, [_read(a) for a in args]))   # (a Variable: its tracer)
     if given:
         env.update(given)
     for e in graph.eqns:
