@@ -337,7 +337,8 @@ def main(argv=None) -> dict:
           "numpy": median_time(lambda: w2_numpy(ws, xb, yb), runs),
           "gemms_only": median_time(lambda: w2_gemms(ws, xb), runs)}
     flops = depth * 3 * 2 * batch * width * width
-    w2["roofline"] = flops / sgemm_rate(width, batch)
+    # the best of 3: right after other threaded work the first measurement can run at half speed
+    w2["roofline"] = flops / max(sgemm_rate(width, batch) for _ in range(3))
     peer2, notes2 = peers_w2(ws, xb, yb, runs)
     w2.update(peer2)
     result["notes"] += notes2
