@@ -349,11 +349,16 @@ def main(argv=None) -> dict:
     result["startup"] = startup_times() if not args.quick else {}
     result["overhead"] = per_call_overhead()
     report(result)
-    os.makedirs(os.path.dirname(args.json), exist_ok=True)
-    with open(args.json, "w") as f:
-        json.dump(result, f, indent=2)
-    print(f"\nwrote {args.json}")
+    save(result, args.json)
     return result
+
+
+def save(result: dict, path: str) -> None:
+    """Write a benchmark's figures as JSON (what a later run compares with)."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(result, f, indent=2)
+    print(f"\nwrote {path}")
 
 
 def report(r: dict) -> None:

@@ -11,16 +11,15 @@ carries (the first forward sweep included)."""
 from __future__ import annotations
 
 import argparse
-import json
-import math
 import os
 import time
 
 import numpy as np
 
 import tracekern as tk
+from tracekern import schedule
 
-from .cpu import median_time
+from .cpu import median_time, save
 
 DECAY = np.float32(0.999)
 
@@ -41,19 +40,6 @@ def sim_loss(x0, k):
     pos, vel, trips = tk.while_loop(lambda s: np.mean(s[0]) > 0.0, body, (x0, np.zeros_like(x0), np.int64(0)),
                                     checkpoint=k)
     return np.sum(pos * pos) + np.sum(vel), trips
-
-
-def revolve_min_steps(n: int, s: int) -> int:
-    """Fewest forward steps (the first sweep included) to reverse n steps with s stored states:
-    Griewank and Walther's bound."""
-    if n <= 1:
-        return 0
-    if s >= n:
-        return n - 1
-    r = 1
-    while math.comb(s + r, s) < n:
-        r += 1
-    return r * n - math.comb(s + r, s + 1)
 
 
 def jax_scan(x0, xs, runs):
@@ -94,8 +80,6 @@ def main(argv=None) -> dict:
     carry = x0.nbytes
     result: dict = {"date": time.strftime("%Y-%m-%d"), "steps": n, "values": size, "scan": {}, "while": {}, "notes": []}
 
-    from tracekern import schedule
-
     want = None
     for k in (None, 32, 10):
         f = tk.jit(tk.value_and_grad(lambda a, b, k=k: scan_loss(a, b, k)))
@@ -106,7 +90,7 @@ def main(argv=None) -> dict:
             "time_s": median_time(lambda f=f: f(x0, xs), runs), "saved_bytes": int(saved),
             # carries alive for the backward pass: every step's, or the schedule's k slots
             "snapshot_bytes": (n if k is None else k) * carry, "rerun": 0 if k is None else schedule.reruns(n, k),
-            "revolve": 0 if k is None else revolve_min_steps(n, k), "max_grad_diff": float(np.abs(g - want).max())}
+            "revolve": 0 if k is None else schedule.revolve_bound(n, k), "max_grad_diff": float(np.abs(g - want).max())}
     peers, notes = jax_scan(x0, xs, runs)
     result["scan"].update({name: {"time_s": t} for name, t in peers.items()})
     result["notes"] += notes
@@ -120,13 +104,10 @@ def main(argv=None) -> dict:
         result["while"][str(k)] = {
             "time_s": median_time(lambda f=f: f(x_sim), runs), "trips": trips,
             "snapshot_bytes": int(2 * carry * stored),   # position and velocity per stored carry
-            "rerun": trips if k is None else schedule.reruns(trips, k),
-            "revolve": revolve_min_steps(trips, stored)}
+            "rerun": schedule.reruns(trips, stored),
+            "revolve": schedule.revolve_bound(trips, stored)}
     report(result)
-    os.makedirs(os.path.dirname(args.json), exist_ok=True)
-    with open(args.json, "w") as fh:
-        json.dump(result, fh, indent=2)
-    print(f"\nwrote {args.json}")
+    save(result, args.json)
     return result
 
 

@@ -9,6 +9,7 @@ programming over (steps, free slots)); the count equals Revolve's bound for this
 from __future__ import annotations
 
 import functools
+import math
 
 import numpy as np
 
@@ -38,8 +39,22 @@ def reruns(n: int, k: int) -> int:
     """Forward steps the backward pass runs again to reverse n steps with k slots."""
     if n <= 1:
         return 0
-    free = max(min(k, n) - 1, 0)
-    return int(_tables(n, free)[0][free, n])
+    if k >= n:
+        return n - 1
+    return int(_tables(n, k - 1)[0][k - 1, n])
+
+
+def revolve_bound(n: int, s: int) -> int:
+    """Griewank and Walther's closed form: the fewest forward steps (the first sweep included) to
+    reverse n steps with s stored states. `reruns` must equal it (tests/test_schedule.py)."""
+    if n <= 1:
+        return 0
+    if s >= n:
+        return n - 1
+    r = 1
+    while math.comb(s + r, s) < n:
+        r += 1
+    return r * n - math.comb(s + r, s + 1)
 
 
 @functools.lru_cache(maxsize=64)
@@ -48,8 +63,16 @@ def actions(n: int, k: int) -> np.ndarray:
     if k < 1:
         raise ValueError(f"a checkpoint schedule needs at least one slot, got {k}")
     out: list[tuple[int, int]] = [(STORE, 0)] if n else []
-    free = max(min(k, n) - 1, 0)
-    split = _tables(max(n, 1), free)[1]
+    if k >= n:   # a slot per step: one sweep storing every carry, then reverse (no table needed)
+        for t in range(1, n):
+            out += [(ADVANCE, 1), (STORE, t)]
+        for t in reversed(range(n)):
+            out += [(RESTORE, t), (REVERSE, 0)]
+        arr = np.asarray(out, np.int64).reshape(-1, 2)
+        arr.setflags(write=False)
+        return arr
+    free = k - 1
+    split = _tables(n, free)[1]
 
     def reverse(start: int, length: int, slot: int, s: int) -> None:
         # precondition: the current carry is the one at `start`, also in `slot`

@@ -144,7 +144,7 @@ def _identity_literal(identity: str, dtype: np.dtype) -> str:
     return _literal(info.min if low else info.max, dtype)
 
 
-_CONTROL = ("cond", "scan", "while", "while_grad", "scan_revolve")
+_CONTROL = ("cond", "scan", "while", "scan_revolve")
 
 
 class _Module:
@@ -478,9 +478,9 @@ class _Renderer:
         extra = ["X"] if self.exact_mode else ["X", "F"]
         return f"{self.module.sub(graph, self.exact_mode)}({', '.join(args + extra)})"
 
-    def _outputs(self, e, values: list[str], depth: int = 1) -> None:
-        """Bind the equation's outputs to copies of `values` (fresh arrays: no aliasing of inputs)."""
-        for v, val in zip(e.outputs, values):
+    def _outputs(self, e, outputs, values: list[str], depth: int = 1) -> None:
+        """Bind `outputs` (of equation e) to copies of `values` (fresh arrays: no aliasing of inputs)."""
+        for v, val in zip(outputs, values):
             self.names[v] = f"b{v.id}"
             self.emit(depth, f"b{v.id} = {val}.copy()", eqn=e)
 
@@ -492,10 +492,10 @@ class _Renderer:
         p = e.params
         self.emit(1, f"if {ops[0]}[()]:", eqn=e)
         self.emit(2, f"rt{e.outputs[0].id if e.outputs else 0} = {self._subcall(p['true'], ops[1:])}", eqn=e)
-        self._outputs(e, [f"rt{e.outputs[0].id if e.outputs else 0}[{i}]" for i in range(len(e.outputs))], 2)
+        self._outputs(e, e.outputs, [f"rt{e.outputs[0].id if e.outputs else 0}[{i}]" for i in range(len(e.outputs))], 2)
         self.emit(1, "else:")
         self.emit(2, f"rf{e.outputs[0].id if e.outputs else 0} = {self._subcall(p['false'], ops[1:])}", eqn=e)
-        self._outputs(e, [f"rf{e.outputs[0].id if e.outputs else 0}[{i}]" for i in range(len(e.outputs))], 2)
+        self._outputs(e, e.outputs, [f"rf{e.outputs[0].id if e.outputs else 0}[{i}]" for i in range(len(e.outputs))], 2)
 
     def control_scan(self, e, ops: list[str]) -> None:
         p = e.params
@@ -524,7 +524,7 @@ class _Renderer:
             self.emit(2, f"{c} = r{tag}[{i}]")
         for j, v in enumerate(e.outputs[nk:nk + n_y]):
             self.emit(2, f"{self._row(f'b{v.id}', tuple(v.shape[1:]))}[...] = r{tag}[{nk + j}]")
-        self._outputs(e.__class__(e.primitive, e.inputs, e.outputs[:nk], e.params, e.source), carry)
+        self._outputs(e, e.outputs[:nk], carry)
 
     def control_while(self, e, ops: list[str]) -> None:
         p = e.params
@@ -544,56 +544,7 @@ class _Renderer:
         self.emit(1, f"b{trip.id} = {_empty((), 'int64')}")
         self.emit(1, f"b{trip.id}[()] = n{tag}")
         self.names[trip] = f"b{trip.id}"
-        self._outputs(e.__class__(e.primitive, e.inputs, e.outputs[:-1], e.params, e.source), carry)
-
-    def control_while_grad(self, e, ops: list[str]) -> None:
-        p = e.params
-        nc, body = p["num_consts"], p["body"]
-        nk = len(body.outputs)
-        tag = e.outputs[0].id
-        consts, init, trip, state0 = ops[:nc], ops[nc:nc + nk], ops[nc + nk], ops[nc + nk + 1:]
-        n, seg, nsnap = f"n{tag}", f"seg{tag}", f"ns{tag}"
-        self.emit(1, f"{n} = {trip}[()]", eqn=e)
-        k = p.get("checkpoint")
-        self.emit(1, f"{seg} = max({n}, 1)" if k is None else f"{seg} = max(({n} + {k - 1}) // {k}, 1)")
-        self.emit(1, f"{nsnap} = ({n} + {seg} - 1) // {seg}")
-        carry = [f"k{tag}_{i}" for i in range(nk)]
-        snaps = [f"snap{tag}_{i}" for i in range(nk)]
-        tapes = [f"tape{tag}_{i}" for i in range(nk)]
-        for c, x, sn, tp, v in zip(carry, init, snaps, tapes, body.outputs):
-            dims = "".join(f", i64({d})" for d in v.shape)
-            self.emit(1, f"{c} = {x}.copy()")
-            self.emit(1, f"{sn} = empty_{cpu_math.CASTS[v.dtype.name]}((i64({nsnap}){dims},))")
-            self.emit(1, f"{tp} = empty_{cpu_math.CASTS[v.dtype.name]}((i64({seg}){dims},))")
-            self.emit(1, f"if {n} > 0:")
-            self.emit(2, f"{sn}[0:1].reshape({tuple(v.shape)})[...] = {c}")
-        self.emit(1, f"for t in range(1, ({nsnap} - 1) * {seg} + 1):   # the forward again, to the last snapshot", eqn=e)
-        self.emit(2, f"r{tag} = {self._subcall(body, consts + carry)}", eqn=e)
-        for i, c in enumerate(carry):
-            self.emit(2, f"{c} = r{tag}[{i}]")
-        self.emit(2, f"if t % {seg} == 0:")
-        for c, sn, v in zip(carry, snaps, body.outputs):
-            self.emit(3, f"{sn}[t // {seg}:t // {seg} + 1].reshape({tuple(v.shape)})[...] = {c}")
-        state = [f"s{tag}_{i}" for i in range(len(state0))]
-        for st, x in zip(state, state0):
-            self.emit(1, f"{st} = {x}.copy()")
-        self.emit(1, f"for q in range({nsnap} - 1, -1, -1):   # segments in reverse", eqn=e)
-        self.emit(2, f"t0 = q * {seg}")
-        self.emit(2, f"t1 = min({n}, t0 + {seg})")
-        for c, sn, v in zip(carry, snaps, body.outputs):
-            self.emit(2, f"{c} = {sn}[q:q + 1].reshape({tuple(v.shape)}).copy()")
-        self.emit(2, "for t in range(t0, t1):   # the segment's carries")
-        for c, tp, v in zip(carry, tapes, body.outputs):
-            self.emit(3, f"{tp}[t - t0:t - t0 + 1].reshape({tuple(v.shape)})[...] = {c}")
-        self.emit(3, f"r{tag} = {self._subcall(body, consts + carry)}", eqn=e)
-        for i, c in enumerate(carry):
-            self.emit(3, f"{c} = r{tag}[{i}]")
-        self.emit(2, "for t in range(t1 - 1, t0 - 1, -1):   # the body's backward, in reverse")
-        rows = [f"{tp}[t - t0:t - t0 + 1].reshape({tuple(v.shape)})" for tp, v in zip(tapes, body.outputs)]
-        self.emit(3, f"g{tag} = {self._subcall(p['back'], consts + state + rows)}", eqn=e)
-        for i, st in enumerate(state):
-            self.emit(3, f"{st} = g{tag}[{i}]")
-        self._outputs(e, state)
+        self._outputs(e, e.outputs[:-1], carry)
 
     def _contiguous(self, name: str, new: str) -> str:
         self.emit(1, f"{new} = np.ascontiguousarray({name})")
@@ -609,9 +560,9 @@ class _Renderer:
             trip = ops[nc + nk]
             ops = ops[:nc + nk] + ops[nc + nk + 1:]
             ins = ins[:nc + nk] + ins[nc + nk + 1:]
-            n, k = f"n{tag}", p["checkpoint"]
-            acts = f"acts{tag}"
+            n, acts = f"n{tag}", f"acts{tag}"
             self.emit(1, f"{n} = {trip}[()]", eqn=e)
+            k = f"max({n}, 1)" if p["checkpoint"] is None else p["checkpoint"]   # (a slot per iteration)
             self.emit(1, f"with objmode({acts}='int64[:, ::1]'):")
             self.emit(2, f"{acts} = schedule_actions({n}, {k}).copy()")
         else:

@@ -2,7 +2,7 @@
 
 Import a primitive from its room; this package re-exports them and the registry."""
 from .annotations import custom_vjp_call, print_, recompute_call, remat_barrier, reversible_call
-from .control import cond, scan, scan_revolve, while_, while_grad
+from .control import cond, scan, scan_revolve, while_
 from .core import REGISTRY, Primitive
 from .elementwise import (
     absolute,
@@ -46,7 +46,7 @@ from .reductions import reduce_max, reduce_min, reduce_prod, reduce_sum
 from .shape import broadcast_to, concatenate, const, full, reshape, slice_, transpose, unslice
 
 __all__ = [
-    "REGISTRY", "Primitive", "ceil", "cond", "scan", "scan_revolve", "while_", "while_grad",
+    "REGISTRY", "Primitive", "ceil", "cond", "scan", "scan_revolve", "while_",
     "custom_vjp_call", "floor", "rint", "print_", "recompute_call", "remat_barrier", "reversible_call",
     "absolute", "add", "arctan", "broadcast_to", "concatenate", "const",
     "convert", "cos", "div", "eq", "exp", "expm1", "full", "ge", "gt", "le", "log", "log1p",

@@ -1,5 +1,6 @@
-"""Control-flow primitives holding sub-graphs: cond, scan, while and while_grad (the reverse of a
-while loop whose trip count is known only at run time). User-facing functions: tracekern/control.py.
+"""Control-flow primitives holding sub-graphs: cond, scan, while, and scan_revolve (the backward
+of a checkpointed scan and of every while loop: a checkpoint schedule run from the initial carry).
+User-facing functions: tracekern/control.py.
 
 Layout of operands: a loop's `consts` (values every iteration reads: closures, lifted constants)
 come first, then the carry, then (scan) the sliced sequences."""
@@ -197,10 +198,12 @@ def _revolve_vjp(cts, ins, outs, active, body, nc, nk, length, reverse, k):
 
 
 class ScanRevolve(Primitive):
-    """The backward of a checkpointed scan. Operands: consts, the initial carry, the sequences, the
-    backward state (carry cotangents, then const-cotangent sums), the ys' cotangents. It runs
-    `actions` (tracekern.schedule) with at most k stored carries; outputs the final backward state
-    and the stacked cotangents of the sequences in `dx`."""
+    """The backward of a checkpointed scan, and of a while loop. Operands: consts, the initial
+    carry, the sequences, the backward state (carry cotangents, then const-cotangent sums), the
+    ys' cotangents. It runs `actions` (tracekern.schedule) with at most k stored carries; outputs
+    the final backward state and the stacked cotangents of the sequences in `dx`. A while loop's
+    (length=None) has the trip count after the carry and no sequences; its schedule is made at
+    run time, with `checkpoint` slots or, without one, a slot per iteration."""
 
     multiple_results = True
 
@@ -222,7 +225,7 @@ class ScanRevolve(Primitive):
         nc, nk, ns = num_consts, num_carry, num_state
         if length is None:   # a while loop: its schedule is made now that the trip count is known
             length = int(arrays[nc + nk])
-            actions = make_actions(length, checkpoint)
+            actions = make_actions(length, max(length, 1) if checkpoint is None else checkpoint)
             arrays = arrays[:nc + nk] + arrays[nc + nk + 1:]
         n_y = len(body.outputs) - nk
         n_xs = len(arrays) - nc - nk - ns - n_y
@@ -331,69 +334,17 @@ class While(Primitive):
         # the scan backward step, with no sequences; the trip count rides along unused
         back = _scan_step_vjp(body, nc, nk, fk, dc, [], 0, step_active, avals[:-1])
         ct_k = [zeros_like(init[i]) if cts[i] is None else cts[i] for i in fk]
-        if checkpoint is not None:   # a binomial schedule with at most k carries, made at run time
-            res = scan_revolve(*consts, *init, outs[-1], *ct_k, *[zeros_like(consts[i]) for i in dc], body=body,
-                               back=back, actions=None, num_consts=nc, num_carry=nk, num_state=len(fk) + len(dc),
-                               dx=(), length=None, reverse=False, checkpoint=checkpoint)
-            ct_init = dict(zip(fk, res[:len(fk)]))
-            ct_consts = dict(zip(dc, res[len(fk):]))
-            return ([ct_consts.get(i) for i in range(nc)]
-                    + [ct_init.get(i) if active[nc + i] else None for i in range(nk)])
-        res = while_grad(*consts, *init, outs[-1], *ct_k, *[zeros_like(consts[i]) for i in dc],
-                         body=body, back=back, num_consts=nc, num_float=len(fk), num_acc=len(dc), checkpoint=checkpoint)
+        # re-run from the initial carry on a schedule made when the trip count is known: k slots,
+        # or one per iteration without checkpointing
+        res = scan_revolve(*consts, *init, outs[-1], *ct_k, *[zeros_like(consts[i]) for i in dc], body=body,
+                           back=back, actions=None, num_consts=nc, num_carry=nk, num_state=len(fk) + len(dc),
+                           dx=(), length=None, reverse=False, checkpoint=checkpoint)
         ct_init = dict(zip(fk, res[:len(fk)]))
         ct_consts = dict(zip(dc, res[len(fk):]))
         return [ct_consts.get(i) for i in range(nc)] + [ct_init.get(i) if active[nc + i] else None for i in range(nk)]
 
 
-class WhileGrad(Primitive):
-    """The reverse of a while loop: re-runs the forward `trip` times from the initial carry, then
-    runs the body's backward step in reverse. checkpoint=None keeps every iteration's carry;
-    checkpoint=k keeps k snapshots (every L = ceil(trip / k) iterations) and re-runs one segment
-    of at most L iterations at a time: k + L carries at once, each iteration re-run twice."""
-
-    multiple_results = True
-
-    def abstract_eval(self, *avals, body, back, num_consts, num_float, num_acc, checkpoint=None):
-        nk = len(body.outputs)
-        start = num_consts + nk + 1
-        return tuple(avals[start:start + num_float + num_acc])
-
-    def impl(self, *arrays, body, back, num_consts, num_float, num_acc, checkpoint=None):
-        nc, nk = num_consts, len(body.outputs)
-        consts, carry = list(arrays[:nc]), list(arrays[nc:nc + nk])
-        trip = int(arrays[nc + nk])
-        state = list(arrays[nc + nk + 1:])
-        seg = segment_length(trip, checkpoint)
-        num_snap = -(-trip // seg)
-        snapshots = [carry] if trip else []
-        for t in range(1, (num_snap - 1) * seg + 1):   # up to the last snapshot only
-            carry = [np.asarray(v) for v in _run(body, consts + carry)]
-            if t % seg == 0:
-                snapshots.append(carry)
-        for s in reversed(range(len(snapshots))):
-            carry, tape = snapshots[s], []
-            for _ in range(s * seg, min(trip, (s + 1) * seg)):
-                tape.append(carry)
-                carry = [np.asarray(v) for v in _run(body, consts + carry)]
-            for carry_t in reversed(tape):
-                state = [np.asarray(v) for v in _run(back, consts + state + carry_t)]
-        return tuple(state)
-
-    def vjp(self, cts, ins, outs, active, **params):
-        raise TracekernError("grad of grad through tk.while_loop is not supported; use tk.fori_loop with static "
-                             "bounds or tk.scan, whose gradients are loops that can be differentiated again")
-
-
-def segment_length(trip: int, checkpoint) -> int:
-    """Iterations between snapshots in while_grad: all of them in one segment without checkpoints."""
-    if checkpoint is None:
-        return max(trip, 1)
-    return max(-(-trip // int(checkpoint)), 1)
-
-
 cond = Cond("cond")
 scan = Scan("scan")
 while_ = While("while")
-while_grad = WhileGrad("while_grad")
 scan_revolve = ScanRevolve("scan_revolve")
