@@ -1,11 +1,15 @@
 """Shared fixtures: the backend every end-to-end test runs on, and input makers."""
 import os
 
-import numpy as np
-import pytest
-from hypothesis import settings
+# The cuda backend runs on Numba's CUDA simulator unless the caller chose (NUMBA_ENABLE_CUDASIM=0 on
+# a machine with a GPU). Numba reads this once, when it is first imported: it must be set here.
+os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
 
-import tracekern as tk
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from hypothesis import settings  # noqa: E402
+
+import tracekern as tk  # noqa: E402
 
 # CI runs the same examples every time (no flaky red build); local runs explore new ones.
 settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True)
@@ -33,3 +37,34 @@ def make_input(kind: str, shape, rng, dtype=np.float64):
     else:
         raise ValueError(kind)
     return np.asarray(x, dtype)
+
+
+def to_host(tree):
+    """Results as the cpu backend gives them: the cuda backend's device arrays copied to NumPy
+    (0-d ones as NumPy scalars)."""
+    def leaf(x):
+        if hasattr(x, "copy_to_host"):
+            x = x.copy_to_host()
+            return x[()] if x.ndim == 0 else x
+        return x
+    leaves, td = tk.tree_flatten(tree)
+    return tk.tree_unflatten(td, [leaf(x) for x in leaves])
+
+
+class _OnHost:
+    """A jitted function whose results come back on the host (attributes are the jitted function's)."""
+
+    def __init__(self, jitted):
+        self._jitted = jitted
+
+    def __call__(self, *args, **kwargs):
+        return to_host(self._jitted(*args, **kwargs))
+
+    def __getattr__(self, name):
+        return getattr(self._jitted, name)
+
+
+def jit_on(backend, f, **kwargs):
+    """tk.jit(f, backend=backend, ...), results on the host whatever the backend."""
+    jitted = tk.jit(f, backend=backend, **kwargs)
+    return _OnHost(jitted) if backend == "cuda" else jitted

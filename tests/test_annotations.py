@@ -5,11 +5,12 @@ import numpy as np
 import pytest
 
 import tracekern as tk
+from tests.conftest import jit_on
 from tracekern.errors import TracekernError
 
 
 def on(backend, transform):
-    return tk.jit(transform, backend=backend)
+    return jit_on(backend, transform)
 
 
 def assert_same(got, want, tol=1e-10):

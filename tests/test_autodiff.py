@@ -5,6 +5,7 @@ import pytest
 
 import tracekern as tk
 import tracekern.numpy as tnp
+from tests.conftest import jit_on
 from tracekern.demo import mlp_loss
 
 
@@ -19,7 +20,7 @@ def mlp_setup(dtype=np.float64, seed=0):
 def test_mlp_gradient_matches_finite_differences(backend):
     params, x, y = mlp_setup()
     tk.check_grad(mlp_loss, (params, x, y), argnums=(0,))
-    value, grads = tk.jit(tk.value_and_grad(mlp_loss), backend=backend)(params, x, y)
+    value, grads = jit_on(backend, tk.value_and_grad(mlp_loss))(params, x, y)
     assert value == pytest.approx(mlp_loss(params, x, y), rel=1e-13)
     assert isinstance(grads, list) and all(isinstance(g, tuple) and len(g) == 2 for g in grads)
     for (w, b), (gw, gb) in zip(params, grads):
@@ -78,7 +79,7 @@ def test_stop_gradient():
     (tnp.sigmoid, lambda x: (s := 1 / (1 + np.exp(-x))) * (1 - s) * (1 - 2 * s), 0.3),
 ])
 def test_grad_of_grad_closed_forms(fn, second, point, backend):
-    d2 = tk.jit(tk.grad(tk.grad(fn)), backend=backend)
+    d2 = jit_on(backend, tk.grad(tk.grad(fn)))
     assert d2(point) == pytest.approx(second(point), rel=1e-12)
     assert tk.grad(tk.grad(fn))(np.float64(point)) == pytest.approx(second(point), rel=1e-12)
 

@@ -4,12 +4,13 @@ import numpy as np
 import pytest
 
 import tracekern as tk
+from tests.conftest import jit_on
 
 W = np.array([0.9, 1.1, 0.7, 1.0, 1.2])
 
 
 def on(backend, f):
-    return tk.jit(f, backend=backend)
+    return jit_on(backend, f)
 
 
 def ref(f):

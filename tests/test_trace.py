@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 import tracekern as tk
+from tests.conftest import jit_on
 
 
 def test_jit_matches_numpy_and_traces_once_per_signature(backend):
@@ -13,7 +14,7 @@ def test_jit_matches_numpy_and_traces_once_per_signature(backend):
         h = np.tanh(x @ w)
         return np.sum(h * h)
 
-    jf = tk.jit(f, backend=backend)
+    jf = jit_on(backend, f)
     rng = np.random.default_rng(0)
     w, x = rng.standard_normal((4, 3)), rng.standard_normal((5, 4))
     assert jf(w, x) == pytest.approx(f(w, x), rel=1e-14)

@@ -37,10 +37,30 @@ def _fun_name(fun: Callable) -> str:
     return getattr(fun, "__qualname__", getattr(fun, "__name__", repr(fun)))
 
 
-def _leaf_to_array(fun: Callable, x: Any, where: str) -> tuple[np.ndarray, bool]:
-    """A concrete argument leaf as (array, weak): weak marks Python int/float (promote like scalars)."""
+def _on_device(x: Any) -> bool:
+    """A GPU array: a Numba device array (or its simulator's), or anything with
+    __cuda_array_interface__ (CuPy, PyTorch)."""
+    return hasattr(x, "__cuda_array_interface__") or (hasattr(x, "copy_to_host") and hasattr(x, "dtype"))
+
+
+def _device_view(x: Any) -> Any:
+    """A Numba device array viewing the same memory (no copy)."""
+    if hasattr(x, "copy_to_host"):
+        return x
+    from numba import cuda
+
+    return cuda.as_cuda_array(x)
+
+
+def _leaf_to_array(fun: Callable, x: Any, where: str, device: bool = False) -> tuple[Any, bool]:
+    """A concrete argument leaf as (array, weak): weak marks Python int/float (promote like scalars).
+    GPU arrays stay on the device for a device backend (device=True), else are copied to the host."""
     if isinstance(x, np.ndarray):
         arr, weak = x, False
+    elif _on_device(x):
+        arr, weak = _device_view(x), False
+        if not device:
+            arr = arr.copy_to_host()
     elif isinstance(x, np.generic):
         arr, weak = np.asarray(x), False
     elif isinstance(x, bool):
@@ -74,8 +94,13 @@ def _describe_leaf(fun: Callable, args: tuple, leaf_index: int) -> str:
     return f"leaf {leaf_index}"
 
 
+def _host(x: Any) -> np.ndarray:
+    return _device_view(x).copy_to_host() if _on_device(x) else np.asarray(x)
+
+
 def _to_user(x: np.ndarray) -> Any:
-    x = np.asarray(x)
+    if not isinstance(x, np.ndarray):
+        return x   # a device array (the cuda backend's results stay on the device)
     if x.ndim == 0:
         return x[()]
     return x if x.flags.writeable else np.array(x)
@@ -108,7 +133,7 @@ class _Compiled:
     def __call__(self, leaves: list) -> Any:
         if self.variables:
             leaves = list(leaves) + [v._value for v in self.variables]
-        outs = [np.array(o) if copy else _to_user(o) for o, copy in zip(self.run(leaves), self._is_input)]
+        outs = [np.array(o) if copy and isinstance(o, np.ndarray) else _to_user(o) for o, copy in zip(self.run(leaves), self._is_input)]
         if self._shape == "leaf":
             return outs[0]
         if self._shape == "tuple":
@@ -146,6 +171,7 @@ class Staged:
         self.fun = fun
         self.emit = emit
         self.backend = backend
+        self._device = (backend or default_backend()) == "cuda"
         self.static_argnums = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
         self._cache: dict[Any, _Compiled] = {}
         # positional plain ndarrays only: (shape, dtype) per argument -> entry, checked before the
@@ -205,7 +231,7 @@ class Staged:
         peaks = {"step": entry.run.peak_bytes}
         residual, split = None, None
         if not kwargs and not self.static_argnums and not isinstance(self.fun, functools.partial):
-            split, _, meta = _vjp_split(self.fun, args, False)
+            split, _, meta = _vjp_split(self.fun, args, False, self.backend)
             fwd_run, bwd_run = meta[3]
             residual = split.residual_bytes
             peaks.update(vjp_forward=fwd_run.peak_bytes, vjp_backward=bwd_run.peak_bytes)
@@ -236,12 +262,12 @@ class Staged:
         arrays, weak = [], []
         for j, x in enumerate(leaves):
             try:
-                a, w = _leaf_to_array(self.fun, x, "")
+                a, w = _leaf_to_array(self.fun, x, "", self._device)
             except (TypeError, TracerLeakError):  # again, naming the argument
                 if j >= tree_flatten(dynamic)[1].num_leaves:
                     raise TypeError(f"a keyword argument of {_fun_name(self.fun)} is a {type(x).__name__}, "
                                     "not an array or a number") from None
-                a, w = _leaf_to_array(self.fun, x, _describe_leaf(self.fun, dynamic, j))
+                a, w = _leaf_to_array(self.fun, x, _describe_leaf(self.fun, dynamic, j), self._device)
             arrays.append(a)
             weak.append(w)
         key = (treedef, tuple((a.shape, a.dtype.str) for a in arrays), tuple(weak), statics)
@@ -291,7 +317,7 @@ def _argnums(argnums: int | Sequence[int], nargs: int, fun: Callable) -> tuple[i
     return tuple(i % nargs for i in nums)
 
 
-def _flat_args(fun: Callable, args: tuple, diff_argnums: tuple[int, ...], check_float: bool):
+def _flat_args(fun: Callable, args: tuple, diff_argnums: tuple[int, ...], check_float: bool, device: bool = False):
     """Leaves of args (traced values kept, concrete ones as arrays), their avals and weak flags,
     which leaves are differentiated, and the positional argument each leaf belongs to."""
     leaves, avals, weak, active, owner = [], [], [], [], []
@@ -303,8 +329,8 @@ def _flat_args(fun: Callable, args: tuple, diff_argnums: tuple[int, ...], check_
             if isinstance(x, Tracer):
                 aval, w = x.aval, x.weak
             else:
-                x, w = _leaf_to_array(fun, x, where)
-                aval = Aval(x.shape, x.dtype)
+                x, w = _leaf_to_array(fun, x, where, device)
+                aval = Aval(tuple(x.shape), np.dtype(x.dtype))
             is_diff = i in diff_argnums
             if is_diff and check_float and not is_float(aval.dtype):
                 raise TypeError(f"cannot differentiate with respect to {where} of {_fun_name(fun)}: its dtype is "
@@ -459,7 +485,13 @@ class Pullback:
                              f"the output has {self._out_treedef!r}")
         cts = []
         for j, (x, aval) in enumerate(zip(leaves, self._out_avals)):
-            got = aval_of(x) if isinstance(x, Tracer) else Aval(np.shape(x), np.asarray(x).dtype)
+            if isinstance(x, Tracer):
+                got = aval_of(x)
+            elif _on_device(x):
+                x = _device_view(x)
+                got = Aval(tuple(x.shape), np.dtype(x.dtype))
+            else:
+                got = Aval(np.shape(x), np.asarray(x).dtype)
             if isinstance(x, (int, float)) and not isinstance(x, bool) and got.shape == aval.shape:
                 x = np.asarray(x, aval.dtype)
             elif got != aval:
@@ -483,13 +515,17 @@ def _arg_structure(args, active):
     return structure
 
 
-def vjp(fun: Callable, *args, has_aux: bool = False):
+def vjp(fun: Callable, *args, has_aux: bool = False, backend: str | None = None):
     """(out, pullback) = tk.vjp(f, *args): one compiled forward that also saves residuals, and
     pullback(cotangent), a second compiled function, returning one cotangent per positional argument
-    (None for integer or bool leaves). With has_aux=True, returns (out, pullback, aux)."""
+    (None for integer or bool leaves). With has_aux=True, returns (out, pullback, aux).
+    backend: where both halves run; default: fun's if it is a tk.jit function, else the default."""
     if current_builder() is not None:
         return _vjp_in_trace(fun, args, has_aux)
-    split, leaves, meta = _vjp_split(fun, args, has_aux)
+    if backend is None:
+        backend = getattr(fun, "backend", None) if isinstance(fun, Staged) else None
+    backend = backend or default_backend()
+    split, leaves, meta = _vjp_split(fun, args, has_aux, backend)
     out_td, aux_td, active, compiled, variables = meta
     leaves = list(leaves) + [v._value for v in variables]
     fwd_run, bwd_run = compiled
@@ -500,9 +536,10 @@ def vjp(fun: Callable, *args, has_aux: bool = False):
     outs = [_to_user(o) for o in results[:n_out]]
     aux = [_to_user(o) for o in results[n_out:n_all]]
     active_idx = [j for j, a in enumerate(active) if a]
+    device = backend == "cuda"
 
     def run_backward(cts):
-        arrays = [np.asarray(c) for c in cts]
+        arrays = [c if device and _on_device(c) else _host(c) for c in cts]
         grads = bwd_run(list(residuals) + arrays)
         full = [None] * len(active)
         for j, g in zip(active_idx, grads):
@@ -520,9 +557,11 @@ def vjp(fun: Callable, *args, has_aux: bool = False):
 _VJP_CACHE: weakref.WeakKeyDictionary[Callable, dict] = weakref.WeakKeyDictionary()
 
 
-def _vjp_split(fun: Callable, args: tuple, has_aux: bool):
-    arrays, avals, weak, active, owner = _flat_args(fun, args, tuple(range(len(args))), check_float=False)
-    key = (tuple(tree_flatten(a)[1] for a in args), tuple(avals), tuple(weak), has_aux)
+def _vjp_split(fun: Callable, args: tuple, has_aux: bool, backend: str | None = None):
+    backend = backend or default_backend()
+    arrays, avals, weak, active, owner = _flat_args(fun, args, tuple(range(len(args))), check_float=False,
+                                                    device=backend == "cuda")
+    key = (tuple(tree_flatten(a)[1] for a in args), tuple(avals), tuple(weak), has_aux, backend)
     try:
         per_fun = _VJP_CACHE.setdefault(fun, {})
     except TypeError:  # not weak-referenceable: no caching
@@ -548,7 +587,7 @@ def _vjp_split(fun: Callable, args: tuple, has_aux: bool):
             joint, _ = b.finish(fp.outputs + grads)
         joint = autodiff.passes.simplify(joint)
         split = autodiff.split_joint(joint, len(primals), len(graph.outputs))
-        compiler = get_compiler(default_backend())
+        compiler = get_compiler(backend)
         hit = (split, (value_td, aux_td, active, (compiler(split.forward), compiler(split.backward)), variables),
                tuple(v.aval for v in variables))
         per_fun[key] = hit

@@ -1,6 +1,7 @@
 """Backends turn a Graph into a callable on NumPy arrays: compile(graph) -> run(list) -> list.
 
-'interpret' is the NumPy oracle; compiled backends register here as they land."""
+'interpret' is the NumPy oracle; 'cpu' (Numba njit) and 'cuda' (numba.cuda kernels, or Numba's CUDA
+simulator under NUMBA_ENABLE_CUDASIM=1) are compiled."""
 from __future__ import annotations
 
 import importlib
@@ -8,8 +9,9 @@ from collections.abc import Callable
 
 from .. import passes
 
-_AVAILABLE = {"interpret": "tracekern.backends.interpret", "cpu": "tracekern.backends.cpu"}
-_PLANNED = {"cuda": "the Numba CUDA backend (issue #6)"}
+_AVAILABLE = {"interpret": "tracekern.backends.interpret", "cpu": "tracekern.backends.cpu",
+              "cuda": "tracekern.backends.cuda"}
+_PLANNED: dict[str, str] = {}
 
 
 def default_backend() -> str:

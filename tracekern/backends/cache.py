@@ -105,3 +105,22 @@ def _import(path: Path, digest: str) -> ModuleType:
         sys.modules.pop(name, None)
         raise
     return mod
+
+
+def located_error(backend: str, err: Exception, lines: dict, source: str) -> Exception:
+    """A compile error of a generated module, naming the equation (and the user's line) that the
+    failing generated line came from; `lines` maps generated line numbers to equations."""
+    import re
+
+    from ..errors import TracekernError
+
+    text = str(err)
+    where = ""
+    for m in re.finditer(r"tk_[0-9a-f]+\.py\", line (\d+)", text):
+        eqn = lines.get(int(m.group(1)))
+        if eqn is not None:
+            where = f" while compiling {eqn.primitive.name} (from {eqn.source or 'unknown source'})"
+    head = text.strip().splitlines()[:6]
+    return TracekernError(f"the {backend} backend failed{where}: Numba reported:\n  " + "\n  ".join(head)
+                          + f"\nThe generated source is in {module_path(source)} "
+                          "(also jitted.lower(*args).source). Try backend='interpret' meanwhile.")

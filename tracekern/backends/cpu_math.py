@@ -12,6 +12,8 @@ from numba import njit, types
 from numba.extending import intrinsic
 
 from ..schedule import actions as schedule_actions  # noqa: F401  (for while loops' schedules, in objmode)
+from . import scalar_rules
+from .render import CASTS  # noqa: F401
 from .vmath import (  # noqa: F401  (re-exported to generated modules)
     INLINE,
     TRIG_LIMIT,
@@ -44,7 +46,6 @@ from .vmath import (  # noqa: F401  (re-exported to generated modules)
 
 # (casts are named so that they cannot clash with generated names: buffers are b<id>, scalars s<id>)
 f32, f64, i32, i64, boolean, U = np.float32, np.float64, np.int32, np.int64, np.bool_, np.uintp
-CASTS = {"float32": "f32", "float64": "f64", "int32": "i32", "int64": "i64", "bool": "boolean"}
 ACCUMULATOR = {"float32": "float64", "float64": "float64", "int32": "int64", "int64": "int64", "bool": "int64"}
 
 
@@ -128,47 +129,5 @@ def arctan_f64(x):
     return math.atan(x)
 
 
-@njit(**INLINE)
-def sign_f(x):
-    return x if x != x else (x / abs(x) if x != 0 else x * 0)
-
-
-@njit(**INLINE)
-def sign_i(x):
-    return (x > 0) - (x < 0)
-
-
-@njit(**INLINE)
-def maximum_f(a, b):
-    # NumPy's maximum: NaN in either operand gives NaN
-    return a if (a >= b or a != a) else b
-
-
-@njit(**INLINE)
-def minimum_f(a, b):
-    return a if (a <= b or a != a) else b
-
-
-@njit(**INLINE)
-def maximum_i(a, b):
-    return a if a >= b else b
-
-
-@njit(**INLINE)
-def minimum_i(a, b):
-    return a if a <= b else b
-
-
-@njit(**INLINE)
-def pow_i(a, b):
-    # integer power by squaring, wrapping like NumPy; negative exponents give 0 (1 or -1 for |a| == 1)
-    if b < 0:
-        return a * 0 + (1 if a == 1 else ((1 if b % 2 == 0 else -1) if a == -1 else 0))
-    result = a * 0 + 1
-    base = a
-    while b > 0:
-        if b & 1:
-            result = result * base
-        base = base * base
-        b >>= 1
-    return result
+# the scalar rules shared with the CUDA backend (backends/scalar_rules.py)
+sign_f, sign_i, maximum_f, minimum_f, maximum_i, minimum_i, pow_i = (njit(**INLINE)(fn) for fn in scalar_rules.ALL)

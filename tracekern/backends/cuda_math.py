@@ -1,0 +1,65 @@
+"""Device functions that the CUDA renderer's generated kernels call, and the names its scalar
+templates resolve to (functions(dtype)); the same names work on Numba's CUDA simulator.
+
+Transcendentals are CUDA's libdevice (math.exp on a float32 is expf: no float64 in float32 kernels).
+floor/ceil/rint go through libdevice on a GPU and NumPy on the simulator, which has no libdevice."""
+from __future__ import annotations
+
+import math  # noqa: F401  (generated kernels call math.*)
+
+import numpy as np
+from numba import config, cuda
+
+from ..schedule import actions as schedule_actions  # noqa: F401  (while loops' schedules, on the host)
+from . import scalar_rules
+from .render import CASTS  # noqa: F401
+
+SIMULATOR = bool(config.ENABLE_CUDASIM)
+
+# (casts are named so that they cannot clash with generated names: buffers are b<id>, scalars s<id>)
+f32, f64, i32, i64, boolean = np.float32, np.float64, np.int32, np.int64, np.bool_
+# Reductions accumulate float32 in float32 (a block tree is pairwise; float64 would put .f64
+# instructions in float32 kernels, 1/64 the speed on most GPUs), integers and bools in int64.
+ACCUMULATOR = {"float32": "float32", "float64": "float64", "int32": "int64", "int64": "int64", "bool": "int64"}
+
+_device = cuda.jit(device=True)
+sign_f, sign_i, maximum_f, minimum_f, maximum_i, minimum_i, pow_i = (_device(fn) for fn in scalar_rules.ALL)
+
+
+@_device
+def radd(a, b):
+    return a + b
+
+
+@_device
+def rmul(a, b):
+    return a * b
+
+
+if SIMULATOR:
+    def _np_rounding(fn, T):
+        return _device(lambda x: T(fn(x)))
+
+    floor_f32, ceil_f32, rint_f32 = (_np_rounding(fn, f32) for fn in (np.floor, np.ceil, np.rint))
+    floor_f64, ceil_f64, rint_f64 = (_np_rounding(fn, f64) for fn in (np.floor, np.ceil, np.rint))
+else:
+    from numba.cuda import libdevice
+
+    floor_f32, ceil_f32, rint_f32 = (_device(fn) for fn in (
+        lambda x: libdevice.floorf(x), lambda x: libdevice.ceilf(x), lambda x: libdevice.rintf(x)))
+    floor_f64, ceil_f64, rint_f64 = (_device(fn) for fn in (
+        lambda x: libdevice.floor(x), lambda x: libdevice.ceil(x), lambda x: libdevice.rint(x)))
+
+
+def functions(dtype: np.dtype) -> dict[str, str]:
+    """The names that Elementwise.scalar and Reduce.combine templates refer to, for one dtype."""
+    name = np.dtype(dtype).name
+    if name in ("float32", "float64"):
+        sfx = "f32" if name == "float32" else "f64"
+        fns = {f: f"math.{f}" for f in ("exp", "log", "log1p", "expm1", "sin", "cos", "tan", "tanh", "pow", "sqrt")}
+        fns.update({f: f"{f}_{sfx}" for f in ("floor", "ceil", "rint")})
+        fns.update(arctan="math.atan", abs="abs", sign="sign_f", maximum="maximum_f", minimum="minimum_f",
+                   radd="radd", rmul="rmul")
+        return fns
+    return {"pow": "pow_i", "abs": "abs", "sign": "sign_i", "maximum": "maximum_i", "minimum": "minimum_i",
+            "radd": "radd", "rmul": "rmul"}

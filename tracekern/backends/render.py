@@ -1,0 +1,225 @@
+"""What the kernel renderers share: literals typed to their dtype, and control flow written once
+(cond, scan, while and scan_revolve as loops in the generated step, calling a function per
+sub-graph: a loop body, a branch).
+
+cpu renders these into its njit step, cuda into its host launcher; each supplies the few statements
+that differ (the hooks below: allocation, copies, reading a flag on the host, the run-time schedule)."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir import Graph
+
+CONTROL = ("cond", "scan", "while", "scan_revolve")
+# the names both math modules (cpu_math, cuda_math) give the casts to each dtype
+CASTS = {"float32": "f32", "float64": "f64", "int32": "i32", "int64": "i64", "bool": "boolean"}
+
+
+def literal(value, dtype: np.dtype) -> str:
+    cast = CASTS[dtype.name]
+    v = np.asarray(value).astype(dtype)[()]
+    if dtype.kind == "f":
+        f = float(v)
+        text = "np.nan" if f != f else ("np.inf" if f == np.inf else ("-np.inf" if f == -np.inf else repr(f)))
+    elif dtype.kind == "b":
+        text = repr(bool(v))
+    else:
+        text = repr(int(v))
+    return f"{cast}({text})"
+
+
+def identity_literal(identity: str, dtype: np.dtype) -> str:
+    if identity in ("0", "1"):
+        return literal(int(identity), dtype)
+    low = identity == "-inf"
+    if dtype.kind == "f":
+        return literal(-np.inf if low else np.inf, dtype)
+    if dtype.kind == "b":
+        return literal(not low, dtype)
+    info = np.iinfo(dtype)
+    return literal(info.min if low else info.max, dtype)
+
+
+class ControlRenderer:
+    """Mixin for a renderer with emit(depth, text, eqn), names (Var -> name) and module (.extras)."""
+
+    # -- hooks ------------------------------------------------------------------------
+    def subcall(self, graph: Graph, args: list[str]) -> str:
+        """Call of the sub-graph's function: returns a tuple of arrays."""
+        raise NotImplementedError
+
+    def h_empty(self, dims: list[str], dtype: np.dtype) -> str:
+        """A new uninitialised array, dims given as expressions."""
+        raise NotImplementedError
+
+    def h_copy(self, x: str) -> str:
+        raise NotImplementedError
+
+    def h_assign(self, dst: str, src: str) -> str:
+        """The statement copying array src into the (same-shaped) view dst."""
+        raise NotImplementedError
+
+    def h_truth(self, x: str) -> str:
+        """A 0-d bool array's value where the loop runs."""
+        raise NotImplementedError
+
+    def h_schedule(self, acts: str, n: str, k: str, depth: int) -> None:
+        """Statements binding `acts` to schedule.actions(n, k) (an int64 array (steps, 2))."""
+        raise NotImplementedError
+
+    def h_trip(self, name: str, n: str) -> None:
+        """Statements binding `name` to a 0-d int64 array holding n."""
+        raise NotImplementedError
+
+    def h_contiguous(self, x: str) -> str:
+        return x
+
+    # -- shared ----------------------------------------------------------------------------
+    def extra(self, value: np.ndarray) -> str:
+        """A constant array every function of the module receives (in the tuple X)."""
+        self.module.extras.append(value)
+        return f"X[{len(self.module.extras) - 1}]"
+
+    def _outputs(self, e, outputs, values: list[str], depth: int = 1) -> None:
+        """Bind `outputs` (of equation e) to copies of `values` (fresh arrays: no aliasing of inputs)."""
+        for v, val in zip(outputs, values):
+            self.names[v] = f"b{v.id}"
+            self.emit(depth, f"b{v.id} = {self.h_copy(val)}", eqn=e)
+
+    @staticmethod
+    def _row(seq: str, shape: tuple) -> str:
+        return f"{seq}[t:t + 1].reshape({shape})"
+
+    def _new(self, v) -> str:
+        self.names[v] = f"b{v.id}"
+        self.emit(1, f"b{v.id} = {self.h_empty([str(d) for d in v.shape], v.dtype)}")
+        return f"b{v.id}"
+
+    def control_cond(self, e, ops: list[str]) -> None:
+        p = e.params
+        tag = e.outputs[0].id if e.outputs else 0
+        self.emit(1, f"if {self.h_truth(ops[0])}:", eqn=e)
+        self.emit(2, f"rt{tag} = {self.subcall(p['true'], ops[1:])}", eqn=e)
+        self._outputs(e, e.outputs, [f"rt{tag}[{i}]" for i in range(len(e.outputs))], 2)
+        self.emit(1, "else:")
+        self.emit(2, f"rf{tag} = {self.subcall(p['false'], ops[1:])}", eqn=e)
+        self._outputs(e, e.outputs, [f"rf{tag}[{i}]" for i in range(len(e.outputs))], 2)
+
+    def control_scan(self, e, ops: list[str]) -> None:
+        p = e.params
+        nc, nk, n = p["num_consts"], p["num_carry"], p["length"]
+        body = p["body"]
+        tag = e.outputs[0].id
+        consts, init, xs = ops[:nc], ops[nc:nc + nk], ops[nc + nk:]
+        carry = [f"k{tag}_{i}" for i in range(nk)]
+        for c, x in zip(carry, init):
+            self.emit(1, f"{c} = {self.h_copy(x)}", eqn=e)
+        seqs = [f"q{tag}_{i}" for i in range(len(xs))]
+        for q, x in zip(seqs, xs):
+            self.emit(1, f"{q} = {self.h_contiguous(x)}")
+        n_y = len(body.outputs) - nk
+        stacked = e.outputs[nk:]   # ys, then the recorded carries
+        for v in stacked:
+            self._new(v)
+        rng = f"range({n} - 1, -1, -1)" if p["reverse"] else f"range({n})"
+        self.emit(1, f"for t in {rng}:", eqn=e)
+        for c, v in zip(carry, e.outputs[nk + n_y:]):
+            self.emit(2, self.h_assign(self._row(f"b{v.id}", tuple(v.shape[1:])), c))
+        rows = [self._row(q, tuple(x.shape[1:])) for q, x in zip(seqs, e.inputs[nc + nk:])]
+        self.emit(2, f"r{tag} = {self.subcall(body, consts + carry + rows)}", eqn=e)
+        for i, c in enumerate(carry):
+            self.emit(2, f"{c} = r{tag}[{i}]")
+        for j, v in enumerate(e.outputs[nk:nk + n_y]):
+            self.emit(2, self.h_assign(self._row(f"b{v.id}", tuple(v.shape[1:])), f"r{tag}[{nk + j}]"))
+        self._outputs(e, e.outputs[:nk], carry)
+
+    def control_while(self, e, ops: list[str]) -> None:
+        p = e.params
+        nc = p["num_consts"]
+        tag = e.outputs[0].id
+        consts, init = ops[:nc], ops[nc:]
+        carry = [f"k{tag}_{i}" for i in range(len(init))]
+        for c, x in zip(carry, init):
+            self.emit(1, f"{c} = {self.h_copy(x)}", eqn=e)
+        self.emit(1, f"n{tag} = 0")
+        self.emit(1, f"while {self.h_truth(self.subcall(p['cond'], consts + carry) + '[0]')}:", eqn=e)
+        self.emit(2, f"r{tag} = {self.subcall(p['body'], consts + carry)}", eqn=e)
+        for i, c in enumerate(carry):
+            self.emit(2, f"{c} = r{tag}[{i}]")
+        self.emit(2, f"n{tag} += 1")
+        trip = e.outputs[-1]
+        self.names[trip] = f"b{trip.id}"
+        self.h_trip(f"b{trip.id}", f"n{tag}")
+        self._outputs(e, e.outputs[:-1], carry)
+
+    def control_scan_revolve(self, e, ops: list[str]) -> None:
+        """Runs the checkpoint schedule (tracekern.schedule): a loop over its actions."""
+        p = e.params
+        body, nc, nk, ns, n = p["body"], p["num_consts"], p["num_carry"], p["num_state"], p["length"]
+        tag = e.outputs[0].id if e.outputs else 0
+        ins = list(e.inputs)
+        if n is None:   # a while loop's: the schedule is made when the trip count is known
+            trip = ops[nc + nk]
+            ops = ops[:nc + nk] + ops[nc + nk + 1:]
+            ins = ins[:nc + nk] + ins[nc + nk + 1:]
+            n, acts = f"n{tag}", f"acts{tag}"
+            self.emit(1, f"{n} = {self.h_truth(trip)}", eqn=e)
+            k = f"max({n}, 1)" if p["checkpoint"] is None else str(p["checkpoint"])   # (a slot per iteration)
+            self.h_schedule(acts, n, k, 1)
+        else:
+            acts = self.extra(np.ascontiguousarray(p["actions"], np.int64))
+            k = str(int(p["actions"][:, 1][p["actions"][:, 0] == 1].max()) + 1 if len(p["actions"]) else 1)
+        n_y = len(body.outputs) - nk
+        n_xs = len(ops) - nc - nk - ns - n_y
+        consts, init = ops[:nc], ops[nc:nc + nk]
+        xs, state0, ct_ys = ops[nc + nk:nc + nk + n_xs], ops[nc + nk + n_xs:nc + nk + n_xs + ns], ops[nc + nk + n_xs + ns:]
+        carry = [f"k{tag}_{i}" for i in range(nk)]
+        slots = [f"slot{tag}_{i}" for i in range(nk)]
+        for c, x, sl, v in zip(carry, init, slots, body.outputs):
+            self.emit(1, f"{c} = {self.h_copy(x)}", eqn=e)
+            self.emit(1, f"{sl} = {self.h_empty([k] + [str(d) for d in v.shape], v.dtype)}")
+        self.emit(1, f"slotpos{tag} = [0] * {k}")
+        state = [f"s{tag}_{i}" for i in range(ns)]
+        for st, x in zip(state, state0):
+            self.emit(1, f"{st} = {self.h_copy(x)}")
+        grads = e.outputs[ns:]
+        for v in grads:
+            self._new(v)
+        xs = [self._contiguous_as(x, f"q{tag}_{i}") for i, x in enumerate(xs)]
+        ct_ys = [self._contiguous_as(x, f"cq{tag}_{i}") for i, x in enumerate(ct_ys)]
+        xs_rows = [self._row(q, tuple(x.shape[1:])) for q, x in zip(xs, ins[nc + nk:nc + nk + n_xs])]
+        cy_rows = [self._row(q, tuple(x.shape[1:])) for q, x in zip(ct_ys, ins[nc + nk + n_xs + ns:])]
+        tindex = f"{n} - 1 - pos{tag}" if p["reverse"] else f"pos{tag}"
+        self.emit(1, f"pos{tag} = 0")
+        self.emit(1, f"for a in range({acts}.shape[0]):", eqn=e)
+        self.emit(2, f"op = {acts}[a, 0]")
+        self.emit(2, f"arg = {acts}[a, 1]")
+        self.emit(2, "if op == 0:   # advance")
+        self.emit(3, "for _ in range(arg):")
+        self.emit(4, f"t = {tindex}")
+        self.emit(4, f"r{tag} = {self.subcall(body, consts + carry + xs_rows)}", eqn=e)
+        for i, c in enumerate(carry):
+            self.emit(4, f"{c} = r{tag}[{i}]")
+        self.emit(4, f"pos{tag} += 1")
+        self.emit(2, "elif op == 1:   # store")
+        for c, sl, v in zip(carry, slots, body.outputs):
+            self.emit(3, self.h_assign(f"{sl}[arg:arg + 1].reshape({tuple(v.shape)})", c))
+        self.emit(3, f"slotpos{tag}[arg] = pos{tag}")
+        self.emit(2, "elif op == 2:   # restore")
+        for c, sl, v in zip(carry, slots, body.outputs):
+            self.emit(3, f"{c} = {self.h_copy(f'{sl}[arg:arg + 1].reshape({tuple(v.shape)})')}")
+        self.emit(3, f"pos{tag} = slotpos{tag}[arg]")
+        self.emit(2, "else:   # the backward step at the current position")
+        self.emit(3, f"t = {tindex}")
+        self.emit(3, f"g{tag} = {self.subcall(p['back'], consts + state + carry + xs_rows + cy_rows)}", eqn=e)
+        for i, st in enumerate(state):
+            self.emit(3, f"{st} = g{tag}[{i}]")
+        for j, v in enumerate(grads):
+            self.emit(3, self.h_assign(self._row(f"b{v.id}", tuple(v.shape[1:])), f"g{tag}[{ns + j}]"))
+        for v, st in zip(e.outputs[:ns], state):
+            self.names[v] = f"b{v.id}"
+            self.emit(1, f"b{v.id} = {self.h_copy(st)}")
+
+    def _contiguous_as(self, x: str, new: str) -> str:
+        self.emit(1, f"{new} = {self.h_contiguous(x)}")
+        return new
