@@ -1,11 +1,12 @@
-"""Every primitive and NumPy function: values against NumPy (float32 and float64, dtype kept),
-gradients against central finite differences (float64), broadcasting included."""
+"""Every primitive and NumPy function on each compiled backend (cpu; cuda on the simulator): values
+against NumPy (float32 and float64, dtype kept), gradients against central finite differences (cpu)
+and the interpreter (cuda) in float64, broadcasting included."""
 import numpy as np
 import pytest
 
 import tracekern as tk
 import tracekern.numpy as tnp
-from tests.conftest import make_input
+from tests.conftest import make_input, to_host
 
 # (id, function written with plain NumPy, input kinds, shapes)
 BCAST = [((3, 4), (3, 4)), ((3, 4), (4,)), ((2, 1, 4), (3, 1)), ((), (3,))]
@@ -31,14 +32,23 @@ UNARY_SHAPES = [(), (5,), (3, 4), (2, 3, 4)]
 
 
 def _check(fn, args, dtype=np.float64):
-    """Value against NumPy (same dtype), gradient against finite differences."""
+    """Value against NumPy (same dtype) on cpu and cuda; gradient against finite differences (cpu)
+    and against the interpreter (cuda)."""
     expected = fn(*args)
-    got = tk.jit(fn)(*args)
-    assert np.asarray(got).dtype == np.asarray(expected).dtype
     tol = 1e-12 if dtype == np.float64 else 1e-5
-    np.testing.assert_allclose(got, expected, rtol=tol, atol=tol)
+    for backend in ("cpu", "cuda"):
+        got = to_host(tk.jit(fn, backend=backend)(*args))
+        assert np.asarray(got).dtype == np.asarray(expected).dtype, backend
+        np.testing.assert_allclose(got, expected, rtol=tol, atol=tol, err_msg=backend)
     if dtype == np.float64:
         tk.check_grad(fn, args)
+        weights = np.random.default_rng(1).uniform(0.5, 1.5, np.shape(expected))
+        loss = lambda *a: np.sum(fn(*a) * weights)  # noqa: E731
+        nums = tuple(range(len(args)))
+        want = tk.jit(tk.grad(loss, argnums=nums), backend="interpret")(*args)
+        got = to_host(tk.jit(tk.grad(loss, argnums=nums), backend="cuda")(*args))
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-11, atol=1e-12, err_msg="cuda gradient")
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
@@ -63,18 +73,21 @@ def test_binary_broadcasting(name, fn, ka, kb, shapes, dtype):
 def test_comparisons(op):
     a = np.array([[1.0, 2.0, 3.0], [3.0, 2.0, 1.0]])
     b = np.array([2.0, 2.0, 2.0])
-    got = tk.jit(op)(a, b)
-    assert got.dtype == np.bool_
-    np.testing.assert_array_equal(got, op(a, b))
+    for backend in ("cpu", "cuda"):
+        got = to_host(tk.jit(op, backend=backend)(a, b))
+        assert got.dtype == np.bool_
+        np.testing.assert_array_equal(got, op(a, b))
 
 
 def test_logical_ops():
     a = np.array([True, False, True, False])
     b = np.array([True, True, False, False])
-    f = tk.jit(lambda a, b: (a & b, a | b, ~a, np.logical_and(a, b), np.logical_or(a, 1.0 * b), np.logical_not(b)))
-    got = f(a, b)
-    for g, e in zip(got, (a & b, a | b, ~a, a & b, a | b, ~b)):
-        np.testing.assert_array_equal(g, e)
+    for backend in ("cpu", "cuda"):
+        f = tk.jit(lambda a, b: (a & b, a | b, ~a, np.logical_and(a, b), np.logical_or(a, 1.0 * b), np.logical_not(b)),
+                   backend=backend)
+        got = to_host(f(a, b))
+        for g, e in zip(got, (a & b, a | b, ~a, a & b, a | b, ~b)):
+            np.testing.assert_array_equal(g, e)
 
 
 def test_maximum_ties_share_gradient():
@@ -129,11 +142,12 @@ def test_max_gradient_splits_ties():
 
 def test_integer_reductions_follow_numpy_dtypes():
     x = np.arange(12, dtype=np.int32).reshape(3, 4)
-    for fn in (np.sum, np.prod, np.mean, np.max):
-        got = tk.jit(lambda x: fn(x, axis=0))(x)
-        assert got.dtype == fn(x, axis=0).dtype
-        np.testing.assert_array_equal(got, fn(x, axis=0))
-    assert tk.jit(np.sum)(x > 4) == np.sum(x > 4)
+    for backend in ("cpu", "cuda"):
+        for fn in (np.sum, np.prod, np.mean, np.max):
+            got = to_host(tk.jit(lambda x: fn(x, axis=0), backend=backend)(x))
+            assert got.dtype == fn(x, axis=0).dtype
+            np.testing.assert_array_equal(got, fn(x, axis=0))
+        assert to_host(tk.jit(np.sum, backend=backend)(x > 4)) == np.sum(x > 4)
 
 
 SHAPE_OPS = [

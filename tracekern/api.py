@@ -15,7 +15,7 @@ import numpy as np
 
 from . import autodiff
 from .backends import default_backend, get_compiler
-from .errors import TracerLeakError
+from .errors import TracekernError, TracerLeakError
 from .ir import SUPPORTED_DTYPES, Aval, Graph, is_float
 from .pytree import TreeDef, leaf_paths, tree_flatten, tree_unflatten
 from .trace import Tracer, Variable, aval_of, current_builder, new_builder, trace_to_graph
@@ -231,10 +231,14 @@ class Staged:
         peaks = {"step": entry.run.peak_bytes}
         residual, split = None, None
         if not kwargs and not self.static_argnums and not isinstance(self.fun, functools.partial):
-            split, _, meta = _vjp_split(self.fun, args, False, self.backend)
-            fwd_run, bwd_run = meta[3]
-            residual = split.residual_bytes
-            peaks.update(vjp_forward=fwd_run.peak_bytes, vjp_backward=bwd_run.peak_bytes)
+            try:
+                split, _, meta = _vjp_split(self.fun, args, False, self.backend)
+            except TracekernError:   # no reverse mode for this function (e.g. the grad of a checkpointed loop)
+                split = None
+            if split is not None:
+                fwd_run, bwd_run = meta[3]
+                residual = split.residual_bytes
+                peaks.update(vjp_forward=fwd_run.peak_bytes, vjp_backward=bwd_run.peak_bytes)
         return Lowered(entry.graph, entry.run.source, MemoryReport(residual, peaks), split)
 
     def _split_static(self, args: tuple) -> tuple[tuple, tuple]:
@@ -270,11 +274,11 @@ class Staged:
                 a, w = _leaf_to_array(self.fun, x, _describe_leaf(self.fun, dynamic, j), self._device)
             arrays.append(a)
             weak.append(w)
-        key = (treedef, tuple((a.shape, a.dtype.str) for a in arrays), tuple(weak), statics)
+        key = (treedef, tuple((tuple(a.shape), a.dtype.str) for a in arrays), tuple(weak), statics)
 
         def make_graph() -> tuple[Graph, TreeDef, tuple]:
             self.trace_count += 1
-            avals = [Aval(a.shape, a.dtype) for a in arrays]
+            avals = [Aval(tuple(a.shape), a.dtype) for a in arrays]   # (a device array's shape may be a tuple subclass)
 
             def flat(*tracers):
                 dyn, kw = tree_unflatten(treedef, list(tracers))

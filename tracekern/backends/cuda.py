@@ -617,29 +617,37 @@ class _Renderer(ControlRenderer):
 
 def _kernel_signature(params: list[tuple[str, int]]):
     from numba import types
+    from numba.np.numpy_support import from_dtype
 
-    return types.void(*[types.Array(types.from_dtype(np.dtype(d)), nd, "C") for d, nd in params])
+    return types.void(*[types.Array(from_dtype(np.dtype(d)), nd, "C") for d, nd in params])
 
 
 # libdevice's sinf/cosf/tanf reduce arguments beyond about 1e5 (Payne-Hanek) with one float64
 # multiply: this sequence is allowed in float32 kernels, nothing else in float64 is.
+_F64 = re.compile(r"\.f64\b|%fd\d")   # a float64 instruction or register (not %f64: float32 register 64)
 _LIBDEVICE_F64 = re.compile(r"^\s*(\.reg \.f64\s|cvt\.rn\.f64\.s64\s|mul\.f64\s+%fd\d+, %fd\d+, 0d3BF921FB54442D19;|cvt\.rn\.f32\.f64\s)")
 
 
-def float64_in_float32_kernels(module_source: str, kernels: list, cc=(8, 0)) -> list[str]:
-    """Compile each kernel of a generated module to PTX (no GPU needed) and return a description of
-    every float64 instruction in a kernel whose arrays are all float32 or integer (an accidental
-    double: a constant, an accumulator, a math function that promotes)."""
+def ptx_float64(py_func, params: list[tuple[str, int]], cc=(8, 0)) -> list[str]:
+    """Compile one generated kernel to PTX (no GPU needed; a typing error raises) and return its
+    float64 instructions if all its arrays are float32 or integer (an accidental double: a constant,
+    an accumulator, a math function that promotes); float64 kernels return []."""
     from numba import cuda
 
+    ptx, _ = cuda.compile_ptx(py_func, _kernel_signature(params), cc=cc)
+    if any(d == "float64" for d, _ in params):
+        return []
+    return [line.strip() for line in ptx.splitlines() if _F64.search(line) and not _LIBDEVICE_F64.match(line)]
+
+
+def module_ptx_float64(module_source: str, kernels: list, cc=(8, 0)) -> list[str]:
+    """ptx_float64 for every kernel of a generated module: "name: instructions" per offending kernel."""
     namespace: dict = {}
     exec(compile(module_source, "<tracekern cuda module>", "exec"), namespace)
     found = []
     for name, params in kernels:
-        if any(d == "float64" for d, _ in params):
-            continue
-        ptx, _ = cuda.compile_ptx(namespace[name].py_func, _kernel_signature(params), cc=cc)
-        bad = [line.strip() for line in ptx.splitlines() if "f64" in line and not _LIBDEVICE_F64.match(line)]
+        fn = namespace[name]
+        bad = ptx_float64(getattr(fn, "py_func", fn), params, cc)
         if bad:
             found.append(f"{name}: {bad[:3]}")
     return found

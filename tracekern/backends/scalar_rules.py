@@ -4,11 +4,12 @@ from __future__ import annotations
 
 
 def sign_f(x):
-    return x if x != x else (x / abs(x) if x != 0 else x * 0)
+    # (type-preserving: no int operand, which would promote a float32 to float64)
+    return x if (x != x or x == 0) else x / abs(x)
 
 
 def sign_i(x):
-    return (x > 0) - (x < 0)
+    return int(x > 0) - int(x < 0)   # (NumPy has no bool subtraction)
 
 
 def maximum_f(a, b):

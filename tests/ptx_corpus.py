@@ -1,0 +1,154 @@
+"""Render the cuda backend's kernels for a corpus of programs and compile each to PTX; prints a JSON
+report. Run by tests/test_cuda.py without the simulator (NUMBA_ENABLE_CUDASIM=0): compile_ptx needs
+no GPU, and unlike the simulator it types the kernels, so a kernel that would not compile fails here.
+
+    python -m tests.ptx_corpus all       every primitive (float32 and float64, values and gradients),
+                                         integer and bool programs, control flow, annotations, print
+    python -m tests.ptx_corpus planted   one kernel with a float64 constant in float32 (must be caught)
+
+The corpus is lowered (rendered), never run: no GPU is needed."""
+import json
+import multiprocessing
+import os
+import re
+import sys
+import types
+
+import numpy as np
+
+import tracekern as tk
+import tracekern.numpy as tnp
+from tests.conftest import make_input
+from tests.test_primitives import BCAST, BINARY, MATMUL, REDUCTIONS, SHAPE_OPS, UNARY
+from tracekern.backends import cache
+from tracekern.backends import cuda as tkcuda
+
+GPU_LAUNCH = tkcuda.Launch(threads=256, max_blocks=132 * 8, tile=16, min_chunk=8, simulator=False)
+CC = (8, 0)
+
+
+def _without_a_gpu() -> None:
+    """numba-cuda compiles a kernel's device functions for the current device's compute capability;
+    with no GPU there is none, so name the one compile_ptx targets."""
+    import numba.cuda.dispatcher as dispatcher
+
+    dispatcher.get_current_device = lambda: types.SimpleNamespace(compute_capability=CC)
+
+
+def _normalized(body: str) -> str:
+    """A kernel's text with generated names numbered per kernel and numbers replaced: kernels that
+    differ only in value ids, shapes or constants have the same types, so the same float64 or not."""
+    names: dict[str, str] = {}
+    body = re.sub(r"\b(s|acc|sh|pt)(\d+)(_\d+)?\b", lambda m: names.setdefault(m.group(0), f"{m.group(1)}_{len(names)}"), body)
+    return re.sub(r"(?<![\w.])-?\d+(\.\d*)?(e[-+]?\d+)?\b", "N", body)
+
+
+def _programs():
+    """(function, args, with_gradient) triples: each is lowered for its value and, if asked, for its
+    gradient. Everything in float32 (where float64 must not appear); in float64, the primitives'
+    values (those kernels must compile too)."""
+    rng = np.random.default_rng(0)
+    for dtype in (np.float32, np.float64):
+        grad = dtype == np.float32
+        for _, fn, kind in UNARY:
+            yield fn, (make_input(kind, (3, 4), rng, dtype),), grad
+        for _, fn, ka, kb in BINARY:
+            for sa, sb in BCAST[1:3]:
+                yield fn, (make_input(ka, sa, rng, dtype), make_input(kb, sb, rng, dtype)), grad
+        for _, fn in REDUCTIONS:
+            for axis in (None, 0, 2, (0, 2)):
+                yield (lambda x, fn=fn, axis=axis: fn(x, axis, False)), (make_input("nz", (64, 3, 3000), rng, dtype),), grad
+        for sa, sb in MATMUL[3:5]:
+            yield (lambda a, b: a @ b), (make_input("any", sa, rng, dtype), make_input("any", sb, rng, dtype)), grad
+        if dtype == np.float64:
+            break
+        for _, fn in REDUCTIONS:
+            for axis in (None, 0, 2, (0, 2)):
+                yield (lambda x, fn=fn, axis=axis: fn(x, axis, False)), (make_input("nz", (2, 3, 4), rng, dtype),), grad
+        for _, fn, shape in SHAPE_OPS:
+            yield fn, (make_input("any", shape, rng, dtype),), grad
+        for sa, sb in MATMUL:
+            yield (lambda a, b: a @ b), (make_input("any", sa, rng, dtype), make_input("any", sb, rng, dtype)), grad
+        yield (lambda a, b: a.T @ b.T), (make_input("any", (5, 3), rng, dtype), make_input("any", (4, 5), rng, dtype)), grad
+        for fn in (tnp.softmax, tnp.logsumexp, tnp.gelu, tnp.sigmoid, tnp.softplus):
+            yield fn, (make_input("any", (3, 4), rng, dtype),), grad
+        x = make_input("any", (4,), rng, dtype)
+        yield (lambda x: tk.scan(lambda c, r: (np.tanh(c * r), c.sum()), x, np.stack([x, x]))[0].sum()), (x,), grad
+        yield (lambda x: tk.fori_loop(0, 5, lambda i, c: np.sin(c) * 0.9, x, checkpoint=2).sum()), (x,), grad
+        yield (lambda x: tk.while_loop(lambda c: c.sum() < 10, lambda c: c * 1.5 + 1, x, checkpoint=2).sum()), (x,), grad
+        yield (lambda x: tk.cond(x.sum() > 0, lambda v: np.exp(v), lambda v: -v, x).sum()), (x,), grad
+        yield (lambda x: tk.recompute(lambda v: np.tanh(np.tanh(v)))(x).sum()), (x,), grad
+
+        def printed(v):
+            tk.print("v", v.sum())
+            return (v * v).sum()
+        yield printed, (x,), grad
+    for dtype in (np.int32, np.int64):
+        a = rng.integers(-5, 5, (4, 6)).astype(dtype)
+        b = rng.integers(-5, 5, (6, 3)).astype(dtype)
+        yield (lambda a, b: (a @ b, np.abs(a) ** 2, a.sum(axis=1), a.max(axis=0), np.sign(a), (a > 0) @ (b > 0),
+                             np.prod(a, axis=0), np.mean(a), a.astype(np.float32) * 0.5)), (a, b), False
+
+
+def _lower_all() -> list:
+    steps = []
+    compile_graph = tkcuda.compile_graph
+
+    def recording(graph):
+        step = compile_graph(graph)
+        steps.append(step)
+        return step
+
+    tkcuda.launch_config = lambda: GPU_LAUNCH    # render as for a GPU (none is needed to render)
+    tkcuda.compile_graph = recording
+    for fn, args, grad in _programs():
+        tk.jit(fn, backend="cuda").lower(*args)
+        if grad:
+            def loss(*a, fn=fn):
+                out = fn(*a)
+                return sum(np.sum(o * 0.5) for o in (out if isinstance(out, tuple) else (out,)))
+            tk.jit(tk.value_and_grad(loss, argnums=tuple(range(len(args)))), backend="cuda").lower(*args)
+    return steps
+
+
+_JOBS: list = []
+
+
+def _check(i: int) -> str:
+    body, py_func, params, name = _JOBS[i]
+    try:
+        bad = tkcuda.ptx_float64(py_func, list(params), CC)
+    except Exception as err:   # a typing error the simulator cannot see
+        return f"does not compile: {type(err).__name__}: {str(err)[:400]}\n{body}"
+    return f"float64 in a float32 kernel: {bad[:3]}\n{body}" if bad else ""
+
+
+def main(which: str) -> dict:
+    if which == "planted":
+        source = ("from numba import cuda\n"
+                  "def k0(p0, p1):\n"
+                  "    for f in range(cuda.grid(1), 8, cuda.gridsize(1)):\n"
+                  "        p1[f] = p0[f] * 0.1\n")
+        _without_a_gpu()
+        return {"kernels": 1, "float32_kernels": 1,
+                "problems": tkcuda.module_ptx_float64(source, [("k0", [("float32", 1), ("float32", 1)])])}
+    _without_a_gpu()
+    seen: dict = {}
+    for step in _lower_all():
+        module = cache.load_module(step.source)
+        for name, params in step.kernels:
+            body = _normalized("\n".join(tkcuda.lines_of(step.source, name)[1:]))
+            key = (body, tuple(params))
+            if key not in seen:
+                seen[key] = (getattr(module, name).py_func, params, name)
+    global _JOBS
+    _JOBS = [(body, *seen[(body, params)]) for body, params in seen]
+    workers = max(1, min(4, os.cpu_count() or 1))
+    with multiprocessing.get_context("fork").Pool(workers) as pool:   # (compiling is CPU-bound)
+        problems = [p for p in pool.map(_check, range(len(_JOBS)), chunksize=8) if p]
+    float32 = sum(not any(d == "float64" for d, _ in params) for _, _, params, _ in _JOBS)
+    return {"kernels": len(seen), "float32_kernels": float32, "problems": problems}
+
+
+if __name__ == "__main__":
+    print(json.dumps(main(sys.argv[1])))
