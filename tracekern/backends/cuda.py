@@ -413,7 +413,7 @@ class _Renderer(ControlRenderer):
         if by_block:
             kn.emit(1, "tid = cuda.threadIdx.x")
             for a in accs:
-                kn.emit(1, f"sh{a['out'].id} = cuda.shared.array({T}, {CASTS[a['dtype'].name]})")
+                self.shared(kn, f"sh{a['out'].id}", str(T), CASTS[a["dtype"].name])
             kn.emit(1, f"for bm in range(cuda.blockIdx.x, {M * P}, cuda.gridDim.x):")
             kn.emit(2, f"m = bm // {P}")
             kn.emit(2, f"p = bm - m * {P}")
@@ -457,6 +457,16 @@ class _Renderer(ControlRenderer):
         if P > 1:
             for a in accs:
                 self.fold_partials(a, P, M, [D[i] for i in kept])
+
+    def shared(self, kn: _Kernel, name: str, shape: str, dtype: str) -> None:
+        """A block's shared array. The simulator creates one on the first thread's call, keyed by
+        source line, and two threads can both find none and each make its own (a race in
+        numba-cuda's simulator): there, the allocation holds a lock."""
+        if self.launch.simulator:
+            kn.emit(1, "with SIMULATOR_LOCK:")
+            kn.emit(2, f"{name} = cuda.shared.array({shape}, {dtype})")
+        else:
+            kn.emit(1, f"{name} = cuda.shared.array({shape}, {dtype})")
 
     def _result(self, kn: _Kernel, a: dict, value: str, P: int, out_index: str, depth: int) -> None:
         if P > 1:
@@ -552,8 +562,8 @@ class _Renderer(ControlRenderer):
         A, B, C = kn.param(self.names[a_var], a_var), kn.param(self.names[b_var], b_var), kn.param(self.names[out], out)
         q = [f"q{d}" for d in range(len(batch))]
         pre = "".join(f"{x}, " for x in q)
-        kn.emit(1, f"sa = cuda.shared.array(({t}, {t}), {acc})")
-        kn.emit(1, f"sb = cuda.shared.array(({t}, {t}), {acc})")
+        self.shared(kn, "sa", f"({t}, {t})", acc)
+        self.shared(kn, "sb", f"({t}, {t})", acc)
         kn.emit(1, "tx = cuda.threadIdx.x")
         kn.emit(1, "ty = cuda.threadIdx.y")
         kn.emit(1, f"for bq in range(cuda.blockIdx.z, {nb}, cuda.gridDim.z):")

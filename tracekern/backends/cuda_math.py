@@ -6,6 +6,7 @@ floor/ceil/rint go through libdevice on a GPU and NumPy on the simulator, which 
 from __future__ import annotations
 
 import math  # noqa: F401  (generated kernels call math.*)
+import threading
 
 import numpy as np
 from numba import config, cuda
@@ -15,6 +16,7 @@ from . import scalar_rules
 from .render import CASTS  # noqa: F401
 
 SIMULATOR = bool(config.ENABLE_CUDASIM)
+SIMULATOR_LOCK = threading.Lock()   # (see cuda._Renderer.shared)
 
 # (casts are named so that they cannot clash with generated names: buffers are b<id>, scalars s<id>)
 f32, f64, i32, i64, boolean = np.float32, np.float64, np.int32, np.int64, np.bool_
