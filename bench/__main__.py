@@ -1,0 +1,4 @@
+"""python -m bench: the recompute-overhead benchmark (bench/recompute.py)."""
+from bench.recompute import main
+
+main()

@@ -1,0 +1,32 @@
+"""Reversible residual network: blocks (y1, y2) = (x1 + f(x2), x2 + g(y1)) with f, g = tanh(. @ w).
+Strategy "reversible" uses tk.reversible: the backward pass reconstructs each block's inputs from
+its outputs, so no activation is saved; "none" is the same network without the annotation."""
+import numpy as np
+
+import tracekern as tk
+
+NAME = "revnet"
+STRATEGIES = ("none", "reversible")
+SIZES = {"full": (16, 512, 256), "quick": (8, 128, 64), "test": (3, 8, 4)}   # blocks, width, batch
+
+
+def make(size: str, strategy: str):
+    depth, width, batch = SIZES[size]
+    rng = np.random.default_rng(0)
+    ws = [((rng.standard_normal((width, width)) / np.sqrt(width)).astype(np.float32),
+           (rng.standard_normal((width, width)) / np.sqrt(width)).astype(np.float32)) for _ in range(depth)]
+    x1, x2 = (rng.standard_normal((batch, width)).astype(np.float32) for _ in range(2))
+
+    def plain(a, b, wf, wg):
+        y1 = a + np.tanh(b @ wf)
+        return y1, b + np.tanh(y1 @ wg)
+
+    def loss(ws, x1, x2):
+        a, b = x1, x2
+        for wf, wg in ws:
+            if strategy == "reversible":
+                a, b = tk.reversible(lambda v, wf=wf: np.tanh(v @ wf), lambda v, wg=wg: np.tanh(v @ wg))(a, b)
+            else:
+                a, b = plain(a, b, wf, wg)
+        return np.mean(a * a) + np.mean(b * b)
+    return loss, (ws, x1, x2)
