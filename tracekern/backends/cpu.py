@@ -89,11 +89,7 @@ def compile_graph(graph: Graph) -> CompiledStep:
     return CompiledStep(graph, plan, source, consts, lines, flagged=renderer.has_trig() or renderer.module.used)
 
 
-def _producer(graph: Graph, v: Var):
-    return next(e for e in graph.eqns if v in e.outputs)
-
-
-def _empty(shape: tuple, dtype: str) -> str:
+def _empty(shape, dtype) -> str:
     """An uninitialised array: cpu_math's empty_* helpers are cached on disk by Numba, where an
     np.empty in the step would compile NumPy's implementation again in every process (~0.05 s a
     shape rank and dtype)."""
@@ -140,14 +136,7 @@ class _Module:
 
 class _Renderer(ControlRenderer):
     def __init__(self, plan: fusion.Plan, module: _Module | None = None, sub: bool = False):
-        self.module = module or _Module()
-        self.sub = sub
-        self.plan = plan
-        self.graph = plan.graph
-        self.lines: list[str] = []
-        self.line_eqn: dict[int, object] = {}
-        self.names: dict[Var, str] = {}
-        self.pool: dict[tuple, list[str]] = {}   # dead buffers by (shape, dtype), ready for reuse
+        super().__init__(plan, module or _Module(), sub)
         self.parallel = any(isinstance(k, LoopKernel) and k.parallel for k in plan.kernels)
 
     def emit(self, depth: int, text: str, eqn=None) -> None:
@@ -225,8 +214,7 @@ class _Renderer(ControlRenderer):
                 self.loop(k, pos, exact, flag)
             else:
                 self.call(k)
-            for v in self.plan.frees.get(pos, ()):
-                self.pool.setdefault((v.shape, v.dtype.str), []).append(self.names[v])
+            self.release(pos)
         outs = []
         if flag and self.sub:
             self.emit(1, "if any_big:")
@@ -238,20 +226,8 @@ class _Renderer(ControlRenderer):
             outs.append(f"{name_}.copy()" if v in self.plan.consts else name_)
         self.emit(1, f"return ({', '.join(outs)},)" if outs else "return ()")
 
-    def const_value(self, v: Var) -> np.ndarray:
-        return np.ascontiguousarray(_producer(self.graph, v).params["value"])
 
     # -- buffers -----------------------------------------------------------------
-    def alloc(self, v: Var, depth: int = 1) -> str:
-        name = f"b{v.id}"
-        self.names[v] = name
-        free = self.pool.get((v.shape, v.dtype.str))
-        if free:
-            self.emit(depth, f"{name} = {free.pop()}  # reuses a dead buffer")
-        else:
-            self.emit(depth, f"{name} = {_empty(tuple(v.shape), v.dtype.name)}")
-        return name
-
     def filled(self, name: str, shape: tuple, dtype: str, value: str) -> None:
         """An allocation and a fill: np.full, np.zeros and friends each cost a compile of their own."""
         self.emit(1, f"{name} = {_empty(shape, dtype)}")
@@ -437,9 +413,8 @@ class _Renderer(ControlRenderer):
         extra = ["X"] if self.exact_mode else ["X", "F"]
         return f"{self.module.sub(graph, self.exact_mode)}({', '.join(args + extra)})"
 
-    def h_empty(self, dims: list[str], dtype: np.dtype) -> str:
-        shape = "".join(f"i64({d}), " for d in dims)
-        return f"empty_{cpu_math.CASTS[np.dtype(dtype).name]}(({shape[:-1] if len(dims) > 1 else shape}))"
+    def h_empty(self, dims: list, dtype: np.dtype) -> str:
+        return _empty(dims, dtype)
 
     def h_copy(self, x: str) -> str:
         return f"{x}.copy()"

@@ -18,10 +18,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from numba.core.errors import NumbaError
 
 from ..errors import TracekernError
 from ..ir import Graph, Var
-from . import cache, fusion
+from . import cache, cuda_math, fusion
 from .fusion import CallKernel, Literal, LoopKernel, Read
 from .render import CASTS, CONTROL, ControlRenderer, identity_literal, literal
 
@@ -46,8 +47,6 @@ class Launch:
 
 @functools.cache
 def launch_config() -> Launch:
-    from . import cuda_math
-
     if cuda_math.SIMULATOR:   # each simulated thread is a Python thread: keep launches small
         return Launch(threads=32, max_blocks=2, tile=4, min_chunk=1, simulator=True)
     from numba import cuda
@@ -64,7 +63,7 @@ def launch_config() -> Launch:
 def _digest() -> str:
     import inspect
 
-    from . import cuda_math, render, scalar_rules
+    from . import render, scalar_rules
 
     return cache.source_digest("".join(inspect.getsource(m) for m in (cuda_math, render, scalar_rules, fusion)))
 
@@ -132,6 +131,7 @@ class CompiledStep:
 
     def __init__(self, graph: Graph, plan: fusion.Plan, source: str, consts: list[np.ndarray], module: _Module,
                  lines: dict):
+        self._simulated = module.launch.simulator
         self.graph = graph
         self.plan = plan
         self.source = source
@@ -145,14 +145,12 @@ class CompiledStep:
         self._device_consts = None
 
     def __call__(self, args: Sequence) -> list:
-        from numba.core.errors import NumbaError
-
         R = runtime()
         module = self._module or self._load()
         if self._device_consts is None:
             X = tuple(R.upload(v) if i in self._on_device else v for i, v in enumerate(self._extras))
             self._device_consts = [R.upload(c) for c in self._consts] + [X]
-        simulated = launch_config().simulator
+        simulated = self._simulated
         if simulated:   # the simulator's threads wait for each other at every syncthreads; a short
             switch = sys.getswitchinterval()   # GIL switch interval makes that 10x faster
             sys.setswitchinterval(5e-5)
@@ -239,17 +237,22 @@ def _unflatten(kn: _Kernel, flat: str, dims: Sequence[int], names: Sequence[str]
     kn.emit(depth, f"{names[0]} = {rest}")
 
 
+def _load_tile(kn: _Kernel, d: int, tile: str, src: str, pre: str, row0: str, col0: str, rows: int, cols: int,
+               transposed: bool, acc: str) -> None:
+    """Each thread loads one element of a tile of the logical (rows x cols) operand into
+    tile[r, c]. A transposed operand is stored (cols x rows): its threads swap roles, so that
+    neighbouring threads (threadIdx.x) read neighbouring addresses either way."""
+    r, c = ("tx", "ty") if transposed else ("ty", "tx")
+    kn.emit(d, f"r = {row0} + {r}")
+    kn.emit(d, f"c = {col0} + {c}")
+    at = f"{src}[{pre}c, r]" if transposed else f"{src}[{pre}r, c]"
+    kn.emit(d, f"{tile}[{r}, {c}] = {acc}({at}) if r < {rows} and c < {cols} else {acc}(0)")
+
+
 class _Renderer(ControlRenderer):
     def __init__(self, plan: fusion.Plan, module: _Module, sub: bool = False):
-        self.module = module
+        super().__init__(plan, module, sub)
         self.launch = module.launch
-        self.sub = sub
-        self.plan = plan
-        self.graph = plan.graph
-        self.lines: list[str] = []
-        self.line_eqn: dict[int, object] = {}
-        self.names: dict[Var, str] = {}
-        self.pool: dict[tuple, list[str]] = {}
 
     def emit(self, depth: int, text: str, eqn=None) -> None:
         self.lines.append("    " * depth + text)
@@ -265,9 +268,6 @@ class _Renderer(ControlRenderer):
         listing = "\n".join("# " + line for line in str(self.graph).splitlines())
         source = head + "\n".join(before + self.lines) + "\n\n" + listing + "\n"
         return source, {line + offset: e for line, e in self.line_eqn.items()}
-
-    def const_value(self, v: Var) -> np.ndarray:
-        return np.ascontiguousarray(next(e for e in self.graph.eqns if v in e.outputs).params["value"])
 
     def function(self, name: str) -> None:
         """The host function: launches the plan's kernels in order and returns its outputs."""
@@ -290,22 +290,12 @@ class _Renderer(ControlRenderer):
                 self.loop(k, pos)
             else:
                 self.call(k)
-            for v in self.plan.frees.get(pos, ()):
-                self.pool.setdefault((v.shape, v.dtype.str), []).append(self.names[v])
+            self.release(pos)
         inputs = set(g.inputs) | set(self.plan.consts)
         outs = [f"R.copy({self.names[v]})" if v in inputs else self.names[v] for v in g.outputs]
         self.emit(1, f"return ({', '.join(outs)},)" if outs else "return ()")
 
     # -- buffers and launches ---------------------------------------------------------------
-    def alloc(self, v: Var) -> str:
-        name = self.names[v] = f"b{v.id}"
-        free = self.pool.get((v.shape, v.dtype.str))
-        if free:
-            self.emit(1, f"{name} = {free.pop()}  # reuses a dead buffer")
-        else:
-            self.emit(1, f"{name} = {self.h_empty([str(d) for d in v.shape], v.dtype)}")
-        return name
-
     def launch_kernel(self, kn: _Kernel, comment: str, grid, block, eqn=None) -> None:
         params = [(n, what) for n, what in kn.params.values()]
         name = self.module.kernel(params, kn.lines, comment)
@@ -321,8 +311,6 @@ class _Renderer(ControlRenderer):
         elif isinstance(stmt, Literal):
             kn.emit(depth, f"{stmt.name} = {literal(stmt.eqn.params['value'], stmt.eqn.outputs[0].dtype)}")
         else:
-            from . import cuda_math
-
             e = stmt.eqn
             dtype = e.inputs[0].dtype if e.inputs else e.outputs[0].dtype
             expr = stmt.template.format(*stmt.args, **cuda_math.functions(dtype))
@@ -395,19 +383,17 @@ class _Renderer(ControlRenderer):
         accs = []
         for e in reds:
             out = e.outputs[0]
-            from . import cuda_math
-
             acc_dtype = np.dtype(cuda_math.ACCUMULATOR[out.dtype.name] if e.primitive.identity in ("0", "1") else out.dtype.name)
             fns = cuda_math.functions(acc_dtype)
             target = self.names[out]
             if P > 1:
                 target = f"pt{out.id}"
-                self.emit(1, f"{target} = {self.h_empty([str(P), str(M)], acc_dtype)}")
+                self.emit(1, f"{target} = {self.h_empty([P, M], acc_dtype)}")
             accs.append(dict(e=e, out=out, acc=f"acc{out.id}", ident=identity_literal(e.primitive.identity, acc_dtype),
-                             dtype=acc_dtype, fns=fns, target=target, host_target=target,
+                             dtype=acc_dtype, fns=fns, target=target,
                              combine=lambda a, x, e=e, fns=fns: e.primitive.combine.format(acc=a, x=x, **fns)))
         for a in accs:   # (params in a fixed order: outputs after the reads the body names)
-            a["param"] = kn.param(a["host_target"], (a["dtype"].name, 2) if P > 1 else a["out"])
+            a["param"] = kn.param(a["target"], (a["dtype"].name, 2) if P > 1 else a["out"])
         red_names = [idx[a] for a in axes]
         kept_names = [idx[a] for a in kept]
         if by_block:
@@ -476,7 +462,7 @@ class _Renderer(ControlRenderer):
 
     def fold_partials(self, a: dict, P: int, M: int, dims: list[int]) -> None:
         kn, T = _Kernel(), min(self.launch.threads, M)
-        part = kn.param(a["host_target"], (a["dtype"].name, 2))
+        part = kn.param(a["target"], (a["dtype"].name, 2))
         out = kn.param(self.names[a["out"]], a["out"])
         q = [f"q{i}" for i in range(len(dims))]
         kn.emit(1, f"for m in range(cuda.grid(1), {M}, cuda.gridsize(1)):")
@@ -544,9 +530,7 @@ class _Renderer(ControlRenderer):
     def matmul(self, k: CallKernel, out: Var) -> None:
         """C = A @ B in t x t tiles through shared memory; a transposed operand (the plan passes the
         value whose last-two-axes transpose it is) is loaded with its rows along threadIdx.x, so
-        neighbouring threads read neighbouring addresses either way."""
-        from . import cuda_math
-
+        neighbouring threads read neighbouring addresses either way (_load_tile)."""
         e = k.eqn
         t = self.launch.tile
         (a_var, a_t), (b_var, b_t) = k.operands
@@ -575,21 +559,8 @@ class _Renderer(ControlRenderer):
         kn.emit(4, f"acc = {acc}(0)")
         kn.emit(4, f"for kt in range({-(-K // t)}):")
         d = 5
-        # each thread loads one element of each tile: (r, c) of the tile in sa[r, c] / sb[r, c]
-        if a_t:   # A is stored as (..., K, m)
-            kn.emit(d, f"r = rb * {t} + tx")
-            kn.emit(d, f"c = kt * {t} + ty")
-            kn.emit(d, f"sa[tx, ty] = {acc}({A}[{pre}c, r]) if r < {m} and c < {K} else {acc}(0)")
-        else:
-            kn.emit(d, f"c = kt * {t} + tx")
-            kn.emit(d, f"sa[ty, tx] = {acc}({A}[{pre}row, c]) if row < {m} and c < {K} else {acc}(0)")
-        if b_t:   # B is stored as (..., n, K)
-            kn.emit(d, f"r = kt * {t} + tx")
-            kn.emit(d, f"c = cb * {t} + ty")
-            kn.emit(d, f"sb[tx, ty] = {acc}({B}[{pre}c, r]) if r < {K} and c < {n} else {acc}(0)")
-        else:
-            kn.emit(d, f"r = kt * {t} + ty")
-            kn.emit(d, f"sb[ty, tx] = {acc}({B}[{pre}r, col]) if r < {K} and col < {n} else {acc}(0)")
+        _load_tile(kn, d, "sa", A, pre, f"rb * {t}", f"kt * {t}", m, K, a_t, acc)
+        _load_tile(kn, d, "sb", B, pre, f"kt * {t}", f"cb * {t}", K, n, b_t, acc)
         kn.emit(d, "cuda.syncthreads()")
         kn.emit(d, f"for u in range({t}):")
         kn.emit(d + 1, "acc += sa[ty, u] * sb[u, tx]")
@@ -606,7 +577,7 @@ class _Renderer(ControlRenderer):
     def subcall(self, graph: Graph, args: list[str]) -> str:
         return f"{self.module.sub(graph)}(R, {', '.join(args + ['X'])})"
 
-    def h_empty(self, dims: list[str], dtype: np.dtype) -> str:
+    def h_empty(self, dims: list, dtype: np.dtype) -> str:
         return f"R.empty(({''.join(f'{d}, ' for d in dims)}), np.{np.dtype(dtype).name})"
 
     def h_copy(self, x: str) -> str:

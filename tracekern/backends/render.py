@@ -6,9 +6,11 @@ cpu renders these into its njit step, cuda into its host launcher; each supplies
 that differ (the hooks below: allocation, copies, reading a flag on the host, the run-time schedule)."""
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+
 import numpy as np
 
-from ..ir import Graph
+from ..ir import Graph, Var
 
 CONTROL = ("cond", "scan", "while", "scan_revolve")
 # the names both math modules (cpu_math, cuda_math) give the casts to each dtype
@@ -40,41 +42,76 @@ def identity_literal(identity: str, dtype: np.dtype) -> str:
     return literal(info.min if low else info.max, dtype)
 
 
-class ControlRenderer:
-    """Mixin for a renderer with emit(depth, text, eqn), names (Var -> name) and module (.extras)."""
+class ControlRenderer(ABC):
+    """Base of the kernel renderers: the state they share (names, the pool of dead buffers), buffer
+    allocation by the plan's liveness, and control flow. A renderer defines emit(depth, text,
+    eqn) and the hooks below."""
+
+    def __init__(self, plan, module, sub: bool = False):
+        self.module = module
+        self.sub = sub
+        self.plan = plan
+        self.graph = plan.graph
+        self.lines: list[str] = []
+        self.line_eqn: dict[int, object] = {}
+        self.names: dict[Var, str] = {}
+        self.pool: dict[tuple, list[str]] = {}   # dead buffers by (shape, dtype), ready for reuse
+
+    @abstractmethod
+    def emit(self, depth: int, text: str, eqn=None) -> None:
+        """Append a line of the function being rendered (eqn: the equation it comes from)."""
 
     # -- hooks ------------------------------------------------------------------------
+    @abstractmethod
     def subcall(self, graph: Graph, args: list[str]) -> str:
         """Call of the sub-graph's function: returns a tuple of arrays."""
-        raise NotImplementedError
 
-    def h_empty(self, dims: list[str], dtype: np.dtype) -> str:
-        """A new uninitialised array, dims given as expressions."""
-        raise NotImplementedError
+    @abstractmethod
+    def h_empty(self, dims: list, dtype: np.dtype) -> str:
+        """A new uninitialised array, dims given as ints or expressions."""
 
+    @abstractmethod
     def h_copy(self, x: str) -> str:
-        raise NotImplementedError
+        """A fresh copy of array x."""
 
+    @abstractmethod
     def h_assign(self, dst: str, src: str) -> str:
         """The statement copying array src into the (same-shaped) view dst."""
-        raise NotImplementedError
 
+    @abstractmethod
     def h_truth(self, x: str) -> str:
         """A 0-d bool array's value where the loop runs."""
-        raise NotImplementedError
 
+    @abstractmethod
     def h_schedule(self, acts: str, n: str, k: str, depth: int) -> None:
         """Statements binding `acts` to schedule.actions(n, k) (an int64 array (steps, 2))."""
-        raise NotImplementedError
 
+    @abstractmethod
     def h_trip(self, name: str, n: str) -> None:
         """Statements binding `name` to a 0-d int64 array holding n."""
-        raise NotImplementedError
 
     def h_contiguous(self, x: str) -> str:
         return x
 
     # -- shared ----------------------------------------------------------------------------
+    def const_value(self, v: Var) -> np.ndarray:
+        return np.ascontiguousarray(next(e for e in self.graph.eqns if v in e.outputs).params["value"])
+
+    def alloc(self, v: Var) -> str:
+        """Bind v to a buffer: a dead one of its shape and dtype if there is one, else a new one."""
+        name = self.names[v] = f"b{v.id}"
+        free = self.pool.get((v.shape, v.dtype.str))
+        if free:
+            self.emit(1, f"{name} = {free.pop()}  # reuses a dead buffer")
+        else:
+            self.emit(1, f"{name} = {self.h_empty(list(v.shape), v.dtype)}")
+        return name
+
+    def release(self, pos: int) -> None:
+        """Return the buffers dead after kernel `pos` to the pool."""
+        for v in self.plan.frees.get(pos, ()):
+            self.pool.setdefault((v.shape, v.dtype.str), []).append(self.names[v])
+
     def extra(self, value: np.ndarray) -> str:
         """A constant array every function of the module receives (in the tuple X)."""
         self.module.extras.append(value)
@@ -92,7 +129,7 @@ class ControlRenderer:
 
     def _new(self, v) -> str:
         self.names[v] = f"b{v.id}"
-        self.emit(1, f"b{v.id} = {self.h_empty([str(d) for d in v.shape], v.dtype)}")
+        self.emit(1, f"b{v.id} = {self.h_empty(list(v.shape), v.dtype)}")
         return f"b{v.id}"
 
     def control_cond(self, e, ops: list[str]) -> None:
@@ -177,7 +214,7 @@ class ControlRenderer:
         slots = [f"slot{tag}_{i}" for i in range(nk)]
         for c, x, sl, v in zip(carry, init, slots, body.outputs):
             self.emit(1, f"{c} = {self.h_copy(x)}", eqn=e)
-            self.emit(1, f"{sl} = {self.h_empty([k] + [str(d) for d in v.shape], v.dtype)}")
+            self.emit(1, f"{sl} = {self.h_empty([k, *v.shape], v.dtype)}")
         self.emit(1, f"slotpos{tag} = [0] * {k}")
         state = [f"s{tag}_{i}" for i in range(ns)]
         for st, x in zip(state, state0):
