@@ -423,3 +423,67 @@ def test_reversible_shape_errors():
     block = tk.reversible(lambda v: np.sum(v), np.sin)
     with pytest.raises(TypeError, match="must return the shape and dtype of x1"):
         tk.jit(block)(np.ones(3), np.ones(3))
+
+
+def _tanh_mlp(ws, x, layer):
+    h = x
+    for w in ws:
+        h = layer(h, w)
+    return np.mean(h ** 2)
+
+
+def _count(graph, name):
+    return sum(e.primitive.name == name for e in graph.eqns)
+
+
+def test_recompute_reuses_region_outputs_the_backward_keeps_anyway():
+    # tanh's derivative needs only its output, which is the next region's (kept) input, and the
+    # loss's derivative keeps the last one: recompute per layer re-runs no matmul and "dots" no tanh
+    rng = np.random.default_rng(1)
+    ws = [rng.standard_normal((8, 8)) / 3 for _ in range(4)]
+    x = rng.standard_normal((5, 8))
+    plain = lambda h, w: np.tanh(h @ w)  # noqa: E731
+    splits = {name: tk.make_ir(lambda ws, x, L=layer: _tanh_mlp(ws, x, L), mode="vjp")(ws, x)
+              for name, layer in [("none", plain), ("nothing", tk.recompute(plain)),
+                                  ("dots", tk.recompute(plain, policy="dots"))]}
+    assert _count(splits["none"].backward, "matmul") == 8               # dh and dw of each layer
+    assert _count(splits["nothing"].backward, "matmul") == 8
+    assert _count(splits["dots"].backward, "matmul") == 8
+    assert _count(splits["nothing"].backward, "tanh") == _count(splits["dots"].backward, "tanh") == 0
+    want = tk.jit(tk.value_and_grad(lambda ws, x: _tanh_mlp(ws, x, plain)), backend="interpret")(ws, x)
+    for layer in (tk.recompute(plain), tk.recompute(plain, policy="dots")):
+        for backend in ("interpret", "cpu"):
+            got = tk.jit(tk.value_and_grad(lambda ws, x, L=layer: _tanh_mlp(ws, x, L)), backend=backend)(ws, x)
+            assert_same(got, want, 1e-12)
+    # a region whose output nothing else keeps is recomputed in full
+    single = tk.make_ir(lambda w, x: np.sum(tk.recompute(plain)(x, w)), mode="vjp")(ws[0], x)
+    assert _count(single.backward, "matmul") == 3 and _count(single.backward, "tanh") == 1
+
+
+def test_a_matmul_reads_a_recomputed_operand_in_place():
+    from tracekern.backends import fusion
+    from tracekern.backends.fusion import LoopKernel
+
+    rng = np.random.default_rng(2)
+    ws = [rng.standard_normal((8, 8)) for _ in range(3)]
+    x = rng.standard_normal((5, 8))
+    layer = tk.recompute(lambda h, w: np.tanh(h @ w))
+    ir = tk.jit(tk.value_and_grad(lambda ws, x: _tanh_mlp(ws, x, layer))).lower(ws, x).ir
+    barriers = {e.outputs[0] for e in ir.eqns if e.primitive.name == "remat_barrier"}
+    assert barriers
+    stored = {v for k in fusion.plan(ir).kernels if isinstance(k, LoopKernel) for v in k.stores}
+    assert not stored & barriers          # no copy of a weight or an activation behind a barrier
+
+
+def test_a_recompute_region_of_cheap_ops_saves_no_more_than_no_annotation():
+    x = np.linspace(-1, 1, 64)
+    layers = [lambda h: np.tanh(h), lambda h: np.sin(h) * 0.9 + 0.1, lambda h: np.exp(-h * h)] * 3
+
+    def chain(x, wrap):
+        for f in layers:
+            x = wrap(f)(x)
+        return np.sum(x)
+    plain = tk.make_ir(lambda x: chain(x, lambda f: f), mode="vjp")(x)
+    recomputed = tk.make_ir(lambda x: chain(x, tk.recompute), mode="vjp")(x)
+    assert plain.residual_bytes == recomputed.residual_bytes == x.nbytes   # x alone: the rest is remade
+    assert_same(tk.grad(lambda x: chain(x, tk.recompute))(x), tk.grad(lambda x: chain(x, lambda f: f))(x), 1e-12)

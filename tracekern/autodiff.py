@@ -11,7 +11,7 @@ from typing import Any
 from . import passes, remat
 from .errors import IRError
 from .ir import Eqn, Graph, Var, is_float, verify
-from .trace import aval_of, inline_env, source_override
+from .trace import aval_of, current_builder, inline_env, source_override
 
 
 def active_vars(graph: Graph, active_inputs: Sequence[bool]) -> set[Var]:
@@ -42,6 +42,17 @@ class ForwardPass:
 
     def backward(self, out_cts: Sequence[Any]) -> list[Any]:
         """Cotangents of the graph inputs (None where none flows) given one per output (None = 0)."""
+        builder = current_builder()
+        outermost = builder is not None and builder.backward_from is None
+        if outermost:
+            builder.backward_from = len(builder.eqns)
+        try:
+            return self._backward(out_cts)
+        finally:
+            if outermost:
+                builder.backward_from = None
+
+    def _backward(self, out_cts: Sequence[Any]) -> list[Any]:
         cts: dict[Var, Any] = {}
         for v, ct in zip(self.graph.outputs, out_cts):
             if ct is not None and v in self.active:
@@ -115,6 +126,12 @@ class SplitVJP:
     @property
     def residual_bytes(self) -> int:
         return int(sum(v.aval.nbytes for v in self.residuals))
+
+    @property
+    def saved_bytes(self) -> int:
+        """Residual bytes beyond the forward's own inputs (which the caller holds anyway)."""
+        inputs = set(self.forward.inputs)
+        return int(sum(v.aval.nbytes for v in self.residuals if v not in inputs))
 
     def __str__(self) -> str:
         return (f"forward:\n{self.forward}\n\nbackward (saved: {len(self.residuals)} residuals, "

@@ -37,6 +37,19 @@ class Builder:
         self.eqns: list[Eqn] = []
         self.captured: dict[int, tuple[Tracer, Var]] = {}
         self.active = True
+        # index of the first equation of the outermost reverse pass being emitted (None outside one)
+        self.backward_from: int | None = None
+        self._uses: tuple[int, int, set[Var]] = (0, 0, set())
+
+    def used_since(self, start: int) -> set[Var]:
+        """Vars read by the equations recorded from index `start` on (kept up to date incrementally)."""
+        begin, done, used = self._uses
+        if begin != start:
+            begin, done, used = start, start, set()
+        for e in self.eqns[done:]:
+            used.update(e.inputs)
+        self._uses = (begin, len(self.eqns), used)
+        return used
 
     def new_input(self, aval: Aval, weak: bool = False) -> Tracer:
         v = Var(aval)

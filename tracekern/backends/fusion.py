@@ -179,16 +179,28 @@ def _initial_materialized(graph: Graph, producer) -> set[Var]:
             m.update(e.outputs)
         if kind in ("call", "matmul"):
             for v in e.inputs:
-                m.add(_matmul_base(v, producer) if kind == "matmul" else v)
+                m.add(_operand(v, producer, kind == "matmul")[0])
     return m
 
 
-def _matmul_base(v: Var, producer) -> Var:
-    """A matmul operand that is the transpose of a 2-D value is passed as that value's transpose."""
+def _unalias(v: Var, producer) -> Var:
     e = producer.get(v)
-    if e is not None and e.primitive.name == "transpose" and len(v.shape) == 2 and tuple(e.params["perm"]) == (1, 0):
-        return e.inputs[0]
+    while e is not None and e.primitive.aliases_input:
+        v = e.inputs[0]
+        e = producer.get(v)
     return v
+
+
+def _operand(v: Var, producer, matmul: bool) -> tuple[Var, bool]:
+    """(the buffer a whole-buffer kernel reads for operand v, whether it reads its transpose): an
+    alias (remat_barrier) passes its input's buffer; a matmul operand that is the transpose of a
+    2-D value is passed as that value's transpose."""
+    v = _unalias(v, producer)
+    e = producer.get(v)
+    if matmul and e is not None and e.primitive.name == "transpose" and len(v.shape) == 2 \
+            and tuple(e.params["perm"]) == (1, 0):
+        return _unalias(e.inputs[0], producer), True
+    return v, False
 
 
 def _plan_with(graph: Graph, producer, materialized: set[Var]) -> Plan:
@@ -198,10 +210,7 @@ def _plan_with(graph: Graph, producer, materialized: set[Var]) -> Plan:
     for e in graph.eqns:
         kind = e.primitive.fusion
         if kind in ("call", "matmul"):
-            operands = []
-            for v in e.inputs:
-                base = _matmul_base(v, producer) if kind == "matmul" else v
-                operands.append((base, base is not v))
+            operands = [_operand(v, producer, kind == "matmul") for v in e.inputs]
             kernels.append(CallKernel(e, operands))
             kernel_of.update((v, len(kernels) - 1) for v in e.outputs)
         elif kind == "const" and e.outputs[0].shape:

@@ -75,21 +75,31 @@ class RecomputeCall(Call):
     """tk.recompute: body computes (y..., saved...) from (x..., captured...), where `saved` are the
     values the policy lets the forward keep. The VJP emits body again on the inputs, behind a barrier
     that depends on the cotangent (so it runs in the backward pass and never merges with the
-    forward's copy), using the saved values instead of recomputing them, then differentiates it."""
+    forward's copy), using the saved values instead of recomputing them, then differentiates it.
+
+    An output of the region that the reverse pass already reads (typically the next region's input,
+    which that region keeps) is used as it is rather than recomputed: it is kept anyway, so the
+    recomputation that only remade it (an MLP layer's matmul, when tanh's derivative needs only its
+    output) is dead code and disappears."""
 
     sparse_cotangents = True
 
     def vjp(self, cts, ins, outs, active, body, num_y, policy):
         from ..autodiff import ForwardPass, active_vars, for_vjp
-        from ..trace import inline_env
+        from ..trace import Tracer, current_builder, inline_env
 
         body = for_vjp(body)
+        b = current_builder()
+        kept = b.used_since(b.backward_from) if b is not None and b.backward_from is not None else set()
+        reuse = {v: y for v, y in zip(body.outputs[:num_y], outs[:num_y])
+                 if isinstance(y, Tracer) and y.builder is b and y.var in kept and v not in body.inputs}
         token = next(ct for ct in cts if ct is not None)
         xs = [remat_barrier(x, token) for x in ins]
         given = dict(zip(body.outputs[num_y:], outs[num_y:]))
         # prints of the region run again here: one element of a barrier'd value orders them
         order = xs[0].ravel()[:1] if xs else None
         env = inline_env(body, xs, given=given, order=order)
+        env.update(reuse)
         fp = ForwardPass(body, env, active_vars(body, active))
         return fp.backward(list(cts))   # saved values get cotangents too in grad of grad
 
@@ -123,6 +133,7 @@ class RematBarrier(Primitive):
     and tk.vjp's split puts it in the backward. Kernels read x directly (a view)."""
 
     fusion = "view"
+    aliases_input = True
 
     def abstract_eval(self, x: Aval, token: Aval):
         return (x,)

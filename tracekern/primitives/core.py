@@ -34,6 +34,9 @@ class Primitive:
     # How kernel renderers treat it (backends/fusion.py): "elementwise" (a scalar expression in a
     # fused loop), "view" (an index mapping onto its operand), "reduce", or "call" (its own kernel).
     fusion = "call"
+    # True for a "view" whose output is its first input unchanged (remat_barrier): a kernel that
+    # takes whole buffers (matmul, call) is handed that input's buffer, not a copy
+    aliases_input = False
     scalar = ""  # elementwise primitives: the scalar expression renderers emit (see Elementwise)
 
     def __init__(self, name: str):
