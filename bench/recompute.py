@@ -7,11 +7,13 @@ a process of its own, so one does not pollute the next one's memory.
     python -m bench --compare OLD.json NEW.json
 
 JSON (bench/results/recompute.json): {"date", "machine", "cores", "size", "notes": [...],
-"rows": [{"workload", "strategy", "time_s", "ratio", "residual_bytes", "peak_bytes",
-"planned_peak_bytes", "runs", "peer": null | "jax"}]}. time_s is the median of `runs` calls after
-a warm-up; ratio is time_s over the same workload's "none" row of the same tool, in this run;
-peak_bytes is the highest resident memory sampled during those calls above the level before them
-(None where /proc is missing)."""
+"rows": [{"workload", "strategy", "time_s", "ratio", "vs_tracekern", "residual_bytes",
+"saved_bytes", "peak_bytes", "planned_peak_bytes", "runs", "peer": null | "jax"}]}. time_s is the
+median of `runs` calls after a warm-up; ratio is time_s over the same workload's "none" row of the
+same tool, in this run; vs_tracekern (peers only) is time_s over tracekern's row of the same
+workload and strategy; saved_bytes is the part of residual_bytes that is not the function's own
+inputs; peak_bytes is the highest resident memory sampled during those calls above the level before
+them (None where /proc is missing)."""
 from __future__ import annotations
 
 import argparse
@@ -22,6 +24,7 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -66,7 +69,29 @@ class PeakSampler:
         return self.peak - self.base if self.ok else None
 
 
-def measure_one(name: str, strategy: str, size: str, runs: int) -> dict:
+def _timed(call, runs: int) -> list[float]:
+    """Times of `runs` calls with the allocator as it is, then tells glibc to return freed blocks
+    of 16 KiB or more to the system at once (mmap, no trimming threshold), so that resident memory
+    follows the live arrays during the sampled calls that come next. (Set for the timed calls too,
+    it made allocation-heavy steps, such as a scan's per-step buffers, up to 2.5x slower.)"""
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - t)
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(-3, 16384)     # M_MMAP_THRESHOLD
+        libc.mallopt(-1, 0)         # M_TRIM_THRESHOLD
+        libc.malloc_trim(0)
+    except (OSError, AttributeError):
+        pass                         # not glibc: peaks may lag behind freed memory
+    return times
+
+
+def measure_one(name: str, strategy: str, size: str, runs: int) -> dict | None:
     """One configuration, in this process: median time, residual bytes, planned and measured peak."""
     import tracekern as tk
     from kernels import make
@@ -75,21 +100,22 @@ def measure_one(name: str, strategy: str, size: str, runs: int) -> dict:
     step = tk.jit(tk.value_and_grad(w.loss))
     step(*w.args)                                     # compile and warm up
     lowered = tk.jit(w.loss).lower(*w.args)
-    times = []
+    if runs == 0:                                     # compile only (fills the disk cache)
+        return None
+    times = _timed(lambda: step(*w.args), runs)
     with PeakSampler() as sampler:
-        for _ in range(runs):
-            t = time.perf_counter()
+        for _ in range(min(runs, 3)):
             step(*w.args)
-            times.append(time.perf_counter() - t)
     planned = step.lower(*w.args).memory.peak_bytes["step"]
     return {"workload": name, "strategy": strategy, "time_s": float(np.median(times)), "runs": runs,
-            "residual_bytes": lowered.memory.residual_bytes, "planned_peak_bytes": planned,
+            "residual_bytes": lowered.memory.residual_bytes, "saved_bytes": lowered.memory.saved_bytes,
+            "planned_peak_bytes": planned,
             "peak_bytes": sampler.above_base, "peer": None}
 
 
 def measure_jax(name: str, strategy: str, size: str, runs: int) -> dict | None:
     """The same workload and strategy in JAX (jax.checkpoint with the matching policy), where a JAX
-    version exists: chain and mlp."""
+    version exists: chain, mlp and rnn."""
     import jax
     import jax.numpy as jnp
 
@@ -122,25 +148,53 @@ def measure_jax(name: str, strategy: str, size: str, runs: int) -> dict | None:
             return jnp.mean((h - y) ** 2)
         ws, x, y = w.args
         args = ([jnp.asarray(a) for a in ws], jnp.asarray(x), jnp.asarray(y))
+    elif name == "rnn":
+        loss = _jax_rnn(strategy)
+        args = tuple(jnp.asarray(a) for a in w.args)
     else:
         return None
     step = jax.jit(jax.value_and_grad(loss))
     jax.block_until_ready(step(*args))
-    times = []
+    times = _timed(lambda: jax.block_until_ready(step(*args)), runs)
     with PeakSampler() as sampler:
-        for _ in range(runs):
-            t = time.perf_counter()
+        for _ in range(min(runs, 3)):
             jax.block_until_ready(step(*args))
-            times.append(time.perf_counter() - t)
     return {"workload": name, "strategy": strategy, "time_s": float(np.median(times)), "runs": runs,
-            "residual_bytes": None, "planned_peak_bytes": None, "peak_bytes": sampler.above_base, "peer": "jax"}
+            "residual_bytes": None, "saved_bytes": None, "planned_peak_bytes": None,
+            "peak_bytes": sampler.above_base, "peer": "jax"}
+
+
+def _jax_rnn(strategy: str):
+    """kernels/rnn.py in JAX. checkpointK: JAX has no binomial checkpointing, so the usual two-level
+    scheme: an outer lax.scan over s segments (s the largest divisor of the step count <= K, so at
+    most K snapshots), each segment an inner lax.scan under jax.checkpoint."""
+    import jax
+    import jax.numpy as jnp
+
+    k = None if strategy == "none" else int(strategy.removeprefix("checkpoint"))
+
+    def loss(a, xs):
+        def step(h, x):
+            h = jnp.tanh(a * h + x)
+            return h, jnp.mean(h)
+        h0 = jnp.zeros_like(a)
+        if k is None:
+            h, ys = jax.lax.scan(step, h0, xs)
+        else:
+            steps = xs.shape[0]
+            outer = max(d for d in range(1, min(k, steps) + 1) if steps % d == 0)
+
+            @jax.checkpoint
+            def segment(h, xseg):
+                return jax.lax.scan(step, h, xseg)
+            h, ys = jax.lax.scan(segment, h0, xs.reshape(outer, steps // outer, -1))
+        return jnp.mean(h * h) + jnp.mean(ys)
+    return loss
 
 
 def _in_process(name, strategy, size, runs, peer) -> dict | None:
     cmd = [sys.executable, "-m", "bench.recompute", "--one", name, strategy, size, str(runs)] + (["--peer", peer] if peer else [])
-    # glibc returns freed blocks of 16 KiB or more to the system at once (mmap), so resident memory
-    # follows the live arrays and the sampler sees each step's peak, not the heap's high-water mark
-    env = dict(os.environ, PYTHONPATH=ROOT, MALLOC_MMAP_THRESHOLD_="16384", MALLOC_TRIM_THRESHOLD_="0")
+    env = dict(os.environ, PYTHONPATH=ROOT)
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
     if out.returncode != 0:
         raise RuntimeError(f"{name}/{strategy} ({peer or 'tracekern'}) failed:\n{out.stderr[-2000:]}")
@@ -154,10 +208,13 @@ def _have(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
 
+JAX_PEERS = ("chain", "mlp", "rnn")
+
+
 def run(quick: bool, only: list[str] | None = None) -> dict:
     from kernels import MODULES
 
-    size, runs = ("quick", 3) if quick else ("full", 5)
+    size, runs = ("quick", 20) if quick else ("full", 5)
     notes = []
     peers = ["jax"] if _have("jax") else []
     if not peers:
@@ -168,9 +225,18 @@ def run(quick: bool, only: list[str] | None = None) -> dict:
         else:
             notes.append(f"{what} is installed but has no version of these workloads yet")
     configs = [(name, s, None) for name, m in MODULES.items() if not only or name in only for s in m.STRATEGIES]
-    configs += [(name, s, p) for p in peers for name, s, _ in list(configs) if name in ("chain", "mlp")]
+    configs += [(name, s, p) for p in peers for name, s, _ in list(configs) if name in JAX_PEERS]
     rows = []
     start = time.perf_counter()
+    # compile every tracekern configuration first, a process per core: the kernels land in the disk
+    # cache, and the timed processes below (one at a time) load them
+    ours = [(name, s) for name, s, peer in configs if peer is None]
+    workers = max(1, min(os.cpu_count() or 1, len(ours)))
+    print(f"compiling {len(ours)} configurations on {workers} processes (cached after the first run) ...",
+          end="", flush=True, file=sys.stderr)
+    with ThreadPoolExecutor(workers) as pool:
+        list(pool.map(lambda c: _in_process(c[0], c[1], size, 0, None), ours))
+    print(f" {time.perf_counter() - start:.0f} s", file=sys.stderr)
     for i, (name, strategy, peer) in enumerate(configs, 1):
         label = f"{name} / {strategy}" + (f" ({peer})" if peer else "")
         print(f"[{i}/{len(configs)}] {label} ...", end="", flush=True, file=sys.stderr)
@@ -183,6 +249,9 @@ def run(quick: bool, only: list[str] | None = None) -> dict:
     for row in rows:
         base = next(r for r in rows if r["workload"] == row["workload"] and r["peer"] == row["peer"] and r["strategy"] == "none")
         row["ratio"] = row["time_s"] / base["time_s"]
+        ours = next((r for r in rows if r["workload"] == row["workload"] and r["peer"] is None
+                     and r["strategy"] == row["strategy"]), None)
+        row["vs_tracekern"] = row["time_s"] / ours["time_s"] if row["peer"] and ours else None
     return {"date": time.strftime("%Y-%m-%d"), "machine": platform.processor() or platform.machine(),
             "cores": os.cpu_count(), "size": size, "notes": notes, "rows": rows}
 
@@ -192,11 +261,13 @@ def _mb(b) -> str:
 
 
 def table(result: dict) -> str:
-    lines = [f"{'workload':12s} {'strategy':13s} {'tool':9s} {'time ms':>9s} {'ratio':>6s} {'residual MB':>12s} "
-             f"{'peak MB':>8s} {'planned MB':>10s}"]
+    lines = [f"{'workload':12s} {'strategy':13s} {'tool':9s} {'time ms':>9s} {'ratio':>6s} {'/ tk':>6s} {'residual MB':>12s} "
+             f"{'beyond in MB':>12s} {'peak MB':>8s} {'planned MB':>10s}"]
     for r in result["rows"]:
+        vs = "-" if r.get("vs_tracekern") is None else f"{r['vs_tracekern']:.2f}"
         lines.append(f"{r['workload']:12s} {r['strategy']:13s} {r['peer'] or 'tracekern':9s} {r['time_s'] * 1e3:9.1f} "
-                     f"{r['ratio']:6.2f} {_mb(r['residual_bytes']):>12s} {_mb(r['peak_bytes']):>8s} {_mb(r['planned_peak_bytes']):>10s}")
+                     f"{r['ratio']:6.2f} {vs:>6s} {_mb(r['residual_bytes']):>12s} {_mb(r.get('saved_bytes')):>12s} "
+                     f"{_mb(r['peak_bytes']):>8s} {_mb(r['planned_peak_bytes']):>10s}")
     return "\n".join(lines)
 
 
@@ -226,15 +297,20 @@ def plot(result: dict, path: str) -> str | None:
     except ImportError:
         return None
     names = list(dict.fromkeys(r["workload"] for r in result["rows"]))
-    fig, axes = plt.subplots(1, len(names), figsize=(3.2 * len(names), 3.2), squeeze=False)
-    for ax, name in zip(axes[0], names):
+    cols = min(4, len(names))
+    rows = -(-len(names) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 3.2 * rows), squeeze=False)
+    for ax in axes.flat[len(names):]:
+        ax.set_visible(False)
+    for ax, name in zip(axes.flat, names):
         for r in (r for r in result["rows"] if r["workload"] == name):
             label = r["strategy"] + (f" ({r['peer']})" if r["peer"] else "")
             ax.scatter((r["peak_bytes"] or 0) / 2**20, r["ratio"], marker="s" if r["peer"] else "o")
             ax.annotate(label, ((r["peak_bytes"] or 0) / 2**20, r["ratio"]), fontsize=7)
         ax.set_title(name)
         ax.set_xlabel("peak MB")
-    axes[0][0].set_ylabel("time / no annotation")
+    for row in axes:
+        row[0].set_ylabel("time / no annotation")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     return path
@@ -242,7 +318,7 @@ def plot(result: dict, path: str) -> str | None:
 
 def main(argv=None) -> dict | None:
     ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="small sizes, 3 runs (about a minute)")
+    ap.add_argument("--quick", action="store_true", help="small sizes, 20 runs each (about a minute)")
     ap.add_argument("--only", nargs="+", help="workloads to run (default: all)")
     ap.add_argument("--json", default=os.path.join(HERE, "results", "recompute.json"))
     ap.add_argument("--plot", default=os.path.join(HERE, "results", "recompute.png"))

@@ -9,7 +9,7 @@ def test_readme_python_blocks_run():
     text = (ROOT / "README.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", text, re.S)
     assert blocks
-    namespace: dict = {}
+    namespace: dict = {"__name__": "__main__"}     # as `python example.py` runs them
     for block in blocks:
         exec(compile(block, "README.md", "exec"), namespace)
 

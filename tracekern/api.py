@@ -126,6 +126,15 @@ class _Compiled:
         self._shape = "leaf" if td.kind == "leaf" else (
             "tuple" if td.kind == "tuple" and all(c.kind == "leaf" for c in td.children) else "tree")
 
+    @property
+    def out_avals(self) -> tuple[Aval, ...]:
+        return tuple(v.aval for v in self.graph.outputs) if self.graph is not None else self._out_avals
+
+    def __getstate__(self) -> dict:
+        """Pickled without the graph (an Exported in another process needs only the runner)."""
+        state = dict(self.__dict__, graph=None, _out_avals=self.out_avals)
+        return state
+
     def variables_match(self) -> bool:
         """Whether every Variable still has the shape and dtype this entry was traced for."""
         return all(v.aval == a for v, a in zip(self.variables, self._var_avals))
@@ -141,14 +150,51 @@ class _Compiled:
         return tree_unflatten(self.out_treedef, outs)
 
 
+class Exported:
+    """A tk.jit function compiled for one argument signature (Staged.export). Pickling keeps the
+    generated source, its constants and the output structure, not the graph or machine code; the
+    receiving process imports the source through its disk cache, so Numba compiles it there once
+    and later processes load the cached machine code."""
+
+    def __init__(self, name: str, treedef: TreeDef, signature: tuple, entry: _Compiled):
+        self.name = name
+        self._treedef = treedef              # of ((positional args), {}), as Staged._signature flattens
+        self._signature = signature          # ((shape, dtype.str), ...) per leaf
+        self._entry = entry
+
+    @property
+    def out_avals(self) -> list[Aval]:
+        """Shape and dtype of each output leaf (in tree_flatten order)."""
+        return list(self._entry.out_avals)
+
+    @property
+    def out_treedef(self) -> TreeDef:
+        return self._entry.out_treedef
+
+    def __call__(self, *args) -> Any:
+        leaves, treedef = tree_flatten((args, {}))
+        if treedef != self._treedef:
+            raise ValueError(f"{self.name} was exported for arguments of structure {self._treedef!r}, got {treedef!r}")
+        arrays = []
+        for j, (x, (shape, dtype)) in enumerate(zip(leaves, self._signature)):
+            a = np.asarray(x)
+            if a.shape != shape or a.dtype.str != dtype:
+                raise ValueError(f"{self.name} was exported for leaf {j} of shape {shape} and dtype "
+                                 f"{np.dtype(dtype)}, got {a.shape} {a.dtype}; export it again for these arguments")
+            arrays.append(a)
+        return self._entry(arrays)
+
+
 @dataclass(frozen=True)
 class MemoryReport:
     """Bytes: residual_bytes saved between tk.vjp's forward and backward (None when the function is
-    not a plain one of arrays), and the planned peak of each compiled function (buffers alive at
-    once, outputs included, the caller's inputs not)."""
+    not a plain one of arrays), saved_bytes the part of them that is not the function's own inputs
+    (the memory the forward keeps beyond what the caller holds anyway), and the planned peak of each
+    compiled function (buffers alive at once, outputs included, the caller's inputs not)."""
 
     residual_bytes: int | None
     peak_bytes: dict[str, int]
+    saved_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -229,7 +275,7 @@ class Staged:
         if entry is None or not entry.variables_match():
             entry = self._compile(key, make_graph)
         peaks = {"step": entry.run.peak_bytes}
-        residual, split = None, None
+        residual, saved, split = None, None, None
         if not kwargs and not self.static_argnums and not isinstance(self.fun, functools.partial):
             try:
                 split, _, meta = _vjp_split(self.fun, args, False, self.backend)
@@ -237,9 +283,32 @@ class Staged:
                 split = None
             if split is not None:
                 fwd_run, bwd_run = meta[3]
-                residual = split.residual_bytes
+                residual, saved = split.residual_bytes, split.saved_bytes
                 peaks.update(vjp_forward=fwd_run.peak_bytes, vjp_backward=bwd_run.peak_bytes)
-        return Lowered(entry.graph, entry.run.source, MemoryReport(residual, peaks), split)
+        return Lowered(entry.graph, entry.run.source, MemoryReport(residual, peaks, saved), split)
+
+    def export(self, *args) -> Exported:
+        """This function compiled for the signature of `args` (arrays, or anything with .shape and
+        .dtype), as an object that pickles to the generated module's source and runs in another
+        process: there it is loaded through that process's disk cache (compiled once, then reused).
+        Its machine code is never pickled. tracekern.dask ships these to Dask workers."""
+        if self.static_argnums:
+            raise ValueError(f"export of {_fun_name(self.fun)}: static_argnums are not supported; close over the "
+                             "static values (functools.partial) instead")
+        leaves, treedef = tree_flatten(args)
+        examples = [np.empty(x.shape, x.dtype) if hasattr(x, "shape") and hasattr(x, "dtype") and not
+                    isinstance(x, (np.ndarray, Tracer)) else x for x in leaves]
+        key, _, make_graph = self._signature(tree_unflatten(treedef, examples), {})
+        entry = self._cache.get(key)
+        if entry is None or not entry.variables_match():
+            entry = self._compile(key, make_graph)
+        if entry.variables:
+            raise ValueError(f"export of {_fun_name(self.fun)}: it reads tk.Variables ({len(entry.variables)}), whose "
+                             "values live in this process; pass them as arguments instead")
+        if not getattr(entry.run, "portable", False):
+            raise ValueError(f"export of {_fun_name(self.fun)}: the {self.backend or default_backend()!r} backend's "
+                             "compiled functions cannot run in another process; use backend='cpu'")
+        return Exported(_fun_name(self.fun), key[0], key[1], entry)
 
     def _split_static(self, args: tuple) -> tuple[tuple, tuple]:
         statics = []

@@ -107,9 +107,16 @@ def _import(path: Path, digest: str) -> ModuleType:
     return mod
 
 
+def portable_lines(lines: dict) -> dict[int, tuple[str, str | None]]:
+    """`lines` without the equations (which hold the graph): what pickles with a compiled step."""
+    return {n: e if isinstance(e, tuple) else (e.primitive.name, e.source)
+            for n, e in lines.items()}
+
+
 def located_error(backend: str, err: Exception, lines: dict, source: str) -> Exception:
     """A compile error of a generated module, naming the equation (and the user's line) that the
-    failing generated line came from; `lines` maps generated line numbers to equations."""
+    failing generated line came from; `lines` maps generated line numbers to equations (or to
+    (primitive name, source) pairs: portable_lines)."""
     import re
 
     from ..errors import TracekernError
@@ -117,9 +124,10 @@ def located_error(backend: str, err: Exception, lines: dict, source: str) -> Exc
     text = str(err)
     where = ""
     for m in re.finditer(r"tk_[0-9a-f]+\.py\", line (\d+)", text):
-        eqn = lines.get(int(m.group(1)))
-        if eqn is not None:
-            where = f" while compiling {eqn.primitive.name} (from {eqn.source or 'unknown source'})"
+        hit = lines.get(int(m.group(1)))
+        if hit is not None:
+            name, src = hit if isinstance(hit, tuple) else (hit.primitive.name, hit.source)
+            where = f" while compiling {name} (from {src or 'unknown source'})"
     head = text.strip().splitlines()[:6]
     return TracekernError(f"the {backend} backend failed{where}: Numba reported:\n  " + "\n  ".join(head)
                           + f"\nThe generated source is in {module_path(source)} "

@@ -52,6 +52,13 @@ class CompiledStep:
         self._flagged = flagged   # step returns "redo with libm trig" first
         self._module = None
 
+    # pickles (tk.Staged.export) to its source and constants: another process loads the module
+    # through its own disk cache, compiling it once
+    portable = True
+
+    def __getstate__(self) -> dict:
+        return dict(self.__dict__, graph=None, plan=None, _module=None, _lines=cache.portable_lines(self._lines))
+
     def _load(self):
         self._module = cache.load_module(self.source)
         return self._module
