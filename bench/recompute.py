@@ -26,14 +26,19 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-import numpy as np
+from bench.cpu import median_time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
 
 class PeakSampler:
-    """Samples this process's resident memory (Linux /proc/self/statm) every 0.2 ms in a thread."""
+    """Samples this process's resident memory (Linux /proc/self/statm) every 0.2 ms in a thread.
+
+    Entering it tells glibc to return freed blocks of 16 KiB or more to the system at once (mmap,
+    no trimming threshold), so that resident memory follows the live arrays; this stays set for
+    the rest of the process, so time calls before sampling (it made allocation-heavy steps, such
+    as a scan's per-step buffers, up to 2.5x slower)."""
 
     def __init__(self):
         self.page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -46,6 +51,15 @@ class PeakSampler:
             return int(f.read().split()[1]) * self.page
 
     def __enter__(self):
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL("libc.so.6")
+            libc.mallopt(-3, 16384)     # M_MMAP_THRESHOLD
+            libc.mallopt(-1, 0)         # M_TRIM_THRESHOLD
+            libc.malloc_trim(0)
+        except (OSError, AttributeError):
+            pass                         # not glibc: peaks may lag behind freed memory
         if self.ok:
             self.base = self.rss()
             self.peak = self.base
@@ -69,28 +83,6 @@ class PeakSampler:
         return self.peak - self.base if self.ok else None
 
 
-def _timed(call, runs: int) -> list[float]:
-    """Times of `runs` calls with the allocator as it is, then tells glibc to return freed blocks
-    of 16 KiB or more to the system at once (mmap, no trimming threshold), so that resident memory
-    follows the live arrays during the sampled calls that come next. (Set for the timed calls too,
-    it made allocation-heavy steps, such as a scan's per-step buffers, up to 2.5x slower.)"""
-    times = []
-    for _ in range(runs):
-        t = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - t)
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(-3, 16384)     # M_MMAP_THRESHOLD
-        libc.mallopt(-1, 0)         # M_TRIM_THRESHOLD
-        libc.malloc_trim(0)
-    except (OSError, AttributeError):
-        pass                         # not glibc: peaks may lag behind freed memory
-    return times
-
-
 def measure_one(name: str, strategy: str, size: str, runs: int) -> dict | None:
     """One configuration, in this process: median time, residual bytes, planned and measured peak."""
     import tracekern as tk
@@ -98,16 +90,16 @@ def measure_one(name: str, strategy: str, size: str, runs: int) -> dict | None:
 
     w = make(name, size, strategy)
     step = tk.jit(tk.value_and_grad(w.loss))
-    step(*w.args)                                     # compile and warm up
     lowered = tk.jit(w.loss).lower(*w.args)
     if runs == 0:                                     # compile only (fills the disk cache)
+        step(*w.args)
         return None
-    times = _timed(lambda: step(*w.args), runs)
+    seconds = median_time(lambda: step(*w.args), runs)   # (its first, untimed call compiles)
     with PeakSampler() as sampler:
         for _ in range(min(runs, 3)):
             step(*w.args)
     planned = step.lower(*w.args).memory.peak_bytes["step"]
-    return {"workload": name, "strategy": strategy, "time_s": float(np.median(times)), "runs": runs,
+    return {"workload": name, "strategy": strategy, "time_s": seconds, "runs": runs,
             "residual_bytes": lowered.memory.residual_bytes, "saved_bytes": lowered.memory.saved_bytes,
             "planned_peak_bytes": planned,
             "peak_bytes": sampler.above_base, "peer": None}
@@ -154,12 +146,11 @@ def measure_jax(name: str, strategy: str, size: str, runs: int) -> dict | None:
     else:
         return None
     step = jax.jit(jax.value_and_grad(loss))
-    jax.block_until_ready(step(*args))
-    times = _timed(lambda: jax.block_until_ready(step(*args)), runs)
+    seconds = median_time(lambda: jax.block_until_ready(step(*args)), runs)
     with PeakSampler() as sampler:
         for _ in range(min(runs, 3)):
             jax.block_until_ready(step(*args))
-    return {"workload": name, "strategy": strategy, "time_s": float(np.median(times)), "runs": runs,
+    return {"workload": name, "strategy": strategy, "time_s": seconds, "runs": runs,
             "residual_bytes": None, "saved_bytes": None, "planned_peak_bytes": None,
             "peak_bytes": sampler.above_base, "peer": "jax"}
 

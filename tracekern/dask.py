@@ -23,7 +23,8 @@ from typing import Any
 import numpy as np
 
 from .api import Exported, jit, value_and_grad
-from .pytree import tree_flatten, tree_unflatten
+from .ir import Aval
+from .pytree import tree_flatten, tree_map, tree_unflatten
 
 try:
     import dask
@@ -126,7 +127,7 @@ def _name(f: Callable) -> str:
 
 def _chunks(data: Any, what: str):
     """Per chunk: its blocks (delayed, one per data leaf), rows, and signature (a tuple of
-    ShapeDtype examples per leaf); and data's tree structure."""
+    Aval per leaf: hashable, and an argument example for export); and data's tree structure."""
     leaves, td = tree_flatten(data)
     if not leaves:
         raise ValueError(f"{what}: data has no arrays")
@@ -148,22 +149,8 @@ def _chunks(data: Any, what: str):
     leaves = [x.rechunk((chunks0,) + tuple(-1 for _ in x.shape[1:])) for x in leaves]
     per_leaf = [x.to_delayed().ravel() for x in leaves]
     blocks = list(zip(*per_leaf))
-    sigs = [tuple(_ShapeDtype((n,) + x.shape[1:], x.dtype) for x in leaves) for n in chunks0]
+    sigs = [tuple(Aval((int(n),) + tuple(x.shape[1:]), np.dtype(x.dtype)) for x in leaves) for n in chunks0]
     return blocks, list(chunks0), sigs, td
-
-
-class _ShapeDtype:
-    """An argument example for export: shape and dtype only (hashable, so signatures dedupe)."""
-
-    def __init__(self, shape: tuple, dtype):
-        self.shape = tuple(int(d) for d in shape)
-        self.dtype = np.dtype(dtype)
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, _ShapeDtype) and (self.shape, self.dtype) == (other.shape, other.dtype)
-
-    def __hash__(self) -> int:
-        return hash((self.shape, self.dtype.str))
 
 
 def _chunk_value_and_grad(exported: Exported, params, data_td, weight: float, *blocks) -> list:
@@ -182,12 +169,10 @@ def _chunk_call(exported: Exported, params, data_td, *blocks):
 
 
 def _scale(tree, w: float):
-    leaves, td = tree_flatten(tree)
-    return tree_unflatten(td, [np.asarray(x * np.asarray(w, np.asarray(x).dtype)) for x in leaves])
+    return tree_map(lambda x: np.asarray(x * np.asarray(w, np.asarray(x).dtype)), tree)
 
 
 def _add(a, b):
     (va, ga), (vb, gb) = a, b
-    la, td = tree_flatten(ga)
-    lb, _ = tree_flatten(gb)
-    return va + vb, tree_unflatten(td, [x + y for x, y in zip(la, lb)])
+    lb = iter(tree_flatten(gb)[0])
+    return va + vb, tree_map(lambda x: x + next(lb), ga)

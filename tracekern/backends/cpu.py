@@ -190,15 +190,7 @@ class _Renderer(ControlRenderer):
         g = self.graph
         self.names, self.pool = {}, {}
         args = []
-        for k, v in enumerate(g.inputs):
-            self.names[v] = f"a{k}"
-            args.append(f"a{k}")
-        for k, v in enumerate(self.plan.consts):
-            if self.sub:   # a sub-graph's constants travel in X
-                self.names[v] = self.extra(self.const_value(v))
-            else:
-                self.names[v] = f"c{k}"
-                args.append(f"c{k}")
+        self.bind_arguments(args)
         self.exact_mode, self.flag_mode = exact, flag
         if self.module.used:
             args.append("X")

@@ -273,16 +273,7 @@ class _Renderer(ControlRenderer):
         """The host function: launches the plan's kernels in order and returns its outputs."""
         g = self.graph
         args = ["R"]
-        for k, v in enumerate(g.inputs):
-            self.names[v] = f"a{k}"
-            args.append(f"a{k}")
-        for k, v in enumerate(self.plan.consts):
-            if self.sub:   # a sub-graph's constants travel in X
-                self.names[v] = self.extra(self.const_value(v))
-                self.module.on_device.add(len(self.module.extras) - 1)
-            else:
-                self.names[v] = f"c{k}"
-                args.append(f"c{k}")
+        self.module.on_device.update(self.bind_arguments(args))
         args.append("X")
         self.emit(0, f"def {name}({', '.join(args)}):")
         for pos, k in enumerate(self.plan.kernels):

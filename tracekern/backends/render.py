@@ -112,6 +112,22 @@ class ControlRenderer(ABC):
         for v in self.plan.frees.get(pos, ()):
             self.pool.setdefault((v.shape, v.dtype.str), []).append(self.names[v])
 
+    def bind_arguments(self, args: list[str]) -> list[int]:
+        """Name the graph's inputs a0, a1, ... and its constants c0, c1, ..., appending them to the
+        function's `args`; a sub-graph's constants travel in X instead: returns their X indices."""
+        for k, v in enumerate(self.graph.inputs):
+            self.names[v] = f"a{k}"
+            args.append(f"a{k}")
+        in_x = []
+        for k, v in enumerate(self.plan.consts):
+            if self.sub:
+                self.names[v] = self.extra(self.const_value(v))
+                in_x.append(len(self.module.extras) - 1)
+            else:
+                self.names[v] = f"c{k}"
+                args.append(f"c{k}")
+        return in_x
+
     def extra(self, value: np.ndarray) -> str:
         """A constant array every function of the module receives (in the tuple X)."""
         self.module.extras.append(value)
