@@ -44,6 +44,12 @@ def module_path(source: str) -> Path:
     return cache_dir() / f"tk_{source_digest(source)}.py"
 
 
+def module_name(digest: str) -> str:
+    """The name a generated module is imported under (sys.modules), so other generated modules can
+    import it: a step's driver imports its kernels."""
+    return f"tracekern_generated_{digest}"
+
+
 def load_module(source: str) -> ModuleType:
     """Import the module with this exact source, writing it first if needed. A file whose content
     does not match its name (corrupted, truncated) is rewritten; an import failure is retried once
@@ -95,7 +101,7 @@ def _ensure_file(path: Path, source: str) -> Path:
 
 
 def _import(path: Path, digest: str) -> ModuleType:
-    name = f"tracekern_generated_{digest}"
+    name = module_name(digest)
     spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[name] = mod  # Numba's cache finds the function's module by name when it loads
@@ -107,28 +113,29 @@ def _import(path: Path, digest: str) -> ModuleType:
     return mod
 
 
-def portable_lines(lines: dict) -> dict[int, tuple[str, str | None]]:
+def portable_lines(lines: dict) -> dict[str, dict[int, tuple[str, str | None]]]:
     """`lines` without the equations (which hold the graph): what pickles with a compiled step."""
-    return {n: e if isinstance(e, tuple) else (e.primitive.name, e.source)
-            for n, e in lines.items()}
+    return {d: {n: e if isinstance(e, tuple) else (e.primitive.name, e.source) for n, e in per.items()}
+            for d, per in lines.items()}
 
 
 def located_error(backend: str, err: Exception, lines: dict, source: str) -> Exception:
     """A compile error of a generated module, naming the equation (and the user's line) that the
-    failing generated line came from; `lines` maps generated line numbers to equations (or to
-    (primitive name, source) pairs: portable_lines)."""
+    failing generated line came from; `lines` maps a module's digest to {generated line number:
+    equation, or (primitive name, source) pair (portable_lines)}."""
     import re
 
     from ..errors import TracekernError
 
     text = str(err)
-    where = ""
-    for m in re.finditer(r"tk_[0-9a-f]+\.py\", line (\d+)", text):
-        hit = lines.get(int(m.group(1)))
+    where, path = "", module_path(source)
+    for m in re.finditer(r"tk_([0-9a-f]+)\.py\", line (\d+)", text):
+        hit = lines.get(m.group(1), {}).get(int(m.group(2)))
         if hit is not None:
             name, src = hit if isinstance(hit, tuple) else (hit.primitive.name, hit.source)
             where = f" while compiling {name} (from {src or 'unknown source'})"
+            path = cache_dir() / f"tk_{m.group(1)}.py"
     head = text.strip().splitlines()[:6]
     return TracekernError(f"the {backend} backend failed{where}: Numba reported:\n  " + "\n  ".join(head)
-                          + f"\nThe generated source is in {module_path(source)} "
+                          + f"\nThe generated source is in {path} "
                           "(also jitted.lower(*args).source). Try backend='interpret' meanwhile.")

@@ -16,6 +16,7 @@ import numpy as np
 
 from ..errors import IRError
 from ..ir import Eqn, Graph, Var
+from ..primitives.shape import broadcast_index
 
 # Loops over at least this many elements run in parallel (prange), in chunks of about CHUNK
 # elements split along axis 0. Both depend only on shapes, so results do not depend on threads.
@@ -89,8 +90,8 @@ class Plan:
 
 
 class _NeedMaterialize(Exception):
-    def __init__(self, var: Var):
-        self.var = var
+    def __init__(self, needs: set[Var]):
+        self.needs = needs
 
 
 def identity_index(shape: tuple[int, ...]) -> tuple[str, ...]:
@@ -110,9 +111,10 @@ class _Walker:
         self.memo: dict = {}
         self.body: list = []
         self.reads: set[tuple[Var, bool]] = set()
+        self.needs: set[Var] = set()    # values to materialize (broadcast into a larger domain)
 
     def _name(self, v: Var) -> str:
-        return f"s{v.id}_{len(self.body)}"
+        return f"s{len(self.body)}"   # (by position: kernels of equal content render to equal text)
 
     def value(self, v: Var, idx: tuple[str, ...], root: bool = False) -> str:
         key = (v, idx)
@@ -120,7 +122,11 @@ class _Walker:
             return self.memo[key]
         e = self.producer.get(v)
         identity = idx == identity_index(self.domain) and v.shape == self.domain
-        if v in self.materialized and not root and not (v in self.here and identity):
+        broadcast = (v not in self.materialized and e is not None and e.primitive.fusion == "elementwise"
+                     and not root and _size(v.shape) < self.size)   # computed once, not at every index it is read
+        if broadcast:
+            self.needs.add(v)
+        if (v in self.materialized or broadcast) and not root and not (v in self.here and identity):
             stmt = Read(self._name(v), v, idx)
             self.reads.add((v, identity))
         elif e is None:
@@ -132,10 +138,6 @@ class _Walker:
             self.memo[key] = name
             return name
         elif e.primitive.fusion == "elementwise":
-            if _size(v.shape) < self.size and not root:
-                raise _NeedMaterialize(v)  # broadcast into a larger domain: compute it once
-            from ..primitives.shape import broadcast_index
-
             args = tuple(self.value(a, tuple(broadcast_index(list(idx), a.shape, v.shape))) for a in e.inputs)
             stmt = Compute(self._name(v), e, args, e.primitive.scalar_for([self._literal(a) for a in e.inputs]))
         else:
@@ -166,9 +168,65 @@ def plan(graph: Graph) -> Plan:
     materialized = _initial_materialized(graph, producer)
     while True:
         try:
-            return _plan_with(graph, producer, materialized)
+            p = _plan_with(graph, producer, materialized)
         except _NeedMaterialize as need:
-            materialized.add(need.var)
+            materialized |= need.needs
+            continue
+        shared = _worth_materializing(p, producer, materialized)
+        if not shared:
+            return p
+        materialized |= shared
+
+
+# what recomputing an elementwise value costs, in units of one array read: a transcendental ~ 2
+_COSTLY = ("{exp}", "{log}", "{log1p}", "{expm1}", "{sin}", "{cos}", "{tan}", "{tanh}", "{pow}", "{arctan}")
+
+
+def _worth_materializing(p: Plan, producer, materialized: set[Var]) -> set[Var]:
+    """Elementwise values that loops recompute so often that storing them once is cheaper. A value
+    computed by C loops from R materialized arrays (and T transcendentals) costs C * (R + 2T) reads
+    (and their math) recomputed, against R + 2T + 1 + C stored and read back. Without this, a chain
+    such as a transformer's residual stream x + f(x) + g(...) would be recomputed from all its
+    terms in every loop that reads it: work and kernel text growing with depth."""
+    count: dict[Var, int] = {}
+    for k in p.kernels:
+        if isinstance(k, LoopKernel):
+            for s in k.body:
+                if isinstance(s, Compute):
+                    v = s.eqn.outputs[0]
+                    count[v] = count.get(v, 0) + 1
+    memo: dict[Var, tuple[frozenset, int]] = {}
+
+    def leaves(v: Var) -> tuple[frozenset, int]:
+        """(materialized values v is computed from, transcendentals on the way)."""
+        if v in memo:
+            return memo[v]
+        e = producer.get(v)
+        if v in materialized or e is None or e.primitive.fusion not in ("elementwise", "view"):
+            out = (frozenset([v]) if (v in materialized or e is None) else frozenset(), 0)
+        else:
+            reads, costly = frozenset(), int(e.primitive.fusion == "elementwise"
+                                             and any(f in (e.primitive.scalar or "") for f in _COSTLY))
+            for a in e.inputs:
+                r, c = leaves(a)
+                reads, costly = reads | r, costly + c
+            out = (reads, costly)
+        memo[v] = out
+        return out
+
+    chosen = set()
+    for v, c in count.items():
+        if c < 2 or v in materialized:
+            continue
+        e = producer[v]
+        reads, costly = frozenset(), int(any(f in (e.primitive.scalar or "") for f in _COSTLY))
+        for a in e.inputs:
+            r, t = leaves(a)
+            reads, costly = reads | r, costly + t
+        weight = len(reads) + 2 * costly
+        if c * weight > weight + 1 + c:
+            chosen.add(v)
+    return chosen
 
 
 def _initial_materialized(graph: Graph, producer) -> set[Var]:
@@ -207,6 +265,7 @@ def _plan_with(graph: Graph, producer, materialized: set[Var]) -> Plan:
     kernels: list = []
     kernel_of: dict[Var, int] = {}  # materialized value -> index of the kernel that makes it
     consts: list[Var] = []
+    needs: set[Var] = set()
     for e in graph.eqns:
         kind = e.primitive.fusion
         if kind in ("call", "matmul"):
@@ -216,18 +275,21 @@ def _plan_with(graph: Graph, producer, materialized: set[Var]) -> Plan:
         elif kind == "const" and e.outputs[0].shape:
             consts.append(e.outputs[0])
         elif kind == "reduce":
-            _place(kernels, kernel_of, e.inputs[0].shape, None, e, producer, materialized)
+            needs |= _place(kernels, kernel_of, e.inputs[0].shape, None, e, producer, materialized)
         elif e.outputs[0] in materialized:
-            _place(kernels, kernel_of, e.outputs[0].shape, e.outputs[0], None, producer, materialized)
+            needs |= _place(kernels, kernel_of, e.outputs[0].shape, e.outputs[0], None, producer, materialized)
+    if needs:
+        raise _NeedMaterialize(needs)
     for k in kernels:
         if isinstance(k, LoopKernel):
             _fill_body(k, producer, materialized)
     return _plan_buffers(graph, kernels, consts, kernel_of)
 
 
-def _place(kernels, kernel_of, domain, store: Var | None, reduction: Eqn | None, producer, materialized) -> None:
+def _place(kernels, kernel_of, domain, store: Var | None, reduction: Eqn | None, producer, materialized) -> set[Var]:
     """Put one store or reduction into the first loop over `domain` that may run it: every value it
-    reads comes from an earlier kernel, or is a store of that loop read at the same index."""
+    reads comes from an earlier kernel, or is a store of that loop read at the same index. Returns
+    the values it found that must be materialized first."""
     walker = _Walker(domain, producer, materialized)
     if store is not None:
         walker.value(store, identity_index(domain), root=True)
@@ -253,6 +315,7 @@ def _place(kernels, kernel_of, domain, store: Var | None, reduction: Eqn | None,
     else:
         k.reductions.append(reduction)
         kernel_of[reduction.outputs[0]] = target
+    return walker.needs
 
 
 def _fill_body(k: LoopKernel, producer, materialized) -> None:
