@@ -135,12 +135,11 @@ def main(which: str) -> dict:
     _without_a_gpu()
     seen: dict = {}
     for step in _lower_all():
-        module = cache.load_module(step.source)
-        for name, params in step.kernels:
-            body = _normalized("\n".join(tkcuda.lines_of(step.source, name)[1:]))
+        for source, params in step.kernels:
+            body = _normalized("\n".join(tkcuda.lines_of(source, "kernel")[1:]))
             key = (body, tuple(params))
             if key not in seen:
-                seen[key] = (getattr(module, name).py_func, params, name)
+                seen[key] = (cache.load_module(source).kernel.py_func, params, "kernel")
     global _JOBS
     _JOBS = [(body, *seen[(body, params)]) for body, params in seen]
     workers = max(1, min(4, os.cpu_count() or 1))

@@ -44,6 +44,15 @@ def module_path(source: str) -> Path:
     return cache_dir() / f"tk_{source_digest(source)}.py"
 
 
+def compiled_stems() -> set[str]:
+    """The generated modules (file stems) that Numba has machine code for in the cache directory."""
+    try:
+        names = os.listdir(cache_dir() / "__pycache__")
+    except OSError:
+        return set()
+    return {n.split(".", 1)[0] for n in names if n.endswith(".nbi")}
+
+
 def module_name(digest: str) -> str:
     """The name a generated module is imported under (sys.modules), so other generated modules can
     import it: a step's driver imports its kernels."""

@@ -16,13 +16,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from numba import typeof, types
 from numba.core.errors import NumbaError
+from numba.np.numpy_support import from_dtype
 from numba.np.ufunc.parallel import _launch_threads
 
 from .. import passes
 from ..errors import TracekernError
 from ..ir import Graph, Var
-from . import cache, cpu_math, fusion, scalar_rules, units, vmath
+from . import cache, cpu_math, fusion, scalar_rules, units, vmath, workers
 from .fusion import CallKernel, Compute, Literal, LoopKernel, Read
 from .render import CONTROL, ControlRenderer, identity_literal, literal
 from .units import Unit
@@ -338,7 +340,8 @@ class CompiledStep:
     """A compiled graph: call it with a list of arrays, get a list of arrays."""
 
     def __init__(self, graph: Graph, plan: fusion.Plan, driver: str, deps: list[Unit], consts: list[np.ndarray],
-                 lines: dict, flagged: bool = False, parallel: bool = False, jitted: bool = True):
+                 lines: dict, flagged: bool = False, parallel: bool = False, jitted: bool = True,
+                 calls: list | None = None):
         self.graph = graph
         self.plan = plan
         self.driver = driver
@@ -350,6 +353,7 @@ class CompiledStep:
         self._lines = lines
         self._flagged = flagged   # step returns "redo with libm trig" first
         self._parallel = parallel
+        self._calls = calls or []   # the step's own kernel calls: (module index, argument specs)
         self._module = None
 
     @property
@@ -365,16 +369,37 @@ class CompiledStep:
     def __getstate__(self) -> dict:
         return dict(self.__dict__, graph=None, plan=None, _module=None, _lines=cache.portable_lines(self._lines))
 
-    def _load(self):
+    def _load(self, args: Sequence | None = None):
         if self._parallel:
             _launch_threads()   # (a driver loaded from the cache does not start Numba's threads itself)
-        for s in self.modules:
-            module = cache.load_module(s)
-        self._module = module
-        return module
+        modules = [cache.load_module(s) for s in self.modules]
+        if args is not None:
+            self._precompile(modules, args)
+        self._module = modules[-1]
+        return self._module
+
+    def _precompile(self, modules: list, args: Sequence) -> None:
+        """Compile the kernels that the disk cache lacks before the first run, in parallel when
+        there are many (backends/workers.py), for the argument types this call will pass."""
+        have = cache.compiled_stems()
+        jobs, seen = [], set()
+        for index, specs in self._calls:
+            source = self.modules[index]
+            if cache.module_path(source).stem in have:
+                continue
+            try:
+                sig = tuple(_arg_type(spec, args, self._consts) for spec in specs)
+            except (ValueError, TypeError):   # (an argument Numba cannot type: the call will say so)
+                continue
+            if (index, sig) not in seen:
+                seen.add((index, sig))
+                jobs.append((index, sig))
+        if jobs:
+            workers.compile_all([([self.modules[i]], "kernel", [sig]) for i, sig in jobs],
+                                lambda j: modules[jobs[j][0]].kernel.compile(jobs[j][1]))
 
     def __call__(self, args: Sequence[np.ndarray]) -> list:
-        module = self._module or self._load()
+        module = self._module or self._load(args)
         try:
             return self._run(module, args)
         except NumbaError as err:
@@ -407,8 +432,36 @@ def compile_graph(graph: Graph) -> CompiledStep:
         consts.append(tuple(module.extras))
     lines = {u.digest: u.lines for u in module.deps}
     lines[cache.source_digest(driver)] = renderer.line_eqn
+    index = {u.digest: i for i, u in enumerate(module.deps)}
+    inputs = {v: i for i, v in enumerate(graph.inputs)}
+    const_of = {v: i for i, v in enumerate(plan.consts)}
+    calls = [(index[c.unit.digest], [_arg_spec(v, t, inputs, const_of) for v, t in c.args])
+             for c in renderer.items if isinstance(c, _Call)]
     return CompiledStep(graph, plan, driver, module.deps, consts, lines, flagged=renderer.flag_needed(),
-                        parallel=any(u.parallel for u in module.deps), jitted=renderer.jitted)
+                        parallel=any(u.parallel for u in module.deps), jitted=renderer.jitted, calls=calls)
+
+
+def _arg_spec(v: Var, transposed: bool, inputs: dict, consts: dict) -> tuple:
+    """How a driver passes v to a kernel: an argument of the step, a constant, or a buffer it made."""
+    if v in inputs:
+        return ("input", inputs[v], transposed)
+    if v in consts:
+        return ("const", consts[v], transposed)
+    return ("buffer", v.dtype.str, len(v.shape), transposed)
+
+
+def _arg_type(spec: tuple, args: Sequence, consts: list):
+    """The Numba type of a kernel argument, as the driver will pass it."""
+    kind, what = spec[0], spec[1]
+    if kind == "input":
+        t = typeof(args[what])
+    elif kind == "const":
+        t = typeof(consts[what])
+    else:
+        t = types.Array(from_dtype(np.dtype(what)), spec[2], "C")
+    if spec[-1]:   # .T of a 2-D array
+        t = t.copy(layout={"C": "F", "F": "C"}.get(t.layout, "A"))
+    return t
 
 
 class _Module:
