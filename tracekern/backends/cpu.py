@@ -88,18 +88,19 @@ def _module(what: str, functions: list[_Text], imports: Sequence[str] = ()) -> t
 # ----------------------------------------------------------------------------- kernel units
 
 
+def _trig(body: list) -> bool:
+    return any(isinstance(s, Compute) and s.eqn.primitive.name in _TRIG for s in body)
+
+
 def _has_trig(k: LoopKernel) -> bool:
-    """Whether a loop calls sin/cos/tan (0-d loops use libm directly)."""
-    return bool(k.domain) and any(isinstance(s, Compute) and s.eqn.primitive.name in _TRIG for s in k.body)
+    """Whether a loop calls sin/cos/tan in its loops (0-d loops, and an epilogue after all the loops,
+    use libm directly)."""
+    return bool(k.domain) and (_trig(k.body) or (k.epilogue_first > 0 and _trig(k.epilogue_body)))
 
 
 def loop_params(k: LoopKernel) -> list[Var]:
     """A loop kernel's parameters: the values it reads (in body order), then those it writes."""
-    params: list[Var] = []
-    for s in k.body:
-        if isinstance(s, Read) and s.var not in params:
-            params.append(s.var)
-    return params + list(k.stores) + [e.outputs[0] for e in k.reductions]
+    return k.reads + k.writes
 
 
 class _LoopUnit:
@@ -145,6 +146,8 @@ class _LoopUnit:
             reds.append(r)
         if n == 0:
             self.body(t, reds, 1, (), exact=True)
+            if k.epilogue:
+                self.epilogue(t, 1, exact=True, flag=False)
             return t
         for stmt in k.body:  # 0-d values are loop invariant (and Numba's prange mistypes 0-d arrays)
             if isinstance(stmt, Read) and not stmt.index:
@@ -163,6 +166,8 @@ class _LoopUnit:
         for r in reds:  # combine per-chunk partial results in a fixed order
             if "scratch" in r:
                 self.finish(t, r, k.num_chunks)
+        if k.epilogue and k.epilogue_first == 0:   # (after the whole loop: a few scalars, with libm)
+            self.epilogue(t, 1, exact=True, flag=False)
         if flag:
             t.emit(1, "big = False")
             t.emit(1, f"for c in range({k.num_chunks}):")
@@ -207,12 +212,27 @@ class _LoopUnit:
             else:
                 t.emit(depth, f"for i{axis} in range({D[axis]}):")
         self.body(t, reds, base + n, tuple(f"i{a}" for a in range(n)), exact, flag)
+        if self.k.epilogue and self.k.epilogue_first == n:
+            self.epilogue(t, base + n, exact, flag)
         for axis in reversed(range(n)):
             depth = base + axis
             for r in reds:
                 if r["layout"] == "suffix" and r["first"] == axis:
                     target = f"{r['scratch']}[c]" if axis == 0 else f"{r['out']}[{_index([f'i{a}' for a in range(axis)])}]"
                     t.emit(depth, f"{target} = {r['acc']}")
+            if self.k.epilogue and 0 < axis == self.k.epilogue_first < n:
+                self.epilogue(t, depth, exact, flag)
+
+    def epilogue(self, t: _Text, depth: int, exact: bool, flag: bool) -> None:
+        """The epilogue's statements and stores, once the reductions' results at this kept index are
+        written (backends/fusion.py)."""
+        k = self.k
+        for stmt in k.epilogue_body:
+            self.scalar(t, stmt, depth, exact)
+            if flag and isinstance(stmt, Compute) and stmt.eqn.primitive.name in _TRIG:
+                t.emit(depth, f"big = big | (abs({stmt.args[0]}) >= TRIG_LIMIT)")
+        for v in k.epilogue:
+            t.emit(depth, f"{self.names[v]}[{_index(k.epilogue_index(v))}] = {k.epilogue_results[v]}")
 
     def body(self, t: _Text, reds: list, depth: int, idx: tuple, exact: bool = False, flag: bool = False) -> None:
         k = self.k
@@ -327,8 +347,7 @@ def _calls(plan: fusion.Plan) -> list:
     for pos, k in enumerate(plan.kernels):
         if isinstance(k, LoopKernel):
             lu = _LoopUnit(k)
-            writes = list(k.stores) + [e.outputs[0] for e in k.reductions]
-            out.append(_Call(pos, lu.unit(), [(v, False) for v in lu.params], writes))
+            out.append(_Call(pos, lu.unit(), [(v, False) for v in lu.params], k.writes))
         elif k.eqn.primitive.name in CONTROL or k.eqn.primitive.name == "print":
             out.append(k)
         else:
@@ -672,6 +691,7 @@ class _Renderer(ControlRenderer):
 
 def _describe(k) -> str:
     if isinstance(k, LoopKernel):
-        what = ", ".join([f"store {v}" for v in k.stores] + [f"{e.primitive.name} -> {e.outputs[0].aval}" for e in k.reductions])
+        what = ", ".join([f"store {v}" for v in k.stores] + [f"{e.primitive.name} -> {e.outputs[0].aval}" for e in k.reductions]
+                         + [f"then store {v}" for v in k.epilogue])
         return f"loop over {list(k.domain)}{' in parallel' if k.parallel else ''}: {what}"
     return f"{k.eqn.primitive.name} -> {', '.join(str(v.aval) for v in k.eqn.outputs)}"

@@ -344,6 +344,8 @@ class _Renderer(ControlRenderer):
             self.alloc(v)
         for e in k.reductions:
             self.alloc(e.outputs[0])
+        for v in k.epilogue:
+            self.alloc(v)
         groups: dict[tuple, list] = {}
         for e in k.reductions:
             groups.setdefault(tuple(e.params["axes"]), []).append(e)
@@ -353,6 +355,25 @@ class _Renderer(ControlRenderer):
             self.elementwise(k, comment)
         for j, (axes, reds) in enumerate(groups.items()):
             self.reduction(k, axes, reds, stores=j == 0, comment=comment)
+        if k.epilogue:
+            self.epilogue(k, f"kernel {pos}, then: " + ", ".join(f"store {v}" for v in k.epilogue))
+
+    def epilogue(self, k: LoopKernel, comment: str) -> None:
+        """A loop's epilogue (backends/fusion.py) as a kernel over the reductions' kept index, launched
+        after them: the whole grid must see every result (a block cannot wait for another block)."""
+        kept = k.domain[:k.epilogue_first]
+        size = _size(kept)
+        if size == 0:
+            return
+        kn, T = _Kernel(), min(self.launch.threads, size)
+        names = [f"i{a}" for a in range(len(kept))]
+        kn.emit(1, f"for f in range(cuda.grid(1), {size}, cuda.gridsize(1)):")
+        _unflatten(kn, "f", kept, names, 2)
+        for stmt in k.epilogue_body:
+            self.scalar(kn, stmt, 2)
+        for v in k.epilogue:
+            kn.emit(2, f"{kn.param(self.names[v], v)}[{_index(k.epilogue_index(v))}] = {k.epilogue_results[v]}")
+        self.launch_kernel(kn, comment, self.blocks(size, T), T)
 
     def elementwise(self, k: LoopKernel, comment: str) -> None:
         size = _size(k.domain)

@@ -53,6 +53,35 @@ class LoopKernel:
     body: list = field(default_factory=list)          # Read | Compute | Literal, in order
     results: dict = field(default_factory=dict)       # store Var or reduce Eqn -> scalar name
     parallel: bool = False
+    # an epilogue: elementwise stores over the reductions' kept index, computed once each reduction
+    # result there is final (mean = sum / n, a layernorm's 1 / sqrt(var + eps)). The reductions
+    # reduce the axes from `epilogue_first` on; the epilogue's statements read them back at the
+    # kept index (epilogue_index names the loop variable of each axis of its domain, or "0").
+    epilogue: list[Var] = field(default_factory=list)
+    epilogue_body: list = field(default_factory=list)
+    epilogue_results: dict = field(default_factory=dict)
+    epilogue_first: int = 0
+    epilogue_domain: tuple[int, ...] = ()
+
+    @property
+    def writes(self) -> list[Var]:
+        """The buffers this loop fills: stores, reduction outputs, epilogue stores."""
+        return list(self.stores) + [e.outputs[0] for e in self.reductions] + list(self.epilogue)
+
+    @property
+    def reads(self) -> list[Var]:
+        """The materialized values this loop reads, in order of first read."""
+        out: list[Var] = []
+        writes = set(self.writes)
+        for s in list(self.body) + list(self.epilogue_body):
+            if isinstance(s, Read) and s.var not in out and s.var not in writes:
+                out.append(s.var)
+        return out
+
+    def epilogue_index(self, v: Var) -> tuple[str, ...]:
+        """Where the epilogue stores v: the kept loop variable of each axis of v, or "0"."""
+        names = iter(f"i{a}" for a in range(self.epilogue_first) if self.domain[a] != 1)
+        return tuple("0" if s == 1 else next(names) for s in v.shape)
 
     @property
     def chunk_rows(self) -> int:
@@ -102,7 +131,8 @@ class _Walker:
     """Turns the values a loop needs into scalar statements: computes elementwise values from their
     equations, follows views down to materialized values, and reads those."""
 
-    def __init__(self, domain, producer, materialized, here=()):
+    def __init__(self, domain, producer, materialized, here=(), prefix="s"):
+        self.prefix = prefix
         self.domain = tuple(domain)
         self.size = _size(domain)
         self.producer = producer
@@ -114,7 +144,7 @@ class _Walker:
         self.needs: set[Var] = set()    # values to materialize (broadcast into a larger domain)
 
     def _name(self, v: Var) -> str:
-        return f"s{len(self.body)}"   # (by position: kernels of equal content render to equal text)
+        return f"{self.prefix}{len(self.body)}"   # (by position: kernels of equal content render to equal text)
 
     def value(self, v: Var, idx: tuple[str, ...], root: bool = False) -> str:
         key = (v, idx)
@@ -283,7 +313,61 @@ def _plan_with(graph: Graph, producer, materialized: set[Var]) -> Plan:
     for k in kernels:
         if isinstance(k, LoopKernel):
             _fill_body(k, producer, materialized)
+    kernels = _fuse_epilogues(kernels, kernel_of, producer, materialized)
+    kernel_of = {}
+    for pos, k in enumerate(kernels):
+        kernel_of.update((v, pos) for v in (k.writes if isinstance(k, LoopKernel) else k.eqn.outputs))
     return _plan_buffers(graph, kernels, consts, kernel_of)
+
+
+def _drop_ones(shape) -> tuple:
+    return tuple(s for s in shape if s != 1)
+
+
+def _fuse_epilogues(kernels: list, kernel_of: dict[Var, int], producer, materialized) -> list:
+    """Merge each loop of only stores whose domain is the kept shape of an earlier loop's reductions,
+    and which reads those reductions at its own index and otherwise only values made before that
+    loop, into that loop as its epilogue: one kernel instead of two (a reduction followed by a
+    [rows, 1] loop that only divides, say)."""
+    merged: set[int] = set()
+    where = dict(kernel_of)
+    for pos, k in enumerate(kernels):
+        if not isinstance(k, LoopKernel) or k.reductions or not k.stores:
+            continue
+        reads = {s.var for s in k.body if isinstance(s, Read)}
+        target = max((where.get(v, -1) for v in reads), default=-1)
+        r = kernels[target] if target >= 0 else None
+        if not isinstance(r, LoopKernel) or not r.reductions or target in merged:
+            continue
+        firsts = {reduction_layout(r, e) for e in r.reductions}
+        if len(firsts) != 1:
+            continue
+        layout, first = firsts.pop()
+        kept = r.domain[:first]
+        if layout != "suffix" or _drop_ones(k.domain) != _drop_ones(kept) or (r.epilogue and r.epilogue_first != first):
+            continue
+        # the epilogue's index: the kept loop variable of each of its axes (size-1 axes: "0")
+        names = iter(f"i{a}" for a in range(first) if kept[a] != 1)
+        idx = tuple("0" if s == 1 else next(names) for s in k.domain)
+        finals = {e.outputs[0] for e in r.reductions} | set(r.epilogue)
+        walker = _Walker(k.domain, producer, materialized, prefix=f"e{len(r.epilogue_body)}_")
+        results = {v: walker.value(v, idx, root=True) for v in k.stores}
+        kept_index = tuple(f"i{a}" for a in range(first))
+        ok = not walker.needs and all(
+            where.get(s.var, -1) < target or (s.var in finals and all(
+                i == j or (n == 1 and i == "0") for i, j, n in zip(s.index, kept_index, s.var.shape)))
+            for s in walker.body if isinstance(s, Read))
+        if not ok:
+            continue
+        r.epilogue += k.stores
+        r.epilogue_body += walker.body
+        r.epilogue_results.update(results)
+        r.epilogue_first = first
+        r.epilogue_domain = tuple(kept)
+        for v in k.stores:
+            where[v] = target
+        merged.add(pos)
+    return [k for pos, k in enumerate(kernels) if pos not in merged]
 
 
 def _place(kernels, kernel_of, domain, store: Var | None, reduction: Eqn | None, producer, materialized) -> set[Var]:
@@ -333,7 +417,7 @@ def _plan_buffers(graph: Graph, kernels: list, consts: list[Var], kernel_of: dic
     last_use: dict[Var, int] = {}
     for pos, k in enumerate(kernels):
         if isinstance(k, LoopKernel):
-            used = [s.var for s in k.body if isinstance(s, Read)]
+            used = k.reads
         else:
             used = [v for v, _ in k.operands]
         for v in used:
