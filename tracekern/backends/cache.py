@@ -66,6 +66,8 @@ def load_module(source: str) -> ModuleType:
     digest = source_digest(source)
     mod = _MODULES.get(digest)
     if mod is not None:
+        if mod.__tk_source__ != source:   # (128 bits of SHA-256: never seen; never served silently)
+            raise RuntimeError(f"two different generated modules have the digest {digest}")
         return mod
     path = module_path(source)
     try:
@@ -73,6 +75,7 @@ def load_module(source: str) -> ModuleType:
     except Exception:
         discard(path)
         mod = _import(_ensure_file(path, source), digest)
+    mod.__tk_source__ = source
     _MODULES[digest] = mod
     return mod
 

@@ -24,7 +24,7 @@ from numba.np.ufunc.parallel import _launch_threads
 from .. import passes
 from ..errors import TracekernError
 from ..ir import Graph, Var
-from . import cache, cpu_math, fusion, scalar_rules, units, vmath, workers
+from . import cache, cpu_math, fusion, render, scalar_rules, units, vmath, workers
 from .fusion import CallKernel, Compute, Literal, LoopKernel, Read
 from .render import CONTROL, ControlRenderer, identity_literal, literal
 from .units import Unit
@@ -39,8 +39,6 @@ _FLAGS = "cache=True, error_model='numpy', nogil=True"
 
 @functools.cache
 def _salt() -> str:
-    from . import render
-
     return units.salt(cpu_math, vmath, scalar_rules, render)
 
 
@@ -418,9 +416,8 @@ class CompiledStep:
                                 lambda j: modules[jobs[j][0]].kernel.compile(jobs[j][1]))
 
     def __call__(self, args: Sequence[np.ndarray]) -> list:
-        module = self._module or self._load(args)
         try:
-            return self._run(module, args)
+            return self._run(self._module or self._load(args), args)
         except NumbaError as err:
             raise cache.located_error("cpu", err, self._lines, self.driver) from None
         except (ValueError, OSError, EOFError, AttributeError, ImportError):

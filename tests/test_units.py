@@ -1,0 +1,293 @@
+"""Compile units (backends/units.py, cpu.py, cuda.py, workers.py): each kernel is a module of its own
+with canonical source, shared by every layer, step and program that has it; the fusion choices that
+keep kernels equal across depth (materialized shared values, reduction epilogues); parallel compile
+workers; and several processes compiling into one cache directory."""
+import os
+import re
+import subprocess
+import sys
+import textwrap
+
+import numba
+import numpy as np
+import pytest
+
+import tracekern as tk
+import tracekern.numpy as tnp
+from tracekern.backends import cache, fusion, units, workers
+from tracekern.backends import cpu as tkcpu
+from tracekern.backends import cuda as tkcuda
+
+
+def _step(fn, args):
+    """The cpu backend's compiled step (not run) for value_and_grad(fn) on the tuple args."""
+    f = tk.value_and_grad(fn)
+    key, _, make_graph = f._signature(args, {})
+    return f._compile(key, make_graph).run
+
+
+def _mlp(depth):
+    rng = np.random.default_rng(0)
+    ws = [rng.standard_normal((16, 16)) / 4 for _ in range(depth)]
+    x = rng.standard_normal((8, 16))
+
+    def loss(ws, x):
+        h = x
+        for w in ws:
+            h = np.tanh(h @ w)
+        return np.mean(h * h)
+    return loss, (ws, x)
+
+
+def _block(x, p):
+    w1, w2, g = p
+    mu = np.mean(x, axis=-1, keepdims=True)
+    var = np.mean((x - mu) ** 2, axis=-1, keepdims=True)
+    h = (x - mu) / np.sqrt(var + 1e-5) * g
+    att = tnp.softmax(h @ w1, axis=-1)
+    return x + tnp.gelu(att @ w2)
+
+
+def _transformer(blocks):
+    rng = np.random.default_rng(1)
+    ps = [(rng.standard_normal((8, 8)) / 3, rng.standard_normal((8, 8)) / 3, np.ones(8)) for _ in range(blocks)]
+    x = rng.standard_normal((6, 8))
+
+    def loss(ps, x):
+        for p in ps:
+            x = _block(x, p)
+        return np.mean(x * x)
+    return loss, (ps, x)
+
+
+# -- kernels shared by depth ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("make", [_mlp, _transformer])
+def test_distinct_kernels_do_not_grow_with_depth(make):
+    counts = {}
+    for depth in (1, 2, 4, 8):
+        step = _step(*make(depth))
+        calls = step.driver.count("# kernel ")
+        counts[depth] = (step.units, calls)
+    # calls grow with depth; distinct kernels stop growing after the first layers (the first blocks
+    # read the input, or a residual stream of two terms, which later ones read materialized)
+    assert counts[8][1] > counts[4][1] > counts[2][1] > counts[1][1], counts
+    assert counts[8][0] == counts[4][0] >= counts[2][0] >= counts[1][0], counts
+
+
+def test_two_programs_sharing_a_layer_shape_compile_its_kernels_once(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRACEKERN_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("TRACEKERN_COMPILE_WORKERS", "0")
+    short, short_args = _mlp(2)
+    deep, deep_args = _mlp(6)
+    tk.value_and_grad(short)(*short_args)
+    first = _step(short, short_args)
+    second = _step(deep, deep_args)
+    shared = set(first.modules[:-1]) & set(second.modules[:-1])
+    assert len(shared) >= len(second.modules[:-1]) - 1, "the deep MLP's kernels are the short one's"
+
+    def compiled(step):   # compilations (cache misses) of this step's kernels in this process
+        total = 0
+        for s in step.modules[:-1]:
+            m = sys.modules.get(cache.module_name(cache.source_digest(s)))
+            total += sum(m.kernel.stats.cache_misses.values()) if m is not None else 0
+        return total
+
+    before = compiled(second)
+    v, g = tk.value_and_grad(deep)(*deep_args)
+    new = compiled(second) - before
+    assert new <= len(set(second.modules[:-1]) - shared), (new, len(shared))
+    vi, gi = tk.jit(tk.value_and_grad(deep), backend="interpret")(*deep_args)
+    np.testing.assert_allclose(v, vi, rtol=1e-12)
+    for a, b in zip(tk.tree_flatten(g)[0], tk.tree_flatten(gi)[0]):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_kernel_source_is_canonical():
+    """Kernels name parameters and scalars by position, never by IR variable: the units of one
+    layer shape are the same text in a 2-layer and a 5-layer program."""
+    a = _step(*_mlp(2))
+    b = _step(*_mlp(5))
+    allowed = re.compile(r"^(p\d+|s\d+|e\d+_\d+|acc\d+|part\d+|mem\d+|big|bigc|lo|m0|c|cc|j0|[iqrsu]\d*|t)$")
+    for source in a.modules[:-1] + b.modules[:-1]:
+        body = source.split("def kernel", 1)[1]
+        assert "Var#" not in body
+        names = set(re.findall(r"^\s*([A-Za-z_]\w*)(?:\[.*\])? = ", body, re.M))
+        names |= set(re.findall(r"def kernel\w*\((.*)\)", "def kernel" + body)[0].replace(" ", "").split(","))
+        assert names and all(allowed.match(n) for n in names), sorted(n for n in names if not allowed.match(n))
+    assert set(a.modules[:-1]) == set(b.modules[:-1])
+
+
+# -- names never collide ----------------------------------------------------------------------------
+
+def test_different_kernels_have_different_names_and_the_salt_covers_versions(monkeypatch):
+    x = np.linspace(0.1, 1, 16)
+    one = _step(lambda x: np.sum(np.tanh(x) * 2.0), (x,))
+    two = _step(lambda x: np.sum(np.tanh(x) * 3.0), (x,))     # only a constant differs
+    f32 = _step(lambda x: np.sum(np.tanh(x) * 2.0), (x.astype(np.float32),))
+    names = [cache.module_path(s).name for s in one.modules[:-1] + two.modules[:-1] + f32.modules[:-1]]
+    assert len(set(names)) == len(names)
+    # the digest is of the whole text, and the text carries the salt: versions and math modules
+    assert all(units.salt(tkcpu.cpu_math, tkcpu.vmath, tkcpu.scalar_rules, tkcpu.render) in s for s in one.modules)
+    base = units.salt(tkcpu.cpu_math)
+    units.salt.cache_clear()
+    monkeypatch.setattr(numba, "__version__", "0.0.0")
+    try:
+        assert units.salt(tkcpu.cpu_math) != base
+    finally:
+        monkeypatch.undo()
+        units.salt.cache_clear()
+        tkcpu._salt.cache_clear()
+    assert units.salt(tkcpu.cpu_math) == base
+
+
+def test_a_module_is_served_only_for_its_exact_text(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRACEKERN_CACHE_DIR", str(tmp_path))
+    source = "VALUE = 1\n"
+    mod = cache.load_module(source)
+    assert mod.VALUE == 1
+    digest = cache.source_digest(source)
+    forged = cache._MODULES[digest]
+    forged.__tk_source__ = "VALUE = 2\n"       # as if two texts had one digest
+    try:
+        with pytest.raises(RuntimeError, match="digest"):
+            cache.load_module(source)
+    finally:
+        cache._MODULES.pop(digest)
+    # on disk, a file whose text differs from its name's is rewritten before it is imported
+    cache.module_path(source).write_text("VALUE = 3\n")
+    assert cache.load_module(source).VALUE == 1
+
+
+# -- fusion that keeps kernels equal across depth -----------------------------------------------------
+
+def test_a_reductions_epilogue_runs_in_its_loop():
+    x = np.random.default_rng(0).standard_normal((6, 8))
+
+    def layernorm(x):
+        mu = np.mean(x, axis=-1, keepdims=True)
+        var = np.mean((x - mu) ** 2, axis=-1, keepdims=True)
+        return (x - mu) / np.sqrt(var + 1e-5)
+
+    low = tk.jit(layernorm).lower(x)
+    plan = fusion.plan(low.ir)
+    loops = [k for k in plan.kernels if isinstance(k, fusion.LoopKernel)]
+    assert any(k.epilogue for k in loops)
+    assert not any(k.domain == (6, 1) for k in loops), "mean's division is not a kernel of its own"
+    np.testing.assert_allclose(tk.jit(layernorm)(x), layernorm(x), rtol=1e-12, atol=1e-12)
+    g = tk.grad(lambda x: np.sum(layernorm(x) ** 3))(x)
+    gi = tk.jit(tk.grad(lambda x: np.sum(layernorm(x) ** 3)), backend="interpret")(x)
+    np.testing.assert_allclose(g, gi, rtol=1e-10, atol=1e-12)
+
+
+def test_epilogues_on_every_reduction_layout_and_backend():
+    rng = np.random.default_rng(2)
+    big = rng.standard_normal((300, 260))          # a parallel loop: chunks of rows
+    small = rng.standard_normal((3, 4, 5))
+    programs = [
+        (lambda a: np.sum(a, axis=1) / 7.0 + np.max(a, axis=1), big),      # per row
+        (lambda a: np.sqrt(np.sum(a * a)) * 2.0, big),                      # one value, after the chunks
+        (lambda a: np.exp(np.sum(a, axis=(1, 2), keepdims=True) / 20.0), small),
+        (lambda a: np.sin(np.mean(a, axis=2)) * np.cos(np.max(a, axis=2)), small),
+    ]
+    for backend in ("cpu", "cuda"):
+        for k, (f, a) in enumerate(programs):
+            got = tk.jit(f, backend=backend)(a)
+            got = got.copy_to_host() if hasattr(got, "copy_to_host") else got
+            np.testing.assert_allclose(got, f(a), rtol=1e-12, atol=1e-12, err_msg=f"{backend} program {k}")
+
+
+def test_a_residual_stream_is_stored_not_recomputed_in_every_reader():
+    """x + f(x) + g(...) over depth: without materializing the sum, every loop reading the stream
+    recomputes all its terms (work and kernel text growing with depth)."""
+    step = _step(*_transformer(8))
+    longest = max(len(s.splitlines()) for s in step.modules[:-1])
+    step2 = _step(*_transformer(4))
+    assert longest == max(len(s.splitlines()) for s in step2.modules[:-1])
+
+
+# -- parallel compile and concurrency --------------------------------------------------------------
+
+def test_workers_compile_what_the_cache_lacks(tmp_path):
+    """A fresh process with a compile worker: every kernel ends up compiled once, in one of the two
+    processes, and the result is the interpreter's."""
+    code = textwrap.dedent("""
+        import sys, numpy as np, tracekern as tk
+        sys.path.insert(0, sys.argv[1])
+        from test_units import _transformer
+        from tracekern.backends import cache
+        loss, args = _transformer(2)
+        v, g = tk.value_and_grad(loss)(*args)
+        vi, gi = tk.jit(tk.value_and_grad(loss), backend="interpret")(*args)
+        ok = abs(v - vi) <= 1e-12 * abs(vi) and all(np.allclose(a, b, rtol=1e-10, atol=1e-12)
+               for a, b in zip(tk.tree_flatten(g)[0], tk.tree_flatten(gi)[0]))
+        step = next(iter(tk.value_and_grad(loss)._cache.values()), None)
+        f = tk.value_and_grad(loss); f(*args); step = next(iter(f._cache.values())).run
+        here = 0
+        for s in step.modules[:-1]:
+            m = sys.modules[cache.module_name(cache.source_digest(s))]
+            here += sum(m.kernel.stats.cache_misses.values())
+        print(ok, len(step.modules) - 1, here, len(cache.compiled_stems()))
+    """)
+    env = dict(os.environ, TRACEKERN_CACHE_DIR=str(tmp_path), TRACEKERN_COMPILE_WORKERS="1")
+    out = subprocess.run([sys.executable, "-c", code, os.path.dirname(__file__)], env=env, capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    ok, n_units, here, stems = out.stdout.split()
+    assert ok == "True"
+    assert int(here) < int(n_units), "the worker compiled some kernels"
+    assert int(stems) >= int(n_units), "every kernel has machine code in the cache"
+
+
+def test_a_failing_worker_job_is_compiled_here(monkeypatch):
+    monkeypatch.setattr(workers, "worker_count", lambda: 1)
+    monkeypatch.setattr(workers, "MIN_UNITS", 1)
+    done = []
+    jobs = [(["def broken(:\n"], "kernel", [()])] * 3   # the worker reports a SyntaxError
+    workers.compile_all(jobs, done.append)
+    assert sorted(done) == [0, 1, 2]
+
+
+def test_processes_compiling_into_one_cache_at_once_all_get_right_results(tmp_path):
+    code = textwrap.dedent("""
+        import sys, numpy as np, tracekern as tk
+        sys.path.insert(0, sys.argv[1])
+        from test_units import _transformer
+        loss, args = _transformer(3)
+        v, g = tk.value_and_grad(loss)(*args)
+        print(repr(float(v)), repr(float(sum(np.sum(a) for a in tk.tree_flatten(g)[0]))))
+    """)
+    env = dict(os.environ, TRACEKERN_CACHE_DIR=str(tmp_path / "shared"))
+    procs = [subprocess.Popen([sys.executable, "-c", code, os.path.dirname(__file__)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    outs = [p.communicate(timeout=900) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [o[1][-2000:] for o in outs]
+    loss, args = _transformer(3)
+    vi, gi = tk.jit(tk.value_and_grad(loss), backend="interpret")(*args)
+    want = (float(vi), float(sum(np.sum(a) for a in tk.tree_flatten(gi)[0])))
+    for stdout, _ in outs:
+        v, gsum = (float(t) for t in stdout.split())
+        assert v == pytest.approx(want[0], rel=1e-12) and gsum == pytest.approx(want[1], rel=1e-10)
+
+
+# -- drivers ------------------------------------------------------------------------------------------
+
+def test_small_steps_have_an_njit_driver_and_large_ones_a_python_one():
+    x = np.linspace(0, 1, 8)
+    small = _step(lambda x: np.sum(np.tanh(x)), (x,))
+    assert small.jitted and "@njit" in small.driver.split("def step")[0].splitlines()[-1]
+    large = _step(*_transformer(2))
+    assert not large.jitted and "@njit" not in large.driver.split("def step")[0].splitlines()[-1]
+    assert large.driver.count("# kernel ") > tkcpu.NJIT_DRIVER_CALLS
+
+
+def test_cuda_kernels_are_units_shared_across_depth():
+    tkcuda.launch_config()   # (the simulator's launch sizes in CI; a GPU's on a GPU)
+    counts = []
+    for depth in (4, 8):
+        loss, args = _transformer(depth)
+        f = tk.jit(tk.value_and_grad(loss), backend="cuda")
+        key, _, make_graph = f._signature(args, {})
+        step = f._compile(key, make_graph).run
+        counts.append((len(step.modules) - 1, len(step.kernels)))
+    assert counts[0][0] == counts[1][0] and counts[1][1] > counts[0][1], counts
