@@ -1,0 +1,349 @@
+"""The disk cache (backends/cache.py): modules and Numba's machine code shared across processes, damaged
+files rebuilt, and its safety: a directory that another user could write is refused with one
+tk.CacheWarning (the call compiles into a private temporary directory and stays correct), a pickle
+planted in Numba's index or data files of a refused directory never runs, and what the cache
+creates is 0o700 (directories) and 0o600 (files), Numba's files included."""
+import importlib.util
+import json
+import os
+import pickle
+import shutil
+import stat
+import subprocess
+import sys
+import textwrap
+import threading
+import warnings
+from pathlib import Path
+
+import numba
+import numpy as np
+import pytest
+
+import tracekern as tk
+from tracekern.backends import cache
+
+posix_only = pytest.mark.skipif(not hasattr(os, "geteuid"), reason="POSIX owners and modes")
+
+_PROGRAM = """
+    import json, numpy as np, tracekern as tk
+    f = tk.value_and_grad(lambda x: np.sum(np.tanh(x) ** 2))
+    v, g = f(np.linspace(0, 1, 64))
+    step = next(iter(f._cache.values())).run
+    print(json.dumps(dict(hits=sum(step._module.step.stats.cache_hits.values()), value=float(v), grad=g.tolist(),
+                          file=step._module.__file__)))
+"""
+
+
+def _loss(x):
+    return np.sum(np.tanh(x) ** 2)
+
+
+def _start(cache_dir, **extra):
+    env = dict(os.environ)
+    env.pop("TRACEKERN_CACHE_SHARED", None)
+    env.update(TRACEKERN_CACHE_DIR=str(cache_dir), **extra)
+    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(_PROGRAM)], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _finish(proc) -> tuple[dict, str]:
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    return json.loads(out.strip().splitlines()[-1]), err
+
+
+def _run(cache_dir, **env) -> tuple[dict, str]:
+    return _finish(_start(cache_dir, **env))
+
+
+def _assert_correct(result: dict):
+    """The value and gradient a process printed, against the interpreter and central differences."""
+    x = np.linspace(0, 1, 64)
+    want_v, want_g = tk.jit(tk.value_and_grad(_loss), backend="interpret")(x)
+    assert np.asarray(result["grad"]).shape == want_g.shape
+    np.testing.assert_allclose(result["value"], want_v, rtol=1e-12)
+    np.testing.assert_allclose(result["grad"], want_g, rtol=1e-10, atol=1e-12)
+    eps = 1e-6
+    fd = [(_loss(x + eps * e) - _loss(x - eps * e)) / (2 * eps) for e in np.eye(64)]
+    np.testing.assert_allclose(result["grad"], fd, rtol=1e-6, atol=1e-8)
+
+
+def _modes(root: Path) -> dict[str, int]:
+    return {str(p.relative_to(root)): stat.S_IMODE(p.stat().st_mode) for p in [root, *root.rglob("*")]}
+
+
+# ----------------------------------------------------------------------------- across processes
+
+
+@posix_only
+def test_processes_share_a_fresh_private_cache(tmp_path):
+    """Three processes compile into one fresh directory at once; all is 0o700 and 0o600, Numba's
+    files included, and a fourth process loads the machine code, even with NUMBA_CACHE_DIR set
+    elsewhere (Numba's files of generated modules stay in the checked directory)."""
+    root = tmp_path.resolve() / "new" / "cache"   # neither exists yet
+    results = [_finish(p)[0] for p in [_start(root) for _ in range(3)]]
+    for r in results:
+        _assert_correct(r)
+        assert r["value"] == results[0]["value"] and r["grad"] == results[0]["grad"]
+        assert Path(r["file"]).parent == root
+    modes = _modes(root.parent)
+    assert list(root.glob("tk_*.py")) and list(root.glob("__pycache__/*.nbi")) and list(root.glob("__pycache__/*.nbc"))
+    for name, mode in modes.items():
+        path = root.parent / name
+        assert mode == (0o700 if path.is_dir() else 0o600), (name, oct(mode))
+    assert not [p for p in root.rglob("*") if ".tmp" in p.name]        # no temporary file left behind
+
+    numba_dir = tmp_path / "numba"
+    again, _ = _run(root, NUMBA_CACHE_DIR=str(numba_dir))
+    assert again["hits"] >= 1                    # loaded, not compiled
+    assert again["value"] == results[0]["value"] and again["grad"] == results[0]["grad"]
+    assert not list(numba_dir.rglob("tk_*"))
+
+
+def test_corrupted_cache_files_are_rebuilt(tmp_path, monkeypatch):
+    first, _ = _run(tmp_path)
+    for f in tmp_path.glob("tk_*.py"):
+        f.write_text("this is not python (")
+    for f in (tmp_path / "__pycache__").glob("*.nb*"):
+        f.write_bytes(b"\x00garbage")
+    second, _ = _run(tmp_path)
+    third, _ = _run(tmp_path)
+    _assert_correct(second)
+    assert second["value"] == first["value"] == third["value"]
+    assert third["hits"] >= 1
+    monkeypatch.setenv("TRACEKERN_CACHE_DIR", str(tmp_path))
+    assert cache.cache_dir() == tmp_path.resolve()
+    cache.clear_cache()
+    assert not tmp_path.exists()
+
+
+class _Planted:
+    """Unpickled, runs `code` (creating a marker file) and returns what it evaluates to."""
+
+    def __init__(self, code: str):
+        self.code = code
+
+    def __reduce__(self):
+        return eval, (self.code,)
+
+
+@posix_only
+def test_planted_pickles_in_a_world_writable_cache_never_run(tmp_path):
+    """A pickle planted in Numba's index (.nbi) and data (.nbc) files of a world-writable cache
+    directory is never loaded: the process warns, compiles privately and is right. The same files
+    in a directory that is trusted (shared, group-writable) do run: the plant is live."""
+    tmp_path = tmp_path.resolve()
+    genuine = tmp_path / "genuine"
+    _run(genuine)
+    planted = tmp_path / "planted"
+    shutil.copytree(genuine, planted)
+    markers = {kind: tmp_path / f"ran-{kind}" for kind in ("nbi", "nbc")}
+    (index,) = (planted / "__pycache__").glob("*.nbi")
+    with open(index, "rb") as f:
+        pickle.load(f)                           # Numba's version: checked before the rest is unpickled
+        rest = f.read()
+    index.write_bytes(pickle.dumps(_Planted(f"open({str(markers['nbi'])!r}, 'w').close() or {numba.__version__!r}")) + rest)
+    for data in (planted / "__pycache__").glob("*.nbc"):
+        data.write_bytes(pickle.dumps(_Planted(f"open({str(markers['nbc'])!r}, 'w').close()")))
+    os.chmod(planted, 0o777)
+    before = {p: p.read_bytes() for p in planted.rglob("*") if p.is_file()}
+
+    result, err = _run(planted)
+    _assert_correct(result)
+    assert "CacheWarning" in err and f"{planted} is writable by everyone" in err and "chmod o-w" in err
+    assert Path(result["file"]).parent != planted
+    assert not any(m.exists() for m in markers.values())
+    assert {p: p.read_bytes() for p in planted.rglob("*") if p.is_file()} == before     # nothing read or written
+
+    # the control: a shared cache trusts whoever can write to it, and then the planted pickles run
+    os.chmod(planted, 0o770)
+    result, err = _run(planted, TRACEKERN_CACHE_SHARED="1")
+    _assert_correct(result)
+    assert "CacheWarning" not in err and Path(result["file"]).parent == planted
+    assert all(m.exists() for m in markers.values())
+
+
+# ----------------------------------------------------------------------------- the checks, in this process
+
+
+@pytest.fixture
+def fresh(monkeypatch, tmp_path):
+    """TRACEKERN_CACHE_DIR set to a new path (not created), warnings always shown."""
+    monkeypatch.delenv("TRACEKERN_CACHE_SHARED", raising=False)
+    path = tmp_path.resolve() / "c"
+    monkeypatch.setenv("TRACEKERN_CACHE_DIR", str(path))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield path, caught
+
+
+def _cache_warnings(caught) -> list[str]:
+    return [str(w.message) for w in caught if issubclass(w.category, tk.CacheWarning)]
+
+
+@posix_only
+def test_a_fresh_directory_and_its_files_are_private(fresh):
+    path, caught = fresh
+    assert cache.cache_dir() == path and not _cache_warnings(caught)
+    mod = cache.load_module("VALUE = 'fresh'\n")
+    assert mod.VALUE == "fresh" and Path(mod.__file__).parent == path
+    assert _modes(path) == {".": 0o700, "__pycache__": 0o700, Path(mod.__file__).name: 0o600}
+    cache.clear_cache()                          # deleted while the process runs: made again, private
+    mod = cache.load_module("VALUE = 'again'\n")
+    assert _modes(path) == {".": 0o700, Path(mod.__file__).name: 0o600}
+
+
+@posix_only
+def test_a_world_writable_directory_is_refused_once_with_the_fix(fresh):
+    path, caught = fresh
+    path.mkdir(mode=0o700)
+    os.chmod(path, 0o777)
+    got = cache.cache_dir()
+    assert got != path and got == cache.cache_dir()          # decided once per process and directory
+    (warning,) = [w for w in caught if issubclass(w.category, tk.CacheWarning)]
+    message = str(warning.message)
+    assert f"{path} is writable by everyone" in message and "private temporary directory" in message
+    assert f"chmod o-w {path}" in message and warning.filename == __file__      # names the user's line
+    assert _modes(got)["."] == 0o700
+    assert list(path.iterdir()) == []                        # nothing written into the refused directory
+    mod = cache.load_module("VALUE = 'elsewhere'\n")
+    assert Path(mod.__file__).parent == got and mod.VALUE == "elsewhere"
+
+
+@posix_only
+def test_threads_making_their_first_call_at_once_warn_once(fresh):
+    path, caught = fresh
+    path.mkdir()
+    os.chmod(path, 0o777)
+    seen, barrier = [], threading.Barrier(8)
+
+    def first_call():
+        barrier.wait()
+        seen.append(cache.cache_dir())
+
+    threads = [threading.Thread(target=first_call) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(seen) == 8 and len(set(seen)) == 1 and seen[0] != path
+    assert len(_cache_warnings(caught)) == 1
+
+
+@posix_only
+@pytest.mark.parametrize("case", ["owner", "group", "pycache", "parent", "parent-group", "parent-owner", "file",
+                                  "uncreatable"])
+def test_what_is_refused(case, fresh, monkeypatch):
+    path, caught = fresh
+    parent = path.parent
+    path.mkdir(mode=0o700)
+    me = os.geteuid()
+    if case == "owner":
+        monkeypatch.setattr(os, "geteuid", lambda: me + 1)
+        want = f"{path} is owned by"
+    elif case == "group":
+        os.chmod(path, 0o770)
+        monkeypatch.setattr(cache, "_private_group", lambda gid, uid: False)
+        want = f"{path} is writable by group"
+    elif case == "pycache":
+        (path / "__pycache__").mkdir()
+        os.chmod(path / "__pycache__", 0o777)
+        want = f"{path / '__pycache__'} is writable by everyone"
+    elif case == "parent":
+        os.chmod(parent, 0o777)
+        want = f"its parent {parent} is writable by everyone"
+    elif case == "parent-group":
+        os.chmod(parent, 0o770)
+        monkeypatch.setattr(cache, "_private_group", lambda gid, uid: False)
+        want = f"its parent {parent} is writable by group"
+    elif case == "parent-owner":
+        monkeypatch.setattr(os, "stat", _stat_with_owner(parent, os.stat(parent).st_uid + 1))
+        want = f"its parent {parent} is owned by"
+    elif case == "file":
+        path.rmdir()
+        path.write_text("")
+        want = f"{path} is not a directory"
+    else:
+        path.rmdir()
+        path.write_text("")
+        monkeypatch.setenv("TRACEKERN_CACHE_DIR", str(path / "below-a-file"))
+        want = "cannot be used"
+    got = cache.cache_dir()
+    monkeypatch.undo()
+    os.chmod(parent, 0o700)
+    (message,) = _cache_warnings(caught)
+    assert want in message and got != path and got.is_dir(), message
+    assert cache.check_dir(got) is None
+
+
+def _stat_with_owner(target: Path, uid: int):
+    real_stat = os.stat
+
+    def fake(p, *args, **kwargs):
+        s = real_stat(p, *args, **kwargs)
+        if os.fspath(p) == os.fspath(target):
+            fields = list(s)
+            fields[stat.ST_UID] = uid
+            return os.stat_result(fields)
+        return s
+    return fake
+
+
+@posix_only
+def test_what_is_accepted(tmp_path, monkeypatch):
+    open_dir = tmp_path / "tmp"                  # like /tmp: world-writable but sticky
+    open_dir.mkdir()
+    os.chmod(open_dir, 0o1777)
+    ok = cache.prepare_dir(open_dir / "mine" / "cache")
+    assert cache.check_dir(ok) is None
+    assert stat.S_IMODE(os.stat(open_dir / "mine").st_mode) == 0o700
+    link = tmp_path / "link"                     # a link: resolved once, the real path is used
+    link.symlink_to(ok)
+    assert cache.prepare_dir(link) == ok
+    own_group = tmp_path / "group"               # writable by your private group only
+    own_group.mkdir()
+    os.chmod(own_group, 0o770)
+    monkeypatch.setattr(cache, "_private_group", lambda gid, uid: True)
+    assert cache.check_dir(own_group) is None
+
+
+@posix_only
+def test_a_shared_cache_trusts_its_writers_but_not_everyone(tmp_path, monkeypatch):
+    group = tmp_path / "group"
+    group.mkdir()
+    os.chmod(group, 0o2770)
+    monkeypatch.setattr(cache, "_private_group", lambda gid, uid: False)
+    assert cache.check_dir(group) is not None                # refused unless shared
+    assert cache.check_dir(group, shared=True) is None
+    monkeypatch.setattr(os, "geteuid", lambda: os.stat(group).st_uid + 1)
+    assert cache.check_dir(group, shared=True) is None       # another member's directory
+    monkeypatch.undo()
+    os.chmod(group, 0o777)
+    refusal = cache.check_dir(group, shared=True)
+    assert refusal is not None and "writable by everyone" in refusal.reason and "chmod 2770" in refusal.fix
+    # files of a shared cache are readable by the group (the umask decides), not 0o600
+    monkeypatch.setenv("TRACEKERN_CACHE_DIR", str(tmp_path / "shared"))
+    monkeypatch.setenv("TRACEKERN_CACHE_SHARED", "1")
+    old = os.umask(0o007)
+    try:
+        mod = cache.load_module("VALUE = 'shared'\n")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.stat(mod.__file__).st_mode) == 0o660
+
+
+def test_a_planted_pyc_beside_the_module_is_not_run(fresh):
+    """The module runs the source checked against its name, never a .pyc that claims to match it."""
+    path, _ = fresh
+    source, other = "VALUE = 'genuine'\n", "VALUE = 'planted'\n"
+    assert len(source) == len(other)
+    target = cache.module_path(source)
+    target.write_text(source)
+    st = target.stat()
+    code = compile(other, str(target), "exec")
+    pyc = Path(importlib.util.cache_from_source(str(target)))
+    pyc.parent.mkdir(exist_ok=True)
+    from importlib._bootstrap_external import _code_to_timestamp_pyc
+    pyc.write_bytes(_code_to_timestamp_pyc(code, int(st.st_mtime), st.st_size))
+    assert cache.load_module(source).VALUE == "genuine"
