@@ -347,3 +347,37 @@ def test_a_planted_pyc_beside_the_module_is_not_run(fresh):
     from importlib._bootstrap_external import _code_to_timestamp_pyc
     pyc.write_bytes(_code_to_timestamp_pyc(code, int(st.st_mtime), st.st_size))
     assert cache.load_module(source).VALUE == "genuine"
+
+
+@posix_only
+@pytest.mark.parametrize("caching", ["numba.core.caching", "numba.cuda.core.caching"])
+def test_numba_cache_files_of_a_generated_module_stay_in_it_and_are_private(caching, fresh, monkeypatch, tmp_path):
+    """Numba's and numba-cuda's cache machinery (each has its own copy) put a generated module's
+    index and data files in the checked __pycache__, 0o600, even with NUMBA_CACHE_DIR set; the
+    cuda one is checked here without a GPU, on its classes."""
+    caching = pytest.importorskip(caching)
+    path, _ = fresh
+    monkeypatch.setattr(caching.config, "CACHE_DIR", str(tmp_path / "numba"))     # NUMBA_CACHE_DIR
+    mod = cache.load_module(f"def f(x):\n    return x  # {caching.__name__}\n")   # guards what is loaded
+
+    class Impl(caching.CacheImpl):
+        def reduce(self, data):
+            return data
+
+        def rebuild(self, target_context, payload):
+            return payload
+
+        def check_cachable(self, data):
+            return True
+
+    impl = Impl(mod.f)
+    assert impl.locator.get_cache_path() == str(path / "__pycache__")
+    files = caching.IndexDataCacheFile(impl.locator.get_cache_path(), impl.filename_base, impl.locator.get_source_stamp())
+    files.save(("sig",), b"machine code")
+    assert files.load(("sig",)) == b"machine code"
+    written = sorted(p.name for p in (path / "__pycache__").iterdir())
+    assert len(written) == 2 and written[0].endswith(".1.nbc") and written[1].endswith(".nbi")
+    assert {p.name: stat.S_IMODE(p.stat().st_mode) for p in (path / "__pycache__").iterdir()} == dict.fromkeys(written, 0o600)
+    assert not (tmp_path / "numba").exists()
+    # another directory's functions keep Numba's own locators
+    assert type(Impl(_loss).locator).__name__ != "TracekernLocator"
