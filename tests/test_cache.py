@@ -128,39 +128,70 @@ class _Planted:
         return eval, (self.code,)
 
 
+def _plant(genuine: Path, dest: Path, markers: dict, index: bool = True, data: bool = True) -> dict[str, Path]:
+    """A copy of a genuine cache whose Numba index and/or data files hold a pickle that creates a
+    marker file when loaded (the index's still names Numba's version, so the data is read next)."""
+    shutil.copytree(genuine, dest)
+    (nbi,) = (dest / "__pycache__").glob("*.nbi")
+    (nbc,) = (dest / "__pycache__").glob("*.nbc")
+    if index:
+        with open(nbi, "rb") as f:
+            pickle.load(f)                       # Numba's version: checked before the rest is unpickled
+            rest = f.read()
+        nbi.write_bytes(pickle.dumps(_Planted(f"open({str(markers['nbi'])!r}, 'w').close() or {numba.__version__!r}"))
+                        + rest)
+    if data:
+        nbc.write_bytes(pickle.dumps(_Planted(f"open({str(markers['nbc'])!r}, 'w').close()")))
+    return {"nbi": nbi, "nbc": nbc}
+
+
 @posix_only
-def test_planted_pickles_in_a_world_writable_cache_never_run(tmp_path):
-    """A pickle planted in Numba's index (.nbi) and data (.nbc) files of a world-writable cache
-    directory is never loaded: the process warns, compiles privately and is right. The same files
-    in a directory that is trusted (shared, group-writable) do run: the plant is live."""
+def test_planted_pickles_are_never_loaded(tmp_path):
+    """A pickle planted in Numba's index (.nbi) or data (.nbc) file never runs: not in a
+    world-writable directory (refused: the process warns, compiles privately and is right), and not
+    in your private directory when the file itself is writable by others or not yours (ignored
+    with a warning, compiled again and replaced). The same files in a trusted shared directory do
+    run: the plant is live, and the test can fail."""
     tmp_path = tmp_path.resolve()
     genuine = tmp_path / "genuine"
     _run(genuine)
-    planted = tmp_path / "planted"
-    shutil.copytree(genuine, planted)
     markers = {kind: tmp_path / f"ran-{kind}" for kind in ("nbi", "nbc")}
-    (index,) = (planted / "__pycache__").glob("*.nbi")
-    with open(index, "rb") as f:
-        pickle.load(f)                           # Numba's version: checked before the rest is unpickled
-        rest = f.read()
-    index.write_bytes(pickle.dumps(_Planted(f"open({str(markers['nbi'])!r}, 'w').close() or {numba.__version__!r}")) + rest)
-    for data in (planted / "__pycache__").glob("*.nbc"):
-        data.write_bytes(pickle.dumps(_Planted(f"open({str(markers['nbc'])!r}, 'w').close()")))
-    os.chmod(planted, 0o777)
-    before = {p: p.read_bytes() for p in planted.rglob("*") if p.is_file()}
 
-    result, err = _run(planted)
+    open_dir = tmp_path / "open"
+    _plant(genuine, open_dir, markers)
+    os.chmod(open_dir, 0o777)
+    before = {p: p.read_bytes() for p in open_dir.rglob("*") if p.is_file()}
+    result, err = _run(open_dir)
     _assert_correct(result)
-    assert "CacheWarning" in err and f"{planted} is writable by everyone" in err and "chmod o-w" in err
-    assert Path(result["file"]).parent != planted
+    assert "CacheWarning" in err and f"{open_dir} is writable by everyone" in err and "chmod o-w" in err
+    assert Path(result["file"]).parent != open_dir
     assert not any(m.exists() for m in markers.values())
-    assert {p: p.read_bytes() for p in planted.rglob("*") if p.is_file()} == before     # nothing read or written
+    assert {p: p.read_bytes() for p in open_dir.rglob("*") if p.is_file()} == before     # nothing read or written
+
+    # in a private directory: an index anyone can write, then a data file of another user
+    # (or, without root to give it away, one anyone can write)
+    for kind in ("nbi", "nbc"):
+        mine = tmp_path / f"mine-{kind}"
+        file = _plant(genuine, mine, markers, index=kind == "nbi", data=kind == "nbc")[kind]
+        if kind == "nbc" and os.geteuid() == 0:
+            os.chown(file, 65534, 65534)
+            why = "owned by"
+        else:
+            os.chmod(file, 0o666)
+            why = "writable by everyone"
+        result, err = _run(mine)
+        _assert_correct(result)
+        assert f"ignores the cache file {file}: it is {why}" in err and Path(result["file"]).parent == mine
+        assert not markers[kind].exists()
+        assert file.stat().st_uid == os.geteuid() and stat.S_IMODE(file.stat().st_mode) == 0o600   # replaced
 
     # the control: a shared cache trusts whoever can write to it, and then the planted pickles run
-    os.chmod(planted, 0o770)
-    result, err = _run(planted, TRACEKERN_CACHE_SHARED="1")
+    shared = tmp_path / "shared"
+    _plant(genuine, shared, markers)
+    os.chmod(shared, 0o770)
+    result, err = _run(shared, TRACEKERN_CACHE_SHARED="1")
     _assert_correct(result)
-    assert "CacheWarning" not in err and Path(result["file"]).parent == planted
+    assert "CacheWarning" not in err and Path(result["file"]).parent == shared
     assert all(m.exists() for m in markers.values())
 
 
@@ -356,7 +387,7 @@ def test_numba_cache_files_of_a_generated_module_stay_in_it_and_are_private(cach
     index and data files in the checked __pycache__, 0o600, even with NUMBA_CACHE_DIR set; the
     cuda one is checked here without a GPU, on its classes."""
     caching = pytest.importorskip(caching)
-    path, _ = fresh
+    path, caught = fresh
     monkeypatch.setattr(caching.config, "CACHE_DIR", str(tmp_path / "numba"))     # NUMBA_CACHE_DIR
     mod = cache.load_module(f"def f(x):\n    return x  # {caching.__name__}\n")   # guards what is loaded
 
@@ -379,5 +410,13 @@ def test_numba_cache_files_of_a_generated_module_stay_in_it_and_are_private(cach
     assert len(written) == 2 and written[0].endswith(".1.nbc") and written[1].endswith(".nbi")
     assert {p.name: stat.S_IMODE(p.stat().st_mode) for p in (path / "__pycache__").iterdir()} == dict.fromkeys(written, 0o600)
     assert not (tmp_path / "numba").exists()
+    # a file others can write is not read (nor one of another user, tested across processes above)
+    for suffix in (".nbi", ".1.nbc"):
+        (target,) = [p for p in (path / "__pycache__").iterdir() if p.name.endswith(suffix)]
+        os.chmod(target, 0o646)
+        assert files.load(("sig",)) is None
+        assert any(f"ignores the cache file {target}: it is writable by everyone" in m for m in _cache_warnings(caught))
+        files.save(("sig",), b"machine code")                # written afresh, private again
+        assert stat.S_IMODE(target.stat().st_mode) == 0o600 and files.load(("sig",)) == b"machine code"
     # another directory's functions keep Numba's own locators
     assert type(Impl(_loss).locator).__name__ != "TracekernLocator"

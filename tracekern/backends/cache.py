@@ -40,6 +40,7 @@ _IN_USE: dict[tuple[str, bool], Path] = {}   # (configured directory, shared) ->
 _TRUSTED: dict[str, bool] = {}               # directory in use -> private (files 0o600) or shared
 _LOCK = threading.Lock()
 _TEMP: list[Path] = []                       # this process's private fallback directory, once made
+_WARNED: set[str] = set()                    # cache files refused (refused_file), warned about once
 
 
 def configured_dir() -> Path:
@@ -54,7 +55,8 @@ def default_dir() -> Path:
     elif sys.platform == "darwin":
         base = Path.home() / "Library" / "Caches"
     else:
-        base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+        xdg = os.environ.get("XDG_CACHE_HOME", "")
+        base = Path(xdg) if os.path.isabs(xdg) else Path.home() / ".cache"    # the XDG spec ignores a relative one
     return base / "tracekern"
 
 
@@ -137,11 +139,12 @@ def _decide(want: Path, shared: bool) -> Path:
     try:
         path = prepare_dir(want, shared)
         refusal = check_dir(path, shared)
+        if refusal is None:
+            _make_dir(path / "__pycache__", shared)     # Numba's, made now: private whatever the umask
     except OSError as err:
         refusal = Refusal(f"{want} cannot be used ({err.strerror or err})",
                           "point TRACEKERN_CACHE_DIR at a directory you can write")
     if refusal is None:
-        _make_dir(path / "__pycache__", shared)     # Numba's, made now: private whatever the umask
         _TRUSTED[str(path)] = not shared
         return path
     tmp = _private_temp_dir()
@@ -157,10 +160,14 @@ def prepare_dir(path: Path, shared: bool = False) -> Path:
     """Create `path` where missing (each new directory 0o700; in a shared cache with the umask's
     mode) and return it with symlinks resolved: everything after the check uses this real path, so
     a link cannot be pointed elsewhere later. Nothing is written into a directory that exists."""
-    path = Path(os.path.abspath(path))
+    path = Path(os.path.realpath(path))     # what exists, resolved; the rest is made below it
+    _make_dirs(path, shared)
+    return Path(os.path.realpath(path))
+
+
+def _make_dirs(path: Path, shared: bool) -> None:
     for p in [*reversed(path.parents), path]:
         _make_dir(p, shared)
-    return Path(os.path.realpath(path))
 
 
 def _make_dir(p: Path, shared: bool) -> None:
@@ -187,6 +194,39 @@ def _private_temp_dir() -> Path:
 def _remove_temp(tmp: Path, pid: int) -> None:
     if os.getpid() == pid:     # not from a forked child
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def refused_file(path: str) -> bool:
+    """Whether the Numba cache file `path` of a directory in use must not be read: another user
+    owns it (in a private cache) or could write to it (a file planted while the directory was
+    open, or left writable by a umask of 0). Warns once per file; Numba then compiles and writes
+    the entry afresh, replacing the file. One lstat, when a module's cache is loaded."""
+    private = _TRUSTED.get(os.path.dirname(os.path.dirname(path)))
+    if private is None:
+        return False      # not a tracekern directory: Numba's own rules
+    try:
+        s = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    me = os.geteuid() if hasattr(os, "geteuid") else None
+    if me is None:
+        return False
+    if stat.S_ISLNK(s.st_mode) or not stat.S_ISREG(s.st_mode):
+        why = "not a regular file"
+    elif private and s.st_uid not in (0, me):
+        why = f"owned by {_user(s.st_uid)}"
+    else:
+        who = _other_writers(s, me, not private)
+        if not who:
+            return False
+        why = f"writable by {who} (mode {stat.filemode(s.st_mode)})"
+    if path not in _WARNED:
+        _WARNED.add(path)
+        warnings.warn(CacheWarning(f"tracekern ignores the cache file {path}: it is {why}, so it may hold code that is "
+                                   "not yours. It is compiled again and replaced; delete the files in that directory "
+                                   "that you did not write (deleting the whole cache is always safe)."),
+                      stacklevel=user_stacklevel())
+    return True
 
 
 def _stat(p: Path) -> os.stat_result | None:
@@ -296,7 +336,7 @@ def _ensure_file(path: Path, source: str) -> Path:
     if path.exists():
         discard(path)
     private = _TRUSTED.get(str(path.parent), True)
-    _make_dir(path.parent, not private)       # deleted while this process runs: made again, private
+    _make_dirs(path.parent, not private)      # deleted while this process runs: made again, private
     tmp = path.with_name(f".tmp_{uuid.uuid4().hex[:16]}.py")
     with os.fdopen(new_file(tmp, private), "w") as f:
         f.write(source)
@@ -334,10 +374,11 @@ _CACHING = ("numba.core.caching", "numba.cuda.core.caching")
 
 
 def _guard_numba() -> None:
-    """Keep Numba's cache files of the generated modules in the checked directory's __pycache__
-    and create them 0o600 there: a locator put first in Numba's list claims the functions of files
-    in a directory in use (NUMBA_CACHE_DIR would send them elsewhere, unchecked), and the index
-    and data files are opened with new_file(). Nothing changes for other functions' caches.
+    """Keep Numba's cache files of the generated modules in the checked directory's __pycache__,
+    create them 0o600 there and read none that another user wrote: a locator put first in Numba's
+    list claims the functions of files in a directory in use (NUMBA_CACHE_DIR would send them
+    elsewhere, unchecked), the index and data files are opened with new_file(), and each is
+    checked by refused_file() before Numba unpickles it. Nothing changes for other functions' caches.
     Installed once per caching module: Numba's, and numba-cuda's once it is loaded (numba-cuda
     keeps its own copy). Not per call: only at a module's first load."""
     if len(_GUARDED) == len(_CACHING):
@@ -393,7 +434,19 @@ def _guard_caching_module(caching: ModuleType) -> None:
                 os.unlink(tmp)
             raise
 
+    numba_load_index, numba_load_data = files._load_index, files._load_data
+
+    def load_index(self):
+        return {} if refused_file(self._index_path) else numba_load_index(self)
+
+    def load_data(self, name):
+        path = self._data_path(name)
+        if refused_file(path):
+            raise FileNotFoundError(path)      # what Numba does with an entry whose file went away
+        return numba_load_data(self, name)
+
     files._open_for_write = open_for_write
+    files._load_index, files._load_data = load_index, load_data
 
 
 def portable_lines(lines: dict) -> dict[int, tuple[str, str | None]]:
