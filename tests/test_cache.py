@@ -420,3 +420,16 @@ def test_numba_cache_files_of_a_generated_module_stay_in_it_and_are_private(cach
         assert stat.S_IMODE(target.stat().st_mode) == 0o600 and files.load(("sig",)) == b"machine code"
     # another directory's functions keep Numba's own locators
     assert type(Impl(_loss).locator).__name__ != "TracekernLocator"
+
+
+def test_an_unknown_numba_cache_module_warns_instead_of_failing(fresh):
+    """Numba's cache classes are private: if a new version renames them, tracekern warns, never raises."""
+    import types
+
+    stub = types.ModuleType("numba.core.caching_of_another_version")
+    stub.CacheImpl = type("CacheImpl", (), {})
+    _, caught = fresh
+    cache._guard_caching_module(stub)
+    (message,) = _cache_warnings(caught)
+    assert "does not know this version's numba.core.caching_of_another_version" in message
+    assert "CacheImpl._locator_classes" in message and "still checked" in message

@@ -393,8 +393,20 @@ def _guard_numba() -> None:
                 _GUARDED.add(name)
 
 
+_NUMBA_PARTS = ("CacheImpl._locator_classes", "IndexDataCacheFile._open_for_write", "IndexDataCacheFile._load_index",
+                "IndexDataCacheFile._load_data", "IndexDataCacheFile._data_path")
+
+
 def _guard_caching_module(caching: ModuleType) -> None:
-    in_tree = getattr(caching, "InTreeCacheLocator", None) or caching._InTreeCacheLocator
+    in_tree = getattr(caching, "InTreeCacheLocator", None) or getattr(caching, "_InTreeCacheLocator", None)
+    missing = [p for p in _NUMBA_PARTS if not hasattr(getattr(caching, p.split(".")[0], None), p.split(".")[1])]
+    if in_tree is None or missing:     # another Numba than the one this was written for: never fail the call
+        warnings.warn(CacheWarning(
+            f"tracekern does not know this version's {caching.__name__} (missing: {', '.join(missing) or 'a locator'}): "
+            "Numba's cache files of generated modules follow Numba's own rules (NUMBA_CACHE_DIR, the umask) "
+            "and are read without tracekern's per-file check. The cache directory itself is still checked."),
+            stacklevel=user_stacklevel())
+        return
 
     class TracekernLocator(in_tree):
         """<directory in use>/__pycache__ for the functions of a generated module."""
