@@ -220,6 +220,9 @@ def test_a_fresh_directory_and_its_files_are_private(fresh):
     mod = cache.load_module("VALUE = 'fresh'\n")
     assert mod.VALUE == "fresh" and Path(mod.__file__).parent == path
     assert _modes(path) == {".": 0o700, "__pycache__": 0o700, Path(mod.__file__).name: 0o600}
+    # the hooks on Numba's files know the directory, and subdirectories a layout might add
+    assert cache.in_use(str(path)) is True and cache.in_use(str(path / "sub" / "dir")) is True
+    assert cache.in_use(str(path.parent)) is None
     cache.clear_cache()                          # deleted while the process runs: made again, private
     mod = cache.load_module("VALUE = 'again'\n")
     assert _modes(path) == {".": 0o700, Path(mod.__file__).name: 0o600}

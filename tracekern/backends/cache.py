@@ -79,6 +79,19 @@ def cache_dir() -> Path:
     return path
 
 
+def in_use(directory: str) -> bool | None:
+    """For a directory in use (cache_dir()) or one a few levels below it: True if it is private,
+    False if shared; None if it is not tracekern's."""
+    for _ in range(4):
+        private = _TRUSTED.get(directory)
+        if private is not None:
+            return private
+        directory, tail = os.path.split(directory)
+        if not tail:
+            break
+    return None
+
+
 class Refusal(NamedTuple):
     reason: str     # what is wrong, naming the path
     fix: str        # what to do about it
@@ -201,7 +214,7 @@ def refused_file(path: str) -> bool:
     owns it (in a private cache) or could write to it (a file planted while the directory was
     open, or left writable by a umask of 0). Warns once per file; Numba then compiles and writes
     the entry afresh, replacing the file. One lstat, when a module's cache is loaded."""
-    private = _TRUSTED.get(os.path.dirname(os.path.dirname(path)))
+    private = in_use(os.path.dirname(os.path.dirname(path)))
     if private is None:
         return False      # not a tracekern directory: Numba's own rules
     try:
@@ -335,7 +348,7 @@ def _ensure_file(path: Path, source: str) -> Path:
         pass
     if path.exists():
         discard(path)
-    private = _TRUSTED.get(str(path.parent), True)
+    private = in_use(str(path.parent)) is not False
     _make_dirs(path.parent, not private)      # deleted while this process runs: made again, private
     tmp = path.with_name(f".tmp_{uuid.uuid4().hex[:16]}.py")
     with os.fdopen(new_file(tmp, private), "w") as f:
@@ -413,7 +426,7 @@ def _guard_caching_module(caching: ModuleType) -> None:
 
         @classmethod
         def from_function(cls, py_func, py_file):
-            if os.path.dirname(py_file) not in _TRUSTED:
+            if in_use(os.path.dirname(py_file)) is None:
                 return None
             self = cls(py_func, py_file)
             try:
@@ -423,7 +436,7 @@ def _guard_caching_module(caching: ModuleType) -> None:
             return self
 
         def ensure_cache_path(self):
-            _make_dir(Path(self.get_cache_path()), not _TRUSTED.get(os.path.dirname(self._py_file), True))
+            _make_dir(Path(self.get_cache_path()), in_use(os.path.dirname(self._py_file)) is False)
 
     caching.CacheImpl._locator_classes.insert(0, TracekernLocator)   # in place: the subclasses share the list
     files = caching.IndexDataCacheFile
@@ -431,7 +444,7 @@ def _guard_caching_module(caching: ModuleType) -> None:
 
     @contextlib.contextmanager
     def open_for_write(self, filepath):
-        private = _TRUSTED.get(os.path.dirname(os.path.dirname(filepath)))
+        private = in_use(os.path.dirname(os.path.dirname(filepath)))
         if not private:        # not ours, or a shared cache: Numba's own (the umask decides)
             with numba_open(self, filepath) as f:
                 yield f
