@@ -436,3 +436,26 @@ def test_an_unknown_numba_cache_module_warns_instead_of_failing(fresh):
     (message,) = _cache_warnings(caught)
     assert "does not know this version's numba.core.caching_of_another_version" in message
     assert "CacheImpl._locator_classes" in message and "still checked" in message
+
+
+def test_a_call_never_enters_the_cache_module():
+    """The checks cost nothing per call: once compiled, a call runs no code of cache.py (nor of the
+    hooks it puts on Numba's classes, which are defined there)."""
+    f = tk.jit(lambda x: np.tanh(x) * 2 + 1)
+    x = np.linspace(0, 1, 8)
+    f(x)
+    entered, seen = [], []
+
+    def profile(frame, event, arg):
+        if event == "call":
+            seen.append(frame.f_code.co_filename)
+            if frame.f_code.co_filename == cache.__file__:
+                entered.append(frame.f_code.co_name)
+
+    sys.setprofile(profile)
+    try:
+        for _ in range(100):
+            f(x)
+    finally:
+        sys.setprofile(None)
+    assert seen and not entered, entered
