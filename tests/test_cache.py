@@ -1,8 +1,9 @@
 """The disk cache (backends/cache.py): modules and Numba's machine code shared across processes, damaged
-files rebuilt, and its safety: a directory that another user could write is refused with one
-tk.CacheWarning (the call compiles into a private temporary directory and stays correct), a pickle
-planted in Numba's index or data files of a refused directory never runs, and what the cache
-creates is 0o700 (directories) and 0o600 (files), Numba's files included."""
+files rebuilt, and its safety: a directory that another user could write or replace is refused with
+one tk.CacheWarning (the call compiles into a private temporary directory and stays correct), a
+pickle planted in Numba's index or data files never runs (in a refused directory, or as a file of
+another user or writable by others in your own), what the cache creates is 0o700 (directories) and
+0o600 (files), Numba's files included, and a call never enters cache.py."""
 import importlib.util
 import json
 import os
