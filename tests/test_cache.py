@@ -460,3 +460,14 @@ def test_a_call_never_enters_the_cache_module():
     finally:
         sys.setprofile(None)
     assert seen and not entered, entered
+
+
+@posix_only
+def test_the_default_directory_of_another_user_says_to_delete_it(tmp_path, monkeypatch):
+    """E.g. made by a run under sudo that kept HOME: the fix names the directory to delete."""
+    monkeypatch.setattr(cache, "default_dir", lambda: tmp_path.resolve() / "tracekern")
+    path = cache.prepare_dir(cache.default_dir())
+    monkeypatch.setattr(os, "geteuid", lambda: os.stat(path).st_uid + 1)
+    refusal = cache.check_dir(path)
+    assert f"{path} is owned by" in refusal.reason
+    assert f"rm -rf {path}" in refusal.fix and "point TRACEKERN_CACHE_DIR at a directory of your own" in refusal.fix

@@ -112,14 +112,17 @@ def check_dir(path: Path, shared: bool = False) -> Refusal | None:
     st = os.stat(path)
     if not stat.S_ISDIR(st.st_mode):
         return Refusal(f"{path} is not a directory", "point TRACEKERN_CACHE_DIR at a directory")
-    elsewhere = f"use a directory of your own (unset TRACEKERN_CACHE_DIR for {default_dir()})"
+    elsewhere = ("point TRACEKERN_CACHE_DIR at a directory of your own" if str(path) == os.path.realpath(default_dir())
+                 else f"use a directory of your own (unset TRACEKERN_CACHE_DIR for {default_dir()})")
     trust = "if it is a cache shared with people you trust, who alone can write to it, set TRACEKERN_CACHE_SHARED=1"
     for d in (path, path / "__pycache__"):
         s = st if d == path else _stat(d)
         if s is None:
             continue
         if not shared and s.st_uid != me:
-            return Refusal(f"{d} is owned by {_user(s.st_uid)}, not by you ({_user(me)})", f"{elsewhere}; {trust}")
+            return Refusal(f"{d} is owned by {_user(s.st_uid)}, not by you ({_user(me)})",
+                           f"delete it (it is only a cache: rm -rf {d}, with sudo if root owns it), and tracekern makes "
+                           f"it again, yours and private; or {elsewhere}; {trust}")
         who = _other_writers(s, me, shared)
         if who == "everyone":
             return Refusal(f"{d} is writable by everyone (mode {stat.filemode(s.st_mode)})",
