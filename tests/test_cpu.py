@@ -1,17 +1,12 @@
 """The cpu backend beyond the shared end-to-end tests: fusion, non-contiguous inputs, reductions over
-every axis, parallel chunks, the disk cache, compile errors, and lower()."""
+every axis, parallel chunks, compile errors, and lower(). The disk cache: tests/test_cache.py."""
 import itertools
-import os
-import subprocess
-import sys
-import textwrap
 
 import numba
 import numpy as np
 import pytest
 
 import tracekern as tk
-from tracekern.backends import cache
 
 TOL = {np.float32: dict(rtol=2e-5, atol=1e-5), np.float64: dict(rtol=1e-11, atol=1e-12)}
 
@@ -156,40 +151,3 @@ def test_integer_and_bool_programs():
             assert g.dtype == w.dtype
 
 
-def _run_in_process(code: str, cache_dir) -> str:
-    env = dict(os.environ, TRACEKERN_CACHE_DIR=str(cache_dir))
-    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr
-    return out.stdout.strip()
-
-
-_PROGRAM = """
-    import numpy as np, tracekern as tk
-    f = tk.value_and_grad(lambda x: np.sum(np.tanh(x) ** 2))
-    v, g = f(np.linspace(0, 1, 64))
-    step = next(iter(f._cache.values())).run
-    print(sum(step._module.step.stats.cache_hits.values()), round(float(v), 10))
-"""
-
-
-def test_a_second_process_loads_machine_code_from_the_disk_cache(tmp_path):
-    first = _run_in_process(_PROGRAM, tmp_path)
-    second = _run_in_process(_PROGRAM, tmp_path)
-    assert first.split()[0] == "0"               # compiled
-    assert int(second.split()[0]) >= 1          # loaded, not compiled
-    assert first.split()[1] == second.split()[1]
-    assert list(tmp_path.glob("tk_*.py")) and list((tmp_path / "__pycache__").glob("*.nbi"))
-
-
-def test_corrupted_cache_files_are_rebuilt(tmp_path, monkeypatch):
-    _run_in_process(_PROGRAM, tmp_path)
-    for f in tmp_path.glob("tk_*.py"):
-        f.write_text("this is not python (")
-    for f in (tmp_path / "__pycache__").glob("*.nb*"):
-        f.write_bytes(b"\x00garbage")
-    out = _run_in_process(_PROGRAM, tmp_path)
-    assert out.split()[1] == _run_in_process(_PROGRAM, tmp_path).split()[1]
-    monkeypatch.setenv("TRACEKERN_CACHE_DIR", str(tmp_path))
-    assert cache.cache_dir() == tmp_path
-    cache.clear_cache()
-    assert not tmp_path.exists()

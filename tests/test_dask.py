@@ -4,14 +4,17 @@ here), compared with the single-process gradient; a worker killed mid-run; Expor
 import os
 import pickle
 import signal
+import stat
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import tracekern as tk
+from tracekern.backends import cache
 
 dask = pytest.importorskip("dask")
 da = pytest.importorskip("dask.array")
@@ -190,6 +193,19 @@ def test_export_refuses_what_cannot_travel():
 # ----------------------------------------------------------------------------- LocalCluster
 
 
+def _what_ran() -> dict:
+    """In a worker: per generated module it ran, (its file is in cache_dir(), which check_dir
+    accepts; the file's content has the digest that named the module; the file's mode)."""
+    from tracekern.backends import cache
+
+    out = {}
+    for digest, mod in cache._MODULES.items():
+        path = Path(mod.__file__)
+        out[digest] = (path.parent == cache.cache_dir(), cache.check_dir(path.parent) is None,
+                       cache.source_digest(path.read_text()) == digest, stat.S_IMODE(path.stat().st_mode))
+    return out
+
+
 @pytest.fixture(scope="module")
 def cluster():
     distributed = pytest.importorskip("distributed")
@@ -221,6 +237,12 @@ def test_local_cluster_mlp_and_chain_gradients_equal_one_process(cluster):
     # both workers ran chunks, and each imported the generated modules from its own disk cache
     modules = client.run(lambda: sorted(__import__("tracekern.backends.cache", fromlist=["x"])._MODULES))
     assert len(modules) == 2 and all(modules.values())
+    # what a worker executes: only the steps this client exported, each the source whose hash names
+    # its file, in the worker's checked, private cache directory
+    exported = {cache.source_digest(e._entry.run.source) for per in tkd._EXPORTED.values() for e in per.values()}
+    for worker, ran in client.run(_what_ran).items():
+        assert ran and set(ran) <= exported, worker
+        assert all(ok == (True, True, True, 0o600) for ok in ran.values()), (worker, ran)
 
 
 def test_a_worker_killed_mid_run_is_retried_and_the_result_is_still_correct(cluster):

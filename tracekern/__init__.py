@@ -16,6 +16,7 @@ from .backends import available_backends, default_backend
 from .check import check_grad
 from .control import cond, fori_loop, scan, while_loop
 from .errors import (
+    CacheWarning,
     GradientCheckError,
     IRError,
     ShapeError,
@@ -31,7 +32,7 @@ from .trace import Variable
 __version__ = "0.1.0"
 
 __all__ = [
-    "Aval", "Eqn", "Graph", "GradientCheckError", "IRError", "ShapeError", "SplitVJP", "Staged",
+    "Aval", "CacheWarning", "Eqn", "Graph", "GradientCheckError", "IRError", "ShapeError", "SplitVJP", "Staged",
     "TracekernError", "TracerBoolError", "TracerLeakError", "Var", "Variable", "available_backends",
     "check_grad", "checkpoint", "cond", "custom_gradient", "default_backend", "fori_loop", "grad", "grad_pass_through", "jit",
     "make_ir", "numpy", "print", "recompute", "recompute_grad", "reversible", "scan", "stop_gradient",

@@ -13,7 +13,14 @@ from that worker's disk cache; Numba dispatchers are never pickled.
 
 Any scheduler works: the default threaded one, a dask.distributed.LocalCluster (processes), or
 any distributed.Client; pass `scheduler=` (a name or a Client) to pick one, else Dask's current
-default (the active Client, if there is one) runs the tasks."""
+default (the active Client, if there is one) runs the tasks.
+
+Trust: the same as Dask's own pickles between a client and its workers, which can run any code. A
+worker executes the generated source that its client sent inside the task's pickle: it writes it to
+its own disk cache, under the content hash of that source, in a directory checked like any
+process's (tracekern.backends.cache: refused, with a warning, if another user could write to it),
+and runs exactly that text. Connect only clients and workers you trust, as Dask asks anyway (and
+use Dask's TLS security on a network others can reach)."""
 from __future__ import annotations
 
 import weakref

@@ -35,6 +35,11 @@ class GradientCheckError(AssertionError, TracekernError):
     """tk.check_grad found reverse mode and finite differences disagree."""
 
 
+class CacheWarning(UserWarning):
+    """The disk cache directory was refused (another user could write to it): this process compiles
+    into a private temporary directory instead. The message names the reason and the fix."""
+
+
 _USER_MODULES_IN_PACKAGE = {os.path.join(_PKG_DIR, "demo.py")}
 
 
@@ -55,6 +60,15 @@ def user_frame_location() -> str | None:
             return f"{frame.f_code.co_filename}:{frame.f_lineno}"
         frame = frame.f_back
     return None
+
+
+def user_stacklevel() -> int:
+    """warnings.warn's stacklevel, for a call made right in the caller of this, that names the
+    innermost frame outside tracekern and NumPy (1, the caller, if there is none)."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and _is_internal(frame.f_code.co_filename):
+        frame, level = frame.f_back, level + 1
+    return level if frame is not None else 1
 
 
 def describe_location(location: str | None) -> str:

@@ -2,32 +2,296 @@
 file under the cache directory and imported from there, so Numba's cache=True keeps its machine code.
 
 Directory: $TRACEKERN_CACHE_DIR, else the user's cache directory ($XDG_CACHE_HOME/tracekern,
-~/Library/Caches/tracekern, %LOCALAPPDATA%/tracekern). Deleting it is always safe."""
+~/Library/Caches/tracekern, %LOCALAPPDATA%/tracekern). Deleting it is always safe.
+
+Safety: loading a Numba cache file runs a pickle, so nothing is loaded from a directory that
+another user could write. cache_dir() is the directory in use: the configured one
+(configured_dir()) once it passes check_dir(), else a private temporary directory of this process
+(with one tk.CacheWarning). The decision is made once per process and directory, before anything
+is read from it. Directories this module creates are 0o700 and its files 0o600, Numba's included:
+Numba's cache files of the generated modules are kept in the checked directory's __pycache__
+(whatever NUMBA_CACHE_DIR says) and created 0o600 (_guard_numba). TRACEKERN_CACHE_SHARED=1
+declares a shared cache: everyone who can write to it is trusted, and only a directory that
+everyone can write is refused."""
 from __future__ import annotations
 
+import atexit
+import contextlib
+import functools
 import hashlib
+import importlib
 import importlib.util
 import os
 import shutil
+import stat
 import sys
 import tempfile
+import threading
+import uuid
+import warnings
 from pathlib import Path
 from types import ModuleType
+from typing import NamedTuple
+
+from ..errors import CacheWarning, user_stacklevel
 
 _MODULES: dict[str, ModuleType] = {}
+_IN_USE: dict[tuple[str, bool], Path] = {}   # (configured directory, shared) -> the directory in use
+_TRUSTED: dict[str, bool] = {}               # directory in use -> private (files 0o600) or shared
+_LOCK = threading.Lock()
+_TEMP: list[Path] = []                       # this process's private fallback directory, once made
+_WARNED: set[str] = set()                    # cache files refused (refused_file), warned about once
 
 
-def cache_dir() -> Path:
+def configured_dir() -> Path:
+    """The directory the user asked for (not yet checked: use cache_dir() to read or write)."""
     env = os.environ.get("TRACEKERN_CACHE_DIR")
-    if env:
-        return Path(env).expanduser()
+    return Path(env).expanduser() if env else default_dir()
+
+
+def default_dir() -> Path:
     if sys.platform == "win32":
         base = Path(os.environ.get("LOCALAPPDATA", Path.home() / "AppData" / "Local"))
     elif sys.platform == "darwin":
         base = Path.home() / "Library" / "Caches"
     else:
-        base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+        xdg = os.environ.get("XDG_CACHE_HOME", "")
+        base = Path(xdg) if os.path.isabs(xdg) else Path.home() / ".cache"    # the XDG spec ignores a relative one
     return base / "tracekern"
+
+
+def shared_cache() -> bool:
+    """TRACEKERN_CACHE_SHARED=1: the cache directory is shared, and all who can write to it are trusted."""
+    return os.environ.get("TRACEKERN_CACHE_SHARED", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def cache_dir() -> Path:
+    """The directory generated modules and Numba's cache files are read from and written to: the
+    configured directory (symlinks resolved) when check_dir() accepts it, else a private temporary
+    directory of this process, with one CacheWarning naming the reason and the fix. Decided once
+    per process per directory; the call never fails because of the cache."""
+    key = (str(configured_dir()), shared_cache())
+    path = _IN_USE.get(key)
+    if path is None:
+        with _LOCK:
+            path = _IN_USE.get(key) or _decide(Path(key[0]), key[1])
+            _IN_USE[key] = path
+    return path
+
+
+def in_use(directory: str) -> bool | None:
+    """For a directory in use (cache_dir()) or one a few levels below it: True if it is private,
+    False if shared; None if it is not tracekern's."""
+    for _ in range(4):
+        private = _TRUSTED.get(directory)
+        if private is not None:
+            return private
+        directory, tail = os.path.split(directory)
+        if not tail:
+            break
+    return None
+
+
+class Refusal(NamedTuple):
+    reason: str     # what is wrong, naming the path
+    fix: str        # what to do about it
+
+
+def check_dir(path: Path, shared: bool = False) -> Refusal | None:
+    """Why no code may be loaded from the existing directory `path` (symlinks resolved), or None.
+
+    Private (the default): the directory and its __pycache__ must be owned by you and writable by
+    nobody else, and each parent up to / must be owned by you or root and writable by nobody else,
+    or be sticky like /tmp (others cannot rename what they do not own), so that nobody can replace
+    the directory. Group write is allowed for your private group (named like you, no other
+    members). Shared: only write access for everyone is refused (except on a sticky parent). On
+    Windows, which has no POSIX owners and modes, nothing is refused."""
+    if not hasattr(os, "geteuid"):
+        return None
+    me = os.geteuid()
+    st = os.stat(path)
+    if not stat.S_ISDIR(st.st_mode):
+        return Refusal(f"{path} is not a directory", "point TRACEKERN_CACHE_DIR at a directory")
+    elsewhere = ("point TRACEKERN_CACHE_DIR at a directory of your own" if str(path) == os.path.realpath(default_dir())
+                 else f"use a directory of your own (unset TRACEKERN_CACHE_DIR for {default_dir()})")
+    trust = "if it is a cache shared with people you trust, who alone can write to it, set TRACEKERN_CACHE_SHARED=1"
+    for d in (path, path / "__pycache__"):
+        s = st if d == path else _stat(d)
+        if s is None:
+            continue
+        if not shared and s.st_uid != me:
+            return Refusal(f"{d} is owned by {_user(s.st_uid)}, not by you ({_user(me)})",
+                           f"delete it (it is only a cache: rm -rf {d}, with sudo if root owns it), and tracekern makes "
+                           f"it again, yours and private; or {elsewhere}; {trust}")
+        who = _other_writers(s, me, shared)
+        if who == "everyone":
+            return Refusal(f"{d} is writable by everyone (mode {stat.filemode(s.st_mode)})",
+                           f"chmod o-w {d} and delete the files in it that you did not write, or {elsewhere}; to share "
+                           f"a cache, make it writable by a group you trust only (chgrp GROUP {d}; chmod 2770 {d}) and "
+                           "set TRACEKERN_CACHE_SHARED=1")
+        if who:
+            return Refusal(f"{d} is writable by {who} (mode {stat.filemode(s.st_mode)})",
+                           f"chmod g-w {d} and delete the files in it that you did not write, or {elsewhere}; {trust}")
+    if not os.access(path, os.W_OK | os.X_OK):
+        return Refusal(f"{path} is not writable by you", f"chmod u+rwx {path}, or {elsewhere}")
+    child = st
+    for parent in path.parents:
+        s = os.stat(parent)
+        if not shared and s.st_uid not in (0, me):
+            return Refusal(f"its parent {parent} is owned by {_user(s.st_uid)}, who could replace it",
+                           f"{elsewhere}, under directories that only you or root can write; {trust}")
+        # sticky, like /tmp: only an entry's owner can rename or delete it
+        sticky = bool(s.st_mode & stat.S_ISVTX) and (shared or child.st_uid in (0, me))
+        who = _other_writers(s, me, shared)
+        if who and not sticky:
+            return Refusal(f"its parent {parent} is writable by {who} (mode {stat.filemode(s.st_mode)}), who could "
+                           "replace it", f"chmod {'o' if who == 'everyone' else 'g'}-w {parent}, or {elsewhere}, under "
+                           "directories that only you or root can write" + ("" if who == "everyone" else f"; {trust}"))
+        child = s
+    return None
+
+
+def _decide(want: Path, shared: bool) -> Path:
+    try:
+        path = prepare_dir(want, shared)
+        refusal = check_dir(path, shared)
+        if refusal is None:
+            _make_dir(path / "__pycache__", shared)     # Numba's, made now: private whatever the umask
+    except OSError as err:
+        refusal = Refusal(f"{want} cannot be used ({err.strerror or err})",
+                          "point TRACEKERN_CACHE_DIR at a directory you can write")
+    if refusal is None:
+        _TRUSTED[str(path)] = not shared
+        return path
+    tmp = _private_temp_dir()
+    warnings.warn(CacheWarning(
+        f"tracekern does not load compiled code from the cache directory {want}: {refusal.reason}, so code "
+        f"planted there would run as you. This process compiles into a private temporary directory instead "
+        f"({tmp}, removed at exit; nothing is cached across processes). Fix: {refusal.fix}."),
+        stacklevel=user_stacklevel())
+    return tmp
+
+
+def prepare_dir(path: Path, shared: bool = False) -> Path:
+    """Create `path` where missing (each new directory 0o700; in a shared cache with the umask's
+    mode) and return it with symlinks resolved: everything after the check uses this real path, so
+    a link cannot be pointed elsewhere later. Nothing is written into a directory that exists."""
+    path = Path(os.path.realpath(path))     # what exists, resolved; the rest is made below it
+    _make_dirs(path, shared)
+    return Path(os.path.realpath(path))
+
+
+def _make_dirs(path: Path, shared: bool) -> None:
+    for p in [*reversed(path.parents), path]:
+        _make_dir(p, shared)
+
+
+def _make_dir(p: Path, shared: bool) -> None:
+    if os.path.isdir(p):
+        return
+    try:
+        os.mkdir(p, 0o777 if shared else 0o700)
+    except FileExistsError:
+        return
+    if not shared:
+        os.chmod(p, 0o700)     # exactly, whatever the umask
+
+
+def _private_temp_dir() -> Path:
+    if not _TEMP:
+        tmp = Path(os.path.realpath(tempfile.mkdtemp(prefix="tracekern-cache-")))   # 0o700, new, ours
+        _make_dir(tmp / "__pycache__", False)
+        _TRUSTED[str(tmp)] = True
+        atexit.register(_remove_temp, tmp, os.getpid())
+        _TEMP.append(tmp)
+    return _TEMP[0]
+
+
+def _remove_temp(tmp: Path, pid: int) -> None:
+    if os.getpid() == pid:     # not from a forked child
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def refused_file(path: str) -> bool:
+    """Whether the Numba cache file `path` of a directory in use must not be read: another user
+    owns it (in a private cache) or could write to it (a file planted while the directory was
+    open, or left writable by a umask of 0). Warns once per file; Numba then compiles and writes
+    the entry afresh, replacing the file. One lstat, when a module's cache is loaded."""
+    private = in_use(os.path.dirname(os.path.dirname(path)))
+    if private is None:
+        return False      # not a tracekern directory: Numba's own rules
+    try:
+        s = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    me = os.geteuid() if hasattr(os, "geteuid") else None
+    if me is None:
+        return False
+    if stat.S_ISLNK(s.st_mode) or not stat.S_ISREG(s.st_mode):
+        why = "not a regular file"
+    elif private and s.st_uid not in (0, me):
+        why = f"owned by {_user(s.st_uid)}"
+    else:
+        who = _other_writers(s, me, not private)
+        if not who:
+            return False
+        why = f"writable by {who} (mode {stat.filemode(s.st_mode)})"
+    if path not in _WARNED:
+        _WARNED.add(path)
+        warnings.warn(CacheWarning(f"tracekern ignores the cache file {path}: it is {why}, so it may hold code that is "
+                                   "not yours. It is compiled again and replaced; delete the files in that directory "
+                                   "that you did not write (deleting the whole cache is always safe)."),
+                      stacklevel=user_stacklevel())
+    return True
+
+
+def _stat(p: Path) -> os.stat_result | None:
+    try:
+        return os.stat(p)
+    except FileNotFoundError:
+        return None
+
+
+def _other_writers(s: os.stat_result, me: int, shared: bool) -> str:
+    """Who besides the owner can write to a directory: '' (nobody), 'everyone' or 'group NAME'."""
+    if s.st_mode & stat.S_IWOTH:
+        return "everyone"
+    if s.st_mode & stat.S_IWGRP and not shared and not _private_group(s.st_gid, me):
+        return f"group {_group(s.st_gid)}"
+    return ""
+
+
+@functools.cache
+def _private_group(gid: int, uid: int) -> bool:
+    """A user private group (the user's own group, no other members), as Debian and Red Hat make."""
+    try:
+        import grp
+        import pwd
+
+        g, name = grp.getgrgid(gid), pwd.getpwuid(uid).pw_name
+    except (ImportError, KeyError):
+        return False
+    return g.gr_name == name and set(g.gr_mem) <= {name}
+
+
+def _user(uid: int) -> str:
+    try:
+        import pwd
+
+        return f"user {pwd.getpwuid(uid).pw_name}"
+    except (ImportError, KeyError):
+        return f"uid {uid}"
+
+
+def _group(gid: int) -> str:
+    try:
+        import grp
+
+        return grp.getgrgid(gid).gr_name
+    except (ImportError, KeyError):
+        return str(gid)
+
+
 
 
 def clear_cache() -> None:
@@ -69,12 +333,13 @@ def load_module(source: str) -> ModuleType:
         if mod.__tk_source__ != source:   # (128 bits of SHA-256: never seen; never served silently)
             raise RuntimeError(f"two different generated modules have the digest {digest}")
         return mod
+    _guard_numba()
     path = module_path(source)
     try:
-        mod = _import(_ensure_file(path, source), digest)
+        mod = _import(_ensure_file(path, source), source, digest)
     except Exception:
         discard(path)
-        mod = _import(_ensure_file(path, source), digest)
+        mod = _import(_ensure_file(path, source), source, digest)
     mod.__tk_source__ = source
     _MODULES[digest] = mod
     return mod
@@ -104,25 +369,130 @@ def _ensure_file(path: Path, source: str) -> Path:
         pass
     if path.exists():
         discard(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp_", suffix=".py")
-    with os.fdopen(fd, "w") as f:
+    private = in_use(str(path.parent)) is not False
+    _make_dirs(path.parent, not private)      # deleted while this process runs: made again, private
+    tmp = path.with_name(f".tmp_{uuid.uuid4().hex[:16]}.py")
+    with os.fdopen(new_file(tmp, private), "w") as f:
         f.write(source)
     os.replace(tmp, path)  # atomic: a concurrent process sees the old file or the whole new one
     return path
 
 
-def _import(path: Path, digest: str) -> ModuleType:
+def new_file(path: str | os.PathLike, private: bool = True) -> int:
+    """A new file, open for writing: 0o600 in a private cache; in a shared one 0o666 less the
+    umask, so that the group can read it. Fails if `path` exists (no link is followed)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+    return os.open(path, flags, 0o600 if private else 0o666)
+
+
+def _import(path: Path, source: str, digest: str) -> ModuleType:
+    """Run `source` (the text just checked against the file, not the file again, nor a .pyc
+    beside it) as the module of `path`: Numba's cache locates its functions by that file."""
     name = module_name(digest)
-    spec = importlib.util.spec_from_file_location(name, path)
+    spec = importlib.util.spec_from_loader(name, loader=None, origin=str(path))
     mod = importlib.util.module_from_spec(spec)
+    mod.__file__ = str(path)
     sys.modules[name] = mod  # Numba's cache finds the function's module by name when it loads
     try:
-        spec.loader.exec_module(mod)
+        exec(compile(source, str(path), "exec"), mod.__dict__)
     except BaseException:
         sys.modules.pop(name, None)
         raise
     return mod
+
+
+# ----------------------------------------------------------------------------- Numba's cache files
+
+_GUARDED: set[str] = set()
+_CACHING = ("numba.core.caching", "numba.cuda.core.caching")
+
+
+def _guard_numba() -> None:
+    """Keep Numba's cache files of the generated modules in the checked directory's __pycache__,
+    create them 0o600 there and read none that another user wrote: a locator put first in Numba's
+    list claims the functions of files in a directory in use (NUMBA_CACHE_DIR would send them
+    elsewhere, unchecked), the index and data files are opened with new_file(), and each is
+    checked by refused_file() before Numba unpickles it. Nothing changes for other functions' caches.
+    Installed once per caching module: Numba's, and numba-cuda's once it is loaded (numba-cuda
+    keeps its own copy). Not per call: only at a module's first load."""
+    if len(_GUARDED) == len(_CACHING):
+        return
+    with _LOCK:
+        for name in _CACHING:
+            module = sys.modules.get(name)
+            if module is None and name == _CACHING[0]:
+                module = importlib.import_module(name)
+            if module is not None and name not in _GUARDED:
+                _guard_caching_module(module)
+                _GUARDED.add(name)
+
+
+_NUMBA_PARTS = ("CacheImpl._locator_classes", "IndexDataCacheFile._open_for_write", "IndexDataCacheFile._load_index",
+                "IndexDataCacheFile._load_data", "IndexDataCacheFile._data_path")
+
+
+def _guard_caching_module(caching: ModuleType) -> None:
+    in_tree = getattr(caching, "InTreeCacheLocator", None) or getattr(caching, "_InTreeCacheLocator", None)
+    missing = [p for p in _NUMBA_PARTS if not hasattr(getattr(caching, p.split(".")[0], None), p.split(".")[1])]
+    if in_tree is None or missing:     # another Numba than the one this was written for: never fail the call
+        warnings.warn(CacheWarning(
+            f"tracekern does not know this version's {caching.__name__} (missing: {', '.join(missing) or 'a locator'}): "
+            "Numba's cache files of generated modules follow Numba's own rules (NUMBA_CACHE_DIR, the umask) "
+            "and are read without tracekern's per-file check. The cache directory itself is still checked."),
+            stacklevel=user_stacklevel())
+        return
+
+    class TracekernLocator(in_tree):
+        """<directory in use>/__pycache__ for the functions of a generated module."""
+
+        @classmethod
+        def from_function(cls, py_func, py_file):
+            if in_use(os.path.dirname(py_file)) is None:
+                return None
+            self = cls(py_func, py_file)
+            try:
+                self.ensure_cache_path()
+            except OSError:    # as Numba's own locators: no cache for this function
+                return None
+            return self
+
+        def ensure_cache_path(self):
+            _make_dir(Path(self.get_cache_path()), in_use(os.path.dirname(self._py_file)) is False)
+
+    caching.CacheImpl._locator_classes.insert(0, TracekernLocator)   # in place: the subclasses share the list
+    files = caching.IndexDataCacheFile
+    numba_open = files._open_for_write
+
+    @contextlib.contextmanager
+    def open_for_write(self, filepath):
+        private = in_use(os.path.dirname(os.path.dirname(filepath)))
+        if not private:        # not ours, or a shared cache: Numba's own (the umask decides)
+            with numba_open(self, filepath) as f:
+                yield f
+            return
+        tmp = f"{filepath}.tmp.{uuid.uuid4().hex[:16]}"
+        try:
+            with os.fdopen(new_file(tmp), "wb") as f:
+                yield f
+            os.replace(tmp, filepath)
+        except Exception:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+
+    numba_load_index, numba_load_data = files._load_index, files._load_data
+
+    def load_index(self):
+        return {} if refused_file(self._index_path) else numba_load_index(self)
+
+    def load_data(self, name):
+        path = self._data_path(name)
+        if refused_file(path):
+            raise FileNotFoundError(path)      # what Numba does with an entry whose file went away
+        return numba_load_data(self, name)
+
+    files._open_for_write = open_for_write
+    files._load_index, files._load_data = load_index, load_data
 
 
 def portable_lines(lines: dict) -> dict[str, dict[int, tuple[str, str | None]]]:

@@ -1,0 +1,477 @@
+"""The disk cache (backends/cache.py): modules and Numba's machine code shared across processes, damaged
+files rebuilt, and its safety: a directory that another user could write or replace is refused with
+one tk.CacheWarning (the call compiles into a private temporary directory and stays correct), a
+pickle planted in Numba's index or data files never runs (in a refused directory, or as a file of
+another user or writable by others in your own), what the cache creates is 0o700 (directories) and
+0o600 (files), Numba's files included, and a call never enters cache.py."""
+import importlib.util
+import json
+import os
+import pickle
+import shutil
+import stat
+import subprocess
+import sys
+import textwrap
+import threading
+import warnings
+from pathlib import Path
+
+import numba
+import numpy as np
+import pytest
+
+import tracekern as tk
+from tracekern.backends import cache
+
+posix_only = pytest.mark.skipif(not hasattr(os, "geteuid"), reason="POSIX owners and modes")
+
+_PROGRAM = """
+    import json, numpy as np, tracekern as tk
+    f = tk.value_and_grad(lambda x: np.sum(np.tanh(x) ** 2))
+    v, g = f(np.linspace(0, 1, 64))
+    step = next(iter(f._cache.values())).run
+    print(json.dumps(dict(hits=sum(step._module.step.stats.cache_hits.values()), value=float(v), grad=g.tolist(),
+                          file=step._module.__file__)))
+"""
+
+
+def _loss(x):
+    return np.sum(np.tanh(x) ** 2)
+
+
+def _start(cache_dir, **extra):
+    env = dict(os.environ)
+    env.pop("TRACEKERN_CACHE_SHARED", None)
+    env.update(TRACEKERN_CACHE_DIR=str(cache_dir), **extra)
+    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(_PROGRAM)], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _finish(proc) -> tuple[dict, str]:
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    return json.loads(out.strip().splitlines()[-1]), err
+
+
+def _run(cache_dir, **env) -> tuple[dict, str]:
+    return _finish(_start(cache_dir, **env))
+
+
+def _assert_correct(result: dict):
+    """The value and gradient a process printed, against the interpreter and central differences."""
+    x = np.linspace(0, 1, 64)
+    want_v, want_g = tk.jit(tk.value_and_grad(_loss), backend="interpret")(x)
+    assert np.asarray(result["grad"]).shape == want_g.shape
+    np.testing.assert_allclose(result["value"], want_v, rtol=1e-12)
+    np.testing.assert_allclose(result["grad"], want_g, rtol=1e-10, atol=1e-12)
+    eps = 1e-6
+    fd = [(_loss(x + eps * e) - _loss(x - eps * e)) / (2 * eps) for e in np.eye(64)]
+    np.testing.assert_allclose(result["grad"], fd, rtol=1e-6, atol=1e-8)
+
+
+def _modes(root: Path) -> dict[str, int]:
+    return {str(p.relative_to(root)): stat.S_IMODE(p.stat().st_mode) for p in [root, *root.rglob("*")]}
+
+
+# ----------------------------------------------------------------------------- across processes
+
+
+@posix_only
+def test_processes_share_a_fresh_private_cache(tmp_path):
+    """Three processes compile into one fresh directory at once; all is 0o700 and 0o600, Numba's
+    files included, and a fourth process loads the machine code, even with NUMBA_CACHE_DIR set
+    elsewhere (Numba's files of generated modules stay in the checked directory)."""
+    root = tmp_path.resolve() / "new" / "cache"   # neither exists yet
+    results = [_finish(p)[0] for p in [_start(root) for _ in range(3)]]
+    for r in results:
+        _assert_correct(r)
+        assert r["value"] == results[0]["value"] and r["grad"] == results[0]["grad"]
+        assert Path(r["file"]).parent == root
+    modes = _modes(root.parent)
+    assert list(root.glob("tk_*.py")) and list(root.glob("__pycache__/*.nbi")) and list(root.glob("__pycache__/*.nbc"))
+    for name, mode in modes.items():
+        path = root.parent / name
+        assert mode == (0o700 if path.is_dir() else 0o600), (name, oct(mode))
+    assert not [p for p in root.rglob("*") if ".tmp" in p.name]        # no temporary file left behind
+
+    numba_dir = tmp_path / "numba"
+    again, _ = _run(root, NUMBA_CACHE_DIR=str(numba_dir))
+    assert again["hits"] >= 1                    # loaded, not compiled
+    assert again["value"] == results[0]["value"] and again["grad"] == results[0]["grad"]
+    assert not list(numba_dir.rglob("tk_*"))
+
+
+def test_corrupted_cache_files_are_rebuilt(tmp_path, monkeypatch):
+    first, _ = _run(tmp_path)
+    for f in tmp_path.glob("tk_*.py"):
+        f.write_text("this is not python (")
+    for f in (tmp_path / "__pycache__").glob("*.nb*"):
+        f.write_bytes(b"\x00garbage")
+    second, _ = _run(tmp_path)
+    third, _ = _run(tmp_path)
+    _assert_correct(second)
+    assert second["value"] == first["value"] == third["value"]
+    assert third["hits"] >= 1
+    monkeypatch.setenv("TRACEKERN_CACHE_DIR", str(tmp_path))
+    assert cache.cache_dir() == tmp_path.resolve()
+    cache.clear_cache()
+    assert not tmp_path.exists()
+
+
+class _Planted:
+    """Unpickled, runs `code` (creating a marker file) and returns what it evaluates to."""
+
+    def __init__(self, code: str):
+        self.code = code
+
+    def __reduce__(self):
+        return eval, (self.code,)
+
+
+def _plant(genuine: Path, dest: Path, markers: dict, index: bool = True, data: bool = True) -> dict[str, list[Path]]:
+    """A copy of a genuine cache whose Numba index and/or data files (every one: a step's driver and
+    its kernels each have theirs) hold a pickle that creates a marker file when loaded (the index's
+    still names Numba's version, so the data is read next)."""
+    shutil.copytree(genuine, dest)
+    nbis = sorted((dest / "__pycache__").glob("*.nbi"))
+    nbcs = sorted((dest / "__pycache__").glob("*.nbc"))
+    assert nbis and nbcs
+    for nbi in nbis if index else ():
+        with open(nbi, "rb") as f:
+            pickle.load(f)                       # Numba's version: checked before the rest is unpickled
+            rest = f.read()
+        nbi.write_bytes(pickle.dumps(_Planted(f"open({str(markers['nbi'])!r}, 'w').close() or {numba.__version__!r}"))
+                        + rest)
+    for nbc in nbcs if data else ():
+        nbc.write_bytes(pickle.dumps(_Planted(f"open({str(markers['nbc'])!r}, 'w').close()")))
+    return {"nbi": nbis, "nbc": nbcs}
+
+
+@posix_only
+def test_planted_pickles_are_never_loaded(tmp_path):
+    """A pickle planted in Numba's index (.nbi) or data (.nbc) file never runs: not in a
+    world-writable directory (refused: the process warns, compiles privately and is right), and not
+    in your private directory when the file itself is writable by others or not yours (ignored
+    with a warning, compiled again and replaced). The same files in a trusted shared directory do
+    run: the plant is live, and the test can fail."""
+    tmp_path = tmp_path.resolve()
+    genuine = tmp_path / "genuine"
+    _run(genuine)
+    markers = {kind: tmp_path / f"ran-{kind}" for kind in ("nbi", "nbc")}
+
+    open_dir = tmp_path / "open"
+    _plant(genuine, open_dir, markers)
+    os.chmod(open_dir, 0o777)
+    before = {p: p.read_bytes() for p in open_dir.rglob("*") if p.is_file()}
+    result, err = _run(open_dir)
+    _assert_correct(result)
+    assert "CacheWarning" in err and f"{open_dir} is writable by everyone" in err and "chmod o-w" in err
+    assert Path(result["file"]).parent != open_dir
+    assert not any(m.exists() for m in markers.values())
+    assert {p: p.read_bytes() for p in open_dir.rglob("*") if p.is_file()} == before     # nothing read or written
+
+    # in a private directory: an index anyone can write, then a data file of another user
+    # (or, without root to give it away, one anyone can write)
+    for kind in ("nbi", "nbc"):
+        mine = tmp_path / f"mine-{kind}"
+        files = _plant(genuine, mine, markers, index=kind == "nbi", data=kind == "nbc")[kind]
+        for file in files:
+            if kind == "nbc" and os.geteuid() == 0:
+                os.chown(file, 65534, 65534)
+                why = "owned by"
+            else:
+                os.chmod(file, 0o666)
+                why = "writable by everyone"
+        result, err = _run(mine)
+        _assert_correct(result)
+        assert f"ignores the cache file {files[0]}: it is {why}" in err and Path(result["file"]).parent == mine
+        assert not markers[kind].exists()
+        for file in files:
+            assert file.stat().st_uid == os.geteuid() and stat.S_IMODE(file.stat().st_mode) == 0o600   # replaced
+
+    # the control: a shared cache trusts whoever can write to it, and then the planted pickles run
+    shared = tmp_path / "shared"
+    _plant(genuine, shared, markers)
+    os.chmod(shared, 0o770)
+    result, err = _run(shared, TRACEKERN_CACHE_SHARED="1")
+    _assert_correct(result)
+    assert "CacheWarning" not in err and Path(result["file"]).parent == shared
+    assert all(m.exists() for m in markers.values())
+
+
+# ----------------------------------------------------------------------------- the checks, in this process
+
+
+@pytest.fixture
+def fresh(monkeypatch, tmp_path):
+    """TRACEKERN_CACHE_DIR set to a new path (not created), warnings always shown."""
+    monkeypatch.delenv("TRACEKERN_CACHE_SHARED", raising=False)
+    path = tmp_path.resolve() / "c"
+    monkeypatch.setenv("TRACEKERN_CACHE_DIR", str(path))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield path, caught
+
+
+def _cache_warnings(caught) -> list[str]:
+    return [str(w.message) for w in caught if issubclass(w.category, tk.CacheWarning)]
+
+
+@posix_only
+def test_a_fresh_directory_and_its_files_are_private(fresh):
+    path, caught = fresh
+    assert cache.cache_dir() == path and not _cache_warnings(caught)
+    mod = cache.load_module("VALUE = 'fresh'\n")
+    assert mod.VALUE == "fresh" and Path(mod.__file__).parent == path
+    assert _modes(path) == {".": 0o700, "__pycache__": 0o700, Path(mod.__file__).name: 0o600}
+    # the hooks on Numba's files know the directory, and subdirectories a layout might add
+    assert cache.in_use(str(path)) is True and cache.in_use(str(path / "sub" / "dir")) is True
+    assert cache.in_use(str(path.parent)) is None
+    cache.clear_cache()                          # deleted while the process runs: made again, private
+    mod = cache.load_module("VALUE = 'again'\n")
+    assert _modes(path) == {".": 0o700, Path(mod.__file__).name: 0o600}
+
+
+@posix_only
+def test_a_world_writable_directory_is_refused_once_with_the_fix(fresh):
+    path, caught = fresh
+    path.mkdir(mode=0o700)
+    os.chmod(path, 0o777)
+    got = cache.cache_dir()
+    assert got != path and got == cache.cache_dir()          # decided once per process and directory
+    (warning,) = [w for w in caught if issubclass(w.category, tk.CacheWarning)]
+    message = str(warning.message)
+    assert f"{path} is writable by everyone" in message and "private temporary directory" in message
+    assert f"chmod o-w {path}" in message and warning.filename == __file__      # names the user's line
+    assert _modes(got)["."] == 0o700
+    assert list(path.iterdir()) == []                        # nothing written into the refused directory
+    mod = cache.load_module("VALUE = 'elsewhere'\n")
+    assert Path(mod.__file__).parent == got and mod.VALUE == "elsewhere"
+
+
+@posix_only
+def test_threads_making_their_first_call_at_once_warn_once(fresh):
+    path, caught = fresh
+    path.mkdir()
+    os.chmod(path, 0o777)
+    seen, barrier = [], threading.Barrier(8)
+
+    def first_call():
+        barrier.wait()
+        seen.append(cache.cache_dir())
+
+    threads = [threading.Thread(target=first_call) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(seen) == 8 and len(set(seen)) == 1 and seen[0] != path
+    assert len(_cache_warnings(caught)) == 1
+
+
+@posix_only
+@pytest.mark.parametrize("case", ["owner", "group", "pycache", "parent", "parent-group", "parent-owner", "file",
+                                  "uncreatable"])
+def test_what_is_refused(case, fresh, monkeypatch):
+    path, caught = fresh
+    parent = path.parent
+    path.mkdir(mode=0o700)
+    me = os.geteuid()
+    if case == "owner":
+        monkeypatch.setattr(os, "geteuid", lambda: me + 1)
+        want = f"{path} is owned by"
+    elif case == "group":
+        os.chmod(path, 0o770)
+        monkeypatch.setattr(cache, "_private_group", lambda gid, uid: False)
+        want = f"{path} is writable by group"
+    elif case == "pycache":
+        (path / "__pycache__").mkdir()
+        os.chmod(path / "__pycache__", 0o777)
+        want = f"{path / '__pycache__'} is writable by everyone"
+    elif case == "parent":
+        os.chmod(parent, 0o777)
+        want = f"its parent {parent} is writable by everyone"
+    elif case == "parent-group":
+        os.chmod(parent, 0o770)
+        monkeypatch.setattr(cache, "_private_group", lambda gid, uid: False)
+        want = f"its parent {parent} is writable by group"
+    elif case == "parent-owner":
+        monkeypatch.setattr(os, "stat", _stat_with_owner(parent, os.stat(parent).st_uid + 1))
+        want = f"its parent {parent} is owned by"
+    elif case == "file":
+        path.rmdir()
+        path.write_text("")
+        want = f"{path} is not a directory"
+    else:
+        path.rmdir()
+        path.write_text("")
+        monkeypatch.setenv("TRACEKERN_CACHE_DIR", str(path / "below-a-file"))
+        want = "cannot be used"
+    got = cache.cache_dir()
+    monkeypatch.undo()
+    os.chmod(parent, 0o700)
+    (message,) = _cache_warnings(caught)
+    assert want in message and got != path and got.is_dir(), message
+    assert cache.check_dir(got) is None
+
+
+def _stat_with_owner(target: Path, uid: int):
+    real_stat = os.stat
+
+    def fake(p, *args, **kwargs):
+        s = real_stat(p, *args, **kwargs)
+        if os.fspath(p) == os.fspath(target):
+            fields = list(s)
+            fields[stat.ST_UID] = uid
+            return os.stat_result(fields)
+        return s
+    return fake
+
+
+@posix_only
+def test_what_is_accepted(tmp_path, monkeypatch):
+    open_dir = tmp_path / "tmp"                  # like /tmp: world-writable but sticky
+    open_dir.mkdir()
+    os.chmod(open_dir, 0o1777)
+    ok = cache.prepare_dir(open_dir / "mine" / "cache")
+    assert cache.check_dir(ok) is None
+    assert stat.S_IMODE(os.stat(open_dir / "mine").st_mode) == 0o700
+    link = tmp_path / "link"                     # a link: resolved once, the real path is used
+    link.symlink_to(ok)
+    assert cache.prepare_dir(link) == ok
+    own_group = tmp_path / "group"               # writable by your private group only
+    own_group.mkdir()
+    os.chmod(own_group, 0o770)
+    monkeypatch.setattr(cache, "_private_group", lambda gid, uid: True)
+    assert cache.check_dir(own_group) is None
+
+
+@posix_only
+def test_a_shared_cache_trusts_its_writers_but_not_everyone(tmp_path, monkeypatch):
+    group = tmp_path / "group"
+    group.mkdir()
+    os.chmod(group, 0o2770)
+    monkeypatch.setattr(cache, "_private_group", lambda gid, uid: False)
+    assert cache.check_dir(group) is not None                # refused unless shared
+    assert cache.check_dir(group, shared=True) is None
+    monkeypatch.setattr(os, "geteuid", lambda: os.stat(group).st_uid + 1)
+    assert cache.check_dir(group, shared=True) is None       # another member's directory
+    monkeypatch.undo()
+    os.chmod(group, 0o777)
+    refusal = cache.check_dir(group, shared=True)
+    assert refusal is not None and "writable by everyone" in refusal.reason and "chmod 2770" in refusal.fix
+    # files of a shared cache are readable by the group (the umask decides), not 0o600
+    monkeypatch.setenv("TRACEKERN_CACHE_DIR", str(tmp_path / "shared"))
+    monkeypatch.setenv("TRACEKERN_CACHE_SHARED", "1")
+    old = os.umask(0o007)
+    try:
+        mod = cache.load_module("VALUE = 'shared'\n")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.stat(mod.__file__).st_mode) == 0o660
+
+
+def test_a_planted_pyc_beside_the_module_is_not_run(fresh):
+    """The module runs the source checked against its name, never a .pyc that claims to match it."""
+    path, _ = fresh
+    source, other = "VALUE = 'genuine'\n", "VALUE = 'planted'\n"
+    assert len(source) == len(other)
+    target = cache.module_path(source)
+    target.write_text(source)
+    st = target.stat()
+    code = compile(other, str(target), "exec")
+    pyc = Path(importlib.util.cache_from_source(str(target)))
+    pyc.parent.mkdir(exist_ok=True)
+    from importlib._bootstrap_external import _code_to_timestamp_pyc
+    pyc.write_bytes(_code_to_timestamp_pyc(code, int(st.st_mtime), st.st_size))
+    assert cache.load_module(source).VALUE == "genuine"
+
+
+@posix_only
+@pytest.mark.parametrize("caching", ["numba.core.caching", "numba.cuda.core.caching"])
+def test_numba_cache_files_of_a_generated_module_stay_in_it_and_are_private(caching, fresh, monkeypatch, tmp_path):
+    """Numba's and numba-cuda's cache machinery (each has its own copy) put a generated module's
+    index and data files in the checked __pycache__, 0o600, even with NUMBA_CACHE_DIR set; the
+    cuda one is checked here without a GPU, on its classes."""
+    caching = pytest.importorskip(caching)
+    path, caught = fresh
+    monkeypatch.setattr(caching.config, "CACHE_DIR", str(tmp_path / "numba"))     # NUMBA_CACHE_DIR
+    mod = cache.load_module(f"def f(x):\n    return x  # {caching.__name__}\n")   # guards what is loaded
+
+    class Impl(caching.CacheImpl):
+        def reduce(self, data):
+            return data
+
+        def rebuild(self, target_context, payload):
+            return payload
+
+        def check_cachable(self, data):
+            return True
+
+    impl = Impl(mod.f)
+    assert impl.locator.get_cache_path() == str(path / "__pycache__")
+    files = caching.IndexDataCacheFile(impl.locator.get_cache_path(), impl.filename_base, impl.locator.get_source_stamp())
+    files.save(("sig",), b"machine code")
+    assert files.load(("sig",)) == b"machine code"
+    written = sorted(p.name for p in (path / "__pycache__").iterdir())
+    assert len(written) == 2 and written[0].endswith(".1.nbc") and written[1].endswith(".nbi")
+    assert {p.name: stat.S_IMODE(p.stat().st_mode) for p in (path / "__pycache__").iterdir()} == dict.fromkeys(written, 0o600)
+    assert not (tmp_path / "numba").exists()
+    # a file others can write is not read (nor one of another user, tested across processes above)
+    for suffix in (".nbi", ".1.nbc"):
+        (target,) = [p for p in (path / "__pycache__").iterdir() if p.name.endswith(suffix)]
+        os.chmod(target, 0o646)
+        assert files.load(("sig",)) is None
+        assert any(f"ignores the cache file {target}: it is writable by everyone" in m for m in _cache_warnings(caught))
+        files.save(("sig",), b"machine code")                # written afresh, private again
+        assert stat.S_IMODE(target.stat().st_mode) == 0o600 and files.load(("sig",)) == b"machine code"
+    # another directory's functions keep Numba's own locators
+    assert type(Impl(_loss).locator).__name__ != "TracekernLocator"
+
+
+def test_an_unknown_numba_cache_module_warns_instead_of_failing(fresh):
+    """Numba's cache classes are private: if a new version renames them, tracekern warns, never raises."""
+    import types
+
+    stub = types.ModuleType("numba.core.caching_of_another_version")
+    stub.CacheImpl = type("CacheImpl", (), {})
+    _, caught = fresh
+    cache._guard_caching_module(stub)
+    (message,) = _cache_warnings(caught)
+    assert "does not know this version's numba.core.caching_of_another_version" in message
+    assert "CacheImpl._locator_classes" in message and "still checked" in message
+
+
+def test_a_call_never_enters_the_cache_module():
+    """The checks cost nothing per call: once compiled, a call runs no code of cache.py (nor of the
+    hooks it puts on Numba's classes, which are defined there)."""
+    f = tk.jit(lambda x: np.tanh(x) * 2 + 1)
+    x = np.linspace(0, 1, 8)
+    f(x)
+    entered, seen = [], []
+
+    def profile(frame, event, arg):
+        if event == "call":
+            seen.append(frame.f_code.co_filename)
+            if frame.f_code.co_filename == cache.__file__:
+                entered.append(frame.f_code.co_name)
+
+    sys.setprofile(profile)
+    try:
+        for _ in range(100):
+            f(x)
+    finally:
+        sys.setprofile(None)
+    assert seen and not entered, entered
+
+
+@posix_only
+def test_the_default_directory_of_another_user_says_to_delete_it(tmp_path, monkeypatch):
+    """E.g. made by a run under sudo that kept HOME: the fix names the directory to delete."""
+    monkeypatch.setattr(cache, "default_dir", lambda: tmp_path.resolve() / "tracekern")
+    path = cache.prepare_dir(cache.default_dir())
+    monkeypatch.setattr(os, "geteuid", lambda: os.stat(path).st_uid + 1)
+    refusal = cache.check_dir(path)
+    assert f"{path} is owned by" in refusal.reason
+    assert f"rm -rf {path}" in refusal.fix and "point TRACEKERN_CACHE_DIR at a directory of your own" in refusal.fix
