@@ -290,10 +290,7 @@ def test_every_primitive_is_exercised_by_this_file():
     for fn, args in cases:
         for mode in ("forward", "grad") if args[0].dtype.kind == "f" else ("forward",):
             f = fn if mode == "forward" else (lambda *a, fn=fn: np.sum(fn(*a) * 1.0))
-            try:
-                graph = tk.make_ir(f, mode=mode)(*args)
-            except TypeError:
-                continue
+            graph = tk.make_ir(f, mode=mode)(*args)   # every case traces (a failure is a failure)
             seen.update(graph.primitive_counts)
     for op in (np.less, np.less_equal, np.greater, np.greater_equal, np.equal, np.not_equal):
         seen.update(tk.make_ir(op)(np.ones(2), np.ones(2)).primitive_counts)

@@ -35,15 +35,18 @@ class GradientCheckError(AssertionError, TracekernError):
     """tk.check_grad found reverse mode and finite differences disagree."""
 
 
-_USER_MODULES_IN_PACKAGE = {os.path.join(_PKG_DIR, "demo.py")}
+# A module of the package that is itself user code (an example such as tracekern.demo) sets this
+# module-level name to True: its lines are the ones errors and the IR name.
+USER_CODE_MARKER = "__tracekern_user_code__"
 
 
-def _is_internal(filename: str) -> bool:
+def _is_internal(frame) -> bool:
+    filename = frame.f_code.co_filename
     if filename.startswith("<frozen"):
         return True
-    path = os.path.abspath(filename)
-    if path in _USER_MODULES_IN_PACKAGE:
+    if frame.f_globals.get(USER_CODE_MARKER):
         return False
+    path = os.path.abspath(filename)
     return path.startswith(_PKG_DIR) or path.startswith(os.path.join(_NUMPY_DIR, "numpy"))
 
 
@@ -51,7 +54,7 @@ def user_frame_location() -> str | None:
     """'file:line' of the innermost stack frame outside tracekern and NumPy, or None."""
     frame = sys._getframe(1)
     while frame is not None:
-        if not _is_internal(frame.f_code.co_filename):
+        if not _is_internal(frame):
             return f"{frame.f_code.co_filename}:{frame.f_lineno}"
         frame = frame.f_back
     return None
