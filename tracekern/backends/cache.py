@@ -8,11 +8,14 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
+import re
 import shutil
 import sys
 import tempfile
 from pathlib import Path
 from types import ModuleType
+
+from ..errors import TracekernError
 
 _MODULES: dict[str, ModuleType] = {}
 
@@ -117,10 +120,6 @@ def located_error(backend: str, err: Exception, lines: dict, source: str) -> Exc
     """A compile error of a generated module, naming the equation (and the user's line) that the
     failing generated line came from; `lines` maps generated line numbers to equations (or to
     (primitive name, source) pairs: portable_lines)."""
-    import re
-
-    from ..errors import TracekernError
-
     text = str(err)
     where = ""
     for m in re.finditer(r"tk_[0-9a-f]+\.py\", line (\d+)", text):

@@ -6,14 +6,16 @@ so results are the same on any number of threads."""
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Sequence
 
 import numpy as np
 from numba.core.errors import NumbaError
 
+from .. import passes
 from ..errors import TracekernError
 from ..ir import Graph, Var
-from . import cache, cpu_math, fusion
+from . import cache, cpu_math, fusion, vmath
 from .fusion import CallKernel, Compute, Literal, LoopKernel, Read
 from .render import CONTROL, ControlRenderer, identity_literal, literal
 
@@ -31,10 +33,6 @@ _TRIG = ("sin", "cos", "tan")
 
 @functools.cache
 def _math_digest() -> str:
-    import inspect
-
-    from . import vmath
-
     return cache.source_digest(inspect.getsource(cpu_math) + inspect.getsource(vmath) + inspect.getsource(fusion))
 
 
@@ -127,8 +125,6 @@ class _Module:
         the same with libm's)."""
         key = (id(graph), exact)
         if key not in self.subs:
-            from .. import passes
-
             name = f"sub{len(self.subs) // 2}" + ("_x" if exact else "")
             self.subs[key] = name
             self.subs[(id(graph), not exact)] = name[:-2] if exact else name + "_x"

@@ -12,6 +12,7 @@ CUDA thread)."""
 from __future__ import annotations
 
 import functools
+import inspect
 import re
 import sys
 from collections.abc import Sequence
@@ -20,9 +21,10 @@ from dataclasses import dataclass
 import numpy as np
 from numba.core.errors import NumbaError
 
+from .. import passes
 from ..errors import TracekernError
 from ..ir import Graph, Var
-from . import cache, cuda_math, fusion
+from . import cache, cuda_math, fusion, render, scalar_rules
 from .fusion import CallKernel, Literal, LoopKernel, Read
 from .render import CASTS, CONTROL, ControlRenderer, identity_literal, literal
 
@@ -61,10 +63,6 @@ def launch_config() -> Launch:
 
 @functools.cache
 def _digest() -> str:
-    import inspect
-
-    from . import render, scalar_rules
-
     return cache.source_digest("".join(inspect.getsource(m) for m in (cuda_math, render, scalar_rules, fusion)))
 
 
@@ -200,8 +198,6 @@ class _Module:
 
     def sub(self, graph: Graph) -> str:
         if id(graph) not in self.subs:
-            from .. import passes
-
             name = self.subs[id(graph)] = f"sub{len(self.subs)}"
             r = _Renderer(fusion.plan(passes.inline_calls(graph)), self, sub=True)
             r.function(name)

@@ -16,6 +16,7 @@ import numpy as np
 
 from ..errors import IRError
 from ..ir import Eqn, Graph, Var
+from ..primitives.shape import broadcast_index
 
 # Loops over at least this many elements run in parallel (prange), in chunks of about CHUNK
 # elements split along axis 0. Both depend only on shapes, so results do not depend on threads.
@@ -134,8 +135,6 @@ class _Walker:
         elif e.primitive.fusion == "elementwise":
             if _size(v.shape) < self.size and not root:
                 raise _NeedMaterialize(v)  # broadcast into a larger domain: compute it once
-            from ..primitives.shape import broadcast_index
-
             args = tuple(self.value(a, tuple(broadcast_index(list(idx), a.shape, v.shape))) for a in e.inputs)
             stmt = Compute(self._name(v), e, args, e.primitive.scalar_for([self._literal(a) for a in e.inputs]))
         else:
