@@ -34,6 +34,8 @@ def make_input(kind: str, shape, rng, dtype=np.float64):
         x = rng.uniform(-0.9, 0.9, shape)
     elif kind == "nz":
         x = rng.uniform(0.5, 2.0, shape) * rng.choice([-1.0, 1.0], shape)
+    elif kind == "gt1":
+        x = rng.uniform(1.1, 3.0, shape)
     else:
         raise ValueError(kind)
     return np.asarray(x, dtype)

@@ -403,7 +403,7 @@ class _Renderer(ControlRenderer):
         self.emit(depth + 3, f"t += {A}[r, u] * {B}[u, s]")
         self.emit(depth + 2, f"{C}[r, s] = {cpu_math.CASTS[out.dtype.name]}(t)", eqn=e)
 
-    # -- control flow (control_render.py): loops in the step, sub-graphs as njit functions -----
+    # -- control flow (render.py): loops in the step, sub-graphs as njit functions -------------
     def subcall(self, graph: Graph, args: list[str]) -> str:
         extra = ["X"] if self.exact_mode else ["X", "F"]
         return f"{self.module.sub(graph, self.exact_mode)}({', '.join(args + extra)})"

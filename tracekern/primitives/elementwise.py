@@ -164,6 +164,19 @@ tanh = Elementwise("tanh", np.tanh, [lambda ct, x, out: ops.mul(ct, ops.sub(1, o
                    scalar="{tanh}({0})")
 arctan = Elementwise("arctan", np.arctan, [lambda ct, x, out: ops.div(ct, ops.add(ops.mul(x, x), 1))], dtypes="float",
                      scalar="{arctan}({0})")
+sinh = Elementwise("sinh", np.sinh, [lambda ct, x, out: ops.mul(ct, ops.cosh(x))], dtypes="float", scalar="{sinh}({0})")
+cosh = Elementwise("cosh", np.cosh, [lambda ct, x, out: ops.mul(ct, ops.sinh(x))], dtypes="float", scalar="{cosh}({0})")
+arcsin = Elementwise("arcsin", np.arcsin, [lambda ct, x, out: ops.div(ct, _sqrt_of_product(ops.sub(1, x), ops.add(x, 1)))],
+                     dtypes="float", scalar="{arcsin}({0})")
+arccos = Elementwise("arccos", np.arccos,
+                     [lambda ct, x, out: ops.neg(ops.div(ct, _sqrt_of_product(ops.sub(1, x), ops.add(x, 1))))],
+                     dtypes="float", scalar="{arccos}({0})")
+arcsinh = Elementwise("arcsinh", np.arcsinh, [lambda ct, x, out: ops.div(ct, ops.sqrt(ops.add(ops.mul(x, x), 1)))],
+                      dtypes="float", scalar="{arcsinh}({0})")
+arccosh = Elementwise("arccosh", np.arccosh, [lambda ct, x, out: ops.div(ct, _sqrt_of_product(ops.sub(x, 1), ops.add(x, 1)))],
+                      dtypes="float", scalar="{arccosh}({0})")
+arctanh = Elementwise("arctanh", np.arctanh, [lambda ct, x, out: ops.div(ct, ops.mul(ops.sub(1, x), ops.add(x, 1)))],
+                      dtypes="float", scalar="{arctanh}({0})")
 
 # comparisons and logic: bool results, no gradient
 lt = Elementwise("lt", np.less, None, out_bool=True, scalar="({0} < {1})")
