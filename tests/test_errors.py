@@ -104,8 +104,8 @@ def test_unsupported_numpy_function_lists_supported():
 
 
 def test_unsupported_ufunc_lists_supported():
-    with pytest.raises(NotImplementedError, match="np.arcsinh is not supported.*tanh"):
-        tk.jit(np.arcsinh)(np.ones(3))
+    with pytest.raises(NotImplementedError, match="np.cbrt is not supported.*arcsinh.*tanh"):
+        tk.jit(np.cbrt)(np.ones(3))
 
 
 def test_advanced_indexing_is_rejected():
