@@ -34,6 +34,8 @@ def make_input(kind: str, shape, rng, dtype=np.float64):
         x = rng.uniform(-0.9, 0.9, shape)
     elif kind == "nz":
         x = rng.uniform(0.5, 2.0, shape) * rng.choice([-1.0, 1.0], shape)
+    elif kind == "gt1":
+        x = rng.uniform(1.1, 3.0, shape)
     else:
         raise ValueError(kind)
     return np.asarray(x, dtype)
@@ -49,6 +51,18 @@ def to_host(tree):
         return x
     leaves, td = tk.tree_flatten(tree)
     return tk.tree_unflatten(td, [leaf(x) for x in leaves])
+
+
+def assert_tree_close(got, want, tol=1e-10):
+    """got and want have the same pytree structure (compared first: a result with missing or extra
+    leaves fails) and their leaves agree within tol; shapes must match exactly."""
+    g_leaves, g_td = tk.tree_flatten(to_host(got))
+    w_leaves, w_td = tk.tree_flatten(want)
+    assert g_td == w_td, f"structures differ: got {g_td!r}, want {w_td!r}"
+    assert len(g_leaves) == len(w_leaves)
+    for k, (g, w) in enumerate(zip(g_leaves, w_leaves)):
+        assert np.shape(g) == np.shape(w), f"leaf {k}: shape {np.shape(g)} != {np.shape(w)}"
+        np.testing.assert_allclose(g, w, rtol=tol, atol=tol, err_msg=f"leaf {k}")
 
 
 class _OnHost:

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import tracekern as tk
-from tests.conftest import jit_on
+from tests.conftest import assert_tree_close, jit_on
 from tracekern.errors import TracekernError
 
 
@@ -13,9 +13,7 @@ def on(backend, transform):
     return jit_on(backend, transform)
 
 
-def assert_same(got, want, tol=1e-10):
-    for g, w in zip(tk.tree_flatten(got)[0], tk.tree_flatten(want)[0]):
-        np.testing.assert_allclose(g, w, rtol=tol, atol=tol)
+assert_same = assert_tree_close
 
 
 # ----------------------------------------------------------------------------- Variables

@@ -200,10 +200,10 @@ def test_vjp_inside_jit():
 
 
 def test_check_grad_detects_a_wrong_rule(monkeypatch):
-    from tracekern.primitives import tanh
+    from tracekern.primitives import ops, tanh
 
     good = tanh.grads
-    monkeypatch.setattr(tanh, "grads", (lambda ct, x, out: ct * (1 + out * out),))
+    monkeypatch.setattr(tanh, "grads", (lambda ct, x, out: ops.mul(ct, ops.add(1, ops.mul(out, out))),))
     with pytest.raises(tk.GradientCheckError, match="disagree"):
         tk.check_grad(lambda x: np.tanh(x).sum(), (np.array([0.3, -0.8]),))
     monkeypatch.setattr(tanh, "grads", good)
@@ -215,8 +215,47 @@ def test_check_grad_projects_non_scalar_outputs():
 
 
 def test_wrong_vjp_rule_shape_is_an_ir_error(monkeypatch):
-    from tracekern.primitives import exp
+    from tracekern.primitives import exp, ops
 
-    monkeypatch.setattr(exp, "grads", (lambda ct, x, out: (ct * out).sum(),))
+    monkeypatch.setattr(exp, "grads", (lambda ct, x, out: ops.reduce_sum(ops.mul(ct, out), axes=(0,)),))
     with pytest.raises(tk.IRError, match="VJP rule of exp"):
         tk.grad(lambda x: np.exp(x).sum())(np.ones(3))
+
+
+# ----------------------------------------------------------------------------- reverse mode as a graph transform
+
+
+def test_vjp_is_a_graph_to_graph_function_that_never_touches_the_ambient_trace():
+    from tracekern import autodiff
+    from tracekern.trace import new_builder
+
+    g = tk.make_ir(lambda x, y: (np.sum(np.sin(x) * y), x * 2))(np.ones(3), np.ones(3))
+    with new_builder() as ambient:
+        joint = autodiff.vjp(g, [True, False], seeded=[True, False])
+    assert ambient.eqns == []
+    tk.verify(joint.graph)
+    assert joint.num_outputs == 2 and joint.num_primals == 2 and joint.has_grad == (True, False)
+    assert [v.aval.shape for v in joint.graph.inputs] == [(3,), (3,), ()]     # primals, then the seed's cotangent
+    assert [v.aval.shape for v in joint.graph.outputs] == [(), (3,), (3,)]    # outputs, then dx
+    forward = [e.primitive.name for e in joint.graph.eqns[:joint.num_forward]]
+    assert forward == [e.primitive.name for e in g.eqns]
+    x, y = np.array([0.1, 0.2, 0.3]), np.array([1.0, -2.0, 0.5])
+    from tracekern.backends.interpret import compile_graph
+
+    value, twice, dx = compile_graph(joint.graph)([x, y, np.float64(1.0)])
+    np.testing.assert_allclose(dx, np.cos(x) * y)
+    assert value == np.sum(np.sin(x) * y)
+    zeros = autodiff.vjp(g, [True, True], seeded=[True, False], zeros=True)
+    assert zeros.has_grad == (True, True) and len(zeros.graph.outputs) == 4
+
+
+def test_every_higher_order_primitive_has_its_rule_in_autodiff():
+    from tracekern import autodiff
+    from tracekern.primitives import REGISTRY, Primitive
+
+    higher = {p for p in REGISTRY.values() if any(n in p.name for n in ("call", "cond", "scan", "while"))}
+    assert higher == set(autodiff.RULES)
+    # every other primitive with operands that cotangents flow through carries its own VJP rule
+    first_order = [p for p in REGISTRY.values() if p not in autodiff.RULES and p.differentiable()
+                   and p.fusion not in ("const", "fill")]
+    assert [p.name for p in first_order if type(p).vjp is Primitive.vjp] == []

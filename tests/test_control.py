@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import tracekern as tk
-from tests.conftest import jit_on
+from tests.conftest import assert_tree_close, jit_on
 
 W = np.array([0.9, 1.1, 0.7, 1.0, 1.2])
 
@@ -24,9 +24,7 @@ def fd(backend, f, args, order=1):
         tk.check_grad(f, args, order=order)
 
 
-def close(a, b, tol=1e-10):
-    for x, y in zip(tk.tree_flatten(a)[0], tk.tree_flatten(b)[0]):
-        np.testing.assert_allclose(x, y, rtol=tol, atol=tol)
+close = assert_tree_close
 
 
 # ----------------------------------------------------------------------------- cond

@@ -75,7 +75,7 @@ def instantiate(program):
 def on_interpret():
     """Many random programs: run them on the NumPy oracle (a compile per program would take minutes);
     test_random_programs_cpu_equals_interpret covers the compiled backend."""
-    return mock.patch("tracekern.api.default_backend", lambda: "interpret")
+    return mock.patch("tracekern.backends.default_backend", lambda: "interpret")
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

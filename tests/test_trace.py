@@ -192,3 +192,53 @@ def test_keyword_arguments_are_traced_inputs():
 def test_np_array_of_tracers_suggests_stack():
     with pytest.raises(TypeError, match="np.stack"):
         tk.jit(lambda a, b: np.array([a, b]))(np.ones(2), np.ones(2))
+
+
+# ----------------------------------------------------------------------------- binding and builders (the trace room)
+
+
+def test_flatten_args_is_the_one_flattening_of_positional_arguments():
+    from tracekern.trace import flatten_args
+
+    v = tk.Variable(np.ones(2))
+    flat = flatten_args(({"b": 2.0, "a": np.ones(3)}, [v, 1], True))
+    assert flat.owner == (0, 0, 1, 1, 2)
+    assert [a.shape for a in flat.avals] == [(3,), (), (2,), (), ()]
+    assert flat.weak == (False, True, False, True, False)     # Python numbers promote like scalars; bools do not
+    assert flat.leaves[2] is v._value                          # a Variable reads as its value outside a trace
+    back = flat.unflatten(list(flat.leaves))
+    assert set(back[0]) == {"a", "b"} and back[1][1] == 1 and back[2] is True
+    with pytest.raises(TypeError, match="not an array"):
+        tk.jit(lambda x: x)([object()])
+
+
+def test_bind_stages_into_the_running_trace_and_evaluates_outside_one():
+    from tracekern import primitives as P
+    from tracekern.trace import Builder, Tracer, Value, bind, build_graph, new_builder
+
+    assert bind(P.exp, np.zeros(2)).tolist() == [1.0, 1.0]            # no trace: NumPy
+    with new_builder() as b:
+        x = b.new_input(tk.Aval((2,), np.dtype("float64")))
+        y = bind(P.exp, x)
+        assert isinstance(y, Tracer) and b.eqns[-1].primitive is P.exp
+    plain = Builder()
+    v = plain.new_input(tk.Aval((2,), np.dtype("float64")))
+    assert type(v) is Value and type(plain.bind(P.exp, v)) is Value    # transforms' builders hand out Values
+    g = build_graph(lambda b, a: [b.bind(P.add, b.bind(P.sin, a), b.bind(P.sin, a))],
+                    [tk.Aval((3,), np.dtype("float64"))])
+    assert g.primitive_counts == {"sin": 1, "add": 1}                  # simplified (CSE) and verified
+
+
+def test_inline_skips_given_values_and_orders_effects():
+    from tracekern.trace import Builder
+
+    g = tk.make_ir(lambda x: (tk.print("x", x), np.sin(x) * 2)[1])(np.ones(2))
+    b = Builder()
+    x = b.new_input(tk.Aval((2,), np.dtype("float64")))
+    sin_out = next(e.outputs[0] for e in g.eqns if e.primitive.name == "sin")
+    known = b.new_input(sin_out.aval)
+    token = b.new_input(tk.Aval((1,), np.dtype("float64")))
+    env = b.inline(g, [x], given={sin_out: known}, order=token)
+    assert [e.primitive.name for e in b.eqns] == ["print", "const", "mul"]   # sin is given, not emitted
+    assert b.eqns[0].inputs[-1] is token.var                           # the print runs after `order`
+    assert env[g.outputs[0]].builder is b

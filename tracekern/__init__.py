@@ -1,6 +1,6 @@
 """tracekern: trace NumPy functions into an IR, differentiate them, compile them.
 
-Public names only; everything is defined in the rooms listed in ARCHITECTURE.md."""
+Public names only; everything is defined in the rooms the README's design notes list."""
 import os as _os
 
 # Numba's OpenMP worker threads spin-wait after each parallel loop and starve BLAS's threads, which
@@ -10,8 +10,7 @@ _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 from . import numpy
 from .annotations import checkpoint, custom_gradient, grad_pass_through, recompute, recompute_grad, reversible
 from .annotations import print_ as print  # noqa: A004 (tk.print, SPEC section 6)
-from .api import Staged, grad, jit, make_ir, stop_gradient, value_and_grad, vjp
-from .autodiff import SplitVJP
+from .api import grad, jit, make_ir, stop_gradient, value_and_grad, vjp
 from .backends import available_backends, default_backend
 from .check import check_grad
 from .control import cond, fori_loop, scan, while_loop
@@ -27,6 +26,8 @@ from .errors import (
 from .ir import Aval, Eqn, Graph, Var, verify
 from .numpy import where
 from .pytree import tree_flatten, tree_map, tree_unflatten
+from .remat import SplitVJP
+from .staging import Staged
 from .trace import Variable
 
 __version__ = "0.1.0"

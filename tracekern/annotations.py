@@ -10,37 +10,18 @@ from collections.abc import Callable
 
 import numpy as np
 
+from . import numpy as tnp
+from . import remat
 from .errors import with_location
 from .ir import Aval, Graph, is_float
 from .primitives import annotations as A
-from .primitives import full
+from .primitives.shape import full
 from .pytree import tree_flatten, tree_unflatten
-from .trace import Tracer, Variable, _read, aval_of, current_builder, inline_graph, trace_to_graph
+from .trace import Tracer, Variable, _read, aval_of, bind, current_builder, flatten_args, inline_graph, trace_to_graph
 
 
 def _name(f) -> str:
     return getattr(f, "__qualname__", getattr(f, "__name__", repr(f)))
-
-
-def _flatten_args(args: tuple):
-    """Leaves (tracers or constants), their avals and weak flags, and a function rebuilding args."""
-    leaves, treedefs = [], []
-    for a in args:
-        ls, td = tree_flatten(_read(a))
-        leaves.extend(_read(x) for x in ls)
-        treedefs.append(td)
-    avals = [aval_of(x) for x in leaves]
-    weak = [isinstance(x, Tracer) and x.weak or isinstance(x, (int, float)) and not isinstance(x, bool)
-            for x in leaves]
-
-    def rebuild(flat):
-        out, i = [], 0
-        for td in treedefs:
-            out.append(tree_unflatten(td, list(flat[i:i + td.num_leaves])))
-            i += td.num_leaves
-        return out
-
-    return leaves, avals, weak, rebuild
 
 
 # ----------------------------------------------------------------------------- custom_gradient
@@ -81,11 +62,12 @@ def _split_result(f, out):
 
 
 def _custom_gradient_traced(f, args):
-    leaves, avals, weak, rebuild = _flatten_args(args)
+    flat = flatten_args(args)
+    leaves = list(flat.leaves)
     state = {}
 
     def fwd(*xs):
-        y, grad_fn = _split_result(f, f(*rebuild(xs)))
+        y, grad_fn = _split_result(f, f(*flat.unflatten(xs)))
         y_leaves, y_td = tree_flatten(y)
         builder = current_builder()
         variables = [c for c, _ in builder.captured.values() if isinstance(c, Variable)]
@@ -100,17 +82,15 @@ def _custom_gradient_traced(f, args):
         state.update(y_td=y_td, num_y=len(y_leaves), G=G, variables=variables)
         return list(y_leaves) + list(g_captured)
 
-    F, _, f_captured = trace_to_graph(fwd, avals, weak)
+    F, _, f_captured = trace_to_graph(fwd, flat.avals, flat.weak)
     variables = state["variables"]
     var_positions = tuple(len(leaves) + next(i for i, c in enumerate(f_captured) if c is v) for v in variables)
-    outs = A.custom_vjp_call.bind(*leaves, *f_captured, body=F, bwd=state["G"], num_y=state["num_y"],
-                                  num_x=len(leaves), var_positions=var_positions, fun_name=_name(f))
+    outs = bind(A.custom_vjp_call, *leaves, *f_captured, body=F, bwd=state["G"], num_y=state["num_y"],
+                num_x=len(leaves), var_positions=var_positions, fun_name=_name(f))
     return tree_unflatten(state["y_td"], list(outs[:state["num_y"]]))
 
 
 def _run_grad_fn(f, grad_fn, dys, xs, variables) -> list:
-    from . import numpy as tnp
-
     if variables:
         res = grad_fn(*dys, variables=list(variables))
         if not (isinstance(res, (tuple, list)) and len(res) == 2):
@@ -131,7 +111,7 @@ def _run_grad_fn(f, grad_fn, dys, xs, variables) -> list:
     out = []
     for k, (g, want) in enumerate(zip(flat + grad_vars, targets)):
         if g is None or not is_float(want.dtype):
-            out.append(full(shape=tuple(want.shape), dtype=want.dtype, value=want.dtype.type(0).item()))
+            out.append(bind(full, shape=tuple(want.shape), dtype=want.dtype, value=want.dtype.type(0).item()))
             continue
         g = _read(g)
         got = aval_of(g)
@@ -156,32 +136,22 @@ def _leaves_and_nones(tree) -> list:
 
 # ----------------------------------------------------------------------------- recompute
 
-_POLICIES = {"nothing": lambda eqn: False, "dots": lambda eqn: eqn.primitive.name == "matmul"}
-
-
 def recompute(f: Callable | None = None, *, policy="nothing"):
     """Values are f's; the backward pass recomputes f's forward from its inputs instead of keeping
     its intermediates. policy: "nothing" (save nothing inside), "dots" (matmul outputs may be saved),
-    or a callable(eqn) -> bool choosing the equations whose outputs may be saved."""
+    or a callable(eqn) -> bool choosing the equations whose outputs may be saved (remat.POLICIES)."""
     if f is None:
         return lambda fn: recompute(fn, policy=policy)
-    if callable(policy):
-        policy_fn, policy_name = policy, _name(policy)
-    elif policy in _POLICIES:
-        policy_fn, policy_name = _POLICIES[policy], policy
-    else:
-        raise ValueError(f"tk.recompute: policy must be 'nothing', 'dots' or a callable(eqn) -> bool, got {policy!r}")
+    saveable = remat.policy_function(policy)
 
     @functools.wraps(f)
     def wrapper(*args, **kwargs):
         if current_builder() is None:
             return f(*args, **kwargs)
-        leaves, avals, weak, rebuild = _flatten_args(args)
-        R, out_td, captured = trace_to_graph(lambda *xs: f(*rebuild(xs), **kwargs), avals, weak)
-        outputs = set(R.outputs)
-        saved = tuple(v for e in R.eqns if policy_fn(e) for v in e.outputs if v not in outputs)
-        body = Graph(R.inputs, R.eqns, R.outputs + saved)
-        outs = A.recompute_call.bind(*leaves, *captured, body=body, num_y=len(R.outputs), policy=policy_name)
+        flat = flatten_args(args)
+        R, out_td, captured = trace_to_graph(lambda *xs: f(*flat.unflatten(xs), **kwargs), flat.avals, flat.weak)
+        body = Graph(R.inputs, R.eqns, R.outputs + remat.saved_by_policy(R, saveable))
+        outs = bind(A.recompute_call, *flat.leaves, *captured, body=body, num_y=len(R.outputs))
         return tree_unflatten(out_td, list(outs[:len(R.outputs)]))
 
     return wrapper
@@ -240,7 +210,7 @@ def reversible(f: Callable, g: Callable):
             return y1, v2 + inline_graph(G, [y1] + list(caps[len(cf):]))[0]
 
         body, _, _ = trace_to_graph(fwd, [a1, a2] + [aval_of(c) for c in cf + cg])
-        y1, y2 = A.reversible_call.bind(x1, x2, *cf, *cg, body=body, f=F, g=G, num_f=len(cf))
+        y1, y2 = bind(A.reversible_call, x1, x2, *cf, *cg, body=body, f=F, g=G, num_f=len(cf))
         return y1, y2
 
     block.__name__ = f"reversible({_name(f)}, {_name(g)})"
@@ -273,4 +243,4 @@ def print_(*values, sep: str = " ") -> None:
             operands.append(v)
         else:
             parts.append(("text", str(v)))
-    A.print_.bind(*operands, parts=tuple(parts), sep=str(sep))
+    bind(A.print_, *operands, parts=tuple(parts), sep=str(sep))

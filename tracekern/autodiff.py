@@ -1,17 +1,28 @@
-"""Reverse mode: re-emit a graph's forward equations, then walk them backwards applying each
-primitive's VJP rule, accumulating cotangents; and split a joint graph into forward and backward.
+"""Reverse mode, Graph -> Graph: vjp(graph, active) is a joint graph that re-emits the forward and then
+walks it backwards through each equation's VJP rule, accumulating cotangents.
 
-Cotangents are built by tracing, so the backward pass is ordinary IR (and can be differentiated)."""
+First-order primitives carry their VJP rule (Primitive.vjp, written with tracekern.primitives.ops);
+the rules of the higher-order primitives (custom_vjp_call, recompute_call, reversible_call, cond,
+scan, while, scan_revolve) are here, in RULES, because they differentiate their sub-graphs with
+this module. Every rule gets the builder it emits into with its values, and the rules of regions
+that look at the reverse pass so far (recompute) get it as an argument (Reverse), so nothing here
+reads an ambient trace. The backward pass is ordinary IR: it can be differentiated again."""
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import passes, remat
-from .errors import IRError
-from .ir import Eqn, Graph, Var, is_float, verify
-from .trace import aval_of, current_builder, inline_env, source_override
+import numpy as np
+
+from .errors import IRError, TracekernError
+from .ir import Aval, Eqn, Graph, Var, is_float
+from .primitives import annotations as A
+from .primitives import control as C
+from .primitives import ops
+from .trace import Builder, Value, aval_of, build_graph
+
+# ----------------------------------------------------------------------------- the reverse pass
 
 
 def active_vars(graph: Graph, active_inputs: Sequence[bool]) -> set[Var]:
@@ -23,10 +34,30 @@ def active_vars(graph: Graph, active_inputs: Sequence[bool]) -> set[Var]:
     return active
 
 
+class Reverse:
+    """One reverse pass being emitted: its builder and the index of its first backward equation
+    there. Rules of nested regions continue the same pass (a recompute region reuses the values
+    that the backward equations emitted so far read)."""
+
+    def __init__(self, builder: Builder):
+        self.builder = builder
+        self.start = len(builder.eqns)
+        self._done = self.start
+        self._used: set[Var] = set()
+
+    def used(self) -> set[Var]:
+        """Vars read by the backward equations emitted so far (kept up to date incrementally)."""
+        for e in self.builder.eqns[self._done:]:
+            self._used.update(e.inputs)
+        self._done = len(self.builder.eqns)
+        return self._used
+
+
 @dataclass
 class ForwardPass:
-    """The forward equations of `graph` emitted on concrete or traced `args`; ready for backward."""
+    """The forward equations of `graph` emitted on `builder` values; ready for backward."""
 
+    builder: Builder
     graph: Graph
     env: dict[Var, Any]
     active: set[Var]
@@ -40,41 +71,35 @@ class ForwardPass:
     def outputs(self) -> list[Any]:
         return [self.env[v] for v in self.graph.outputs]
 
-    def backward(self, out_cts: Sequence[Any]) -> list[Any]:
-        """Cotangents of the graph inputs (None where none flows) given one per output (None = 0)."""
-        builder = current_builder()
-        outermost = builder is not None and builder.backward_from is None
-        if outermost:
-            builder.backward_from = len(builder.eqns)
-        try:
-            return self._backward(out_cts)
-        finally:
-            if outermost:
-                builder.backward_from = None
-
-    def _backward(self, out_cts: Sequence[Any]) -> list[Any]:
+    def backward(self, out_cts: Sequence[Any], rev: Reverse | None = None) -> list[Any]:
+        """Cotangents of the graph inputs (None where none flows) given one per output (None = 0).
+        `rev`: the reverse pass this one belongs to (a region's rule); None starts a new one."""
+        rev = rev or Reverse(self.builder)
         cts: dict[Var, Any] = {}
         for v, ct in zip(self.graph.outputs, out_cts):
             if ct is not None and v in self.active:
                 _accumulate(cts, v, ct)
         for e in reversed(self.graph.eqns):
-            self._backward_eqn(e, cts)
+            self._backward_eqn(rev, e, cts)
         return [cts.get(v) for v in self.graph.inputs]
 
-    def _backward_eqn(self, e: Eqn, cts: dict[Var, Any]) -> None:
+    def _backward_eqn(self, rev: Reverse, e: Eqn, cts: dict[Var, Any]) -> None:
         if not any(v in cts for v in e.outputs):
             return
         active_in = [v in self.active for v in e.inputs]
         if not any(active_in):
             return
-        from .numpy import zeros_like
-
-        with source_override(e.source):
+        rule = RULES.get(e.primitive)
+        with self.builder.at(e.source):
             outs = [self.value(v) for v in e.outputs]
-            ct_out = [cts[v] if v in cts else (None if e.primitive.sparse_cotangents else zeros_like(o))
-                      for v, o in zip(e.outputs, outs)]
-            ct_in = e.primitive.vjp(ct_out, [self.value(v) for v in e.inputs], outs, active_in, **e.params)
-            if e.primitive.reconstructs_inputs:
+            sparse = rule is not None and rule.sparse_cotangents
+            ct_out = [cts[v] if v in cts else (None if sparse else ops.zeros_like(o)) for v, o in zip(e.outputs, outs)]
+            ins = [self.value(v) for v in e.inputs]
+            if rule is None:
+                ct_in = e.primitive.vjp(ct_out, ins, outs, active_in, **e.params)
+            else:
+                ct_in = rule.vjp(rev, ct_out, ins, outs, active_in, **e.params)
+            if rule is not None and rule.reconstructs_inputs:
                 ct_in, rebuilt = ct_in
                 self.recon.update((v, r) for v, r in zip(e.inputs, rebuilt) if r is not None and v not in self.recon)
             if len(ct_in) != len(e.inputs):
@@ -90,124 +115,310 @@ class ForwardPass:
 
 
 def _accumulate(cts: dict[Var, Any], v: Var, ct: Any) -> None:
-    from .numpy import add
-
-    cts[v] = ct if v not in cts else add(cts[v], ct)
+    cts[v] = ct if v not in cts else ops.add(cts[v], ct)
 
 
-def for_vjp(graph: Graph) -> Graph:
-    """The graph as reverse mode emits it (Primitive.for_vjp: a scan records its carries again)."""
-    eqns = tuple(e.primitive.for_vjp(e) for e in graph.eqns)
+def prepare(graph: Graph) -> Graph:
+    """The graph as reverse mode emits it (PREPARE: a scan records its carries again)."""
+    eqns = tuple(PREPARE[e.primitive](e) if e.primitive in PREPARE else e for e in graph.eqns)
     if all(a is b for a, b in zip(eqns, graph.eqns)):
         return graph
     return Graph(graph.inputs, eqns, graph.outputs)
 
 
-def forward(graph: Graph, args: Sequence[Any], active_inputs: Sequence[bool]) -> ForwardPass:
-    """Emit graph's equations on args into the current builder and remember them for backward."""
-    graph = for_vjp(graph)
-    env = inline_env(graph, args)
-    return ForwardPass(graph, env, active_vars(graph, active_inputs))
+def forward(builder: Builder, graph: Graph, args: Sequence[Any], active_inputs: Sequence[bool]) -> ForwardPass:
+    """Emit graph's equations on args (values of `builder`) and remember them for backward."""
+    graph = prepare(graph)
+    env = builder.inline(graph, args)
+    return ForwardPass(builder, graph, env, active_vars(graph, active_inputs))
 
 
-# ----------------------------------------------------------------------------- splitting
+# ----------------------------------------------------------------------------- Graph -> Graph
 
 
 @dataclass(frozen=True)
-class SplitVJP:
-    """A joint graph split in two: forward (primals -> outputs + residuals) and backward
-    (residuals + cotangents -> input cotangents). Residuals are what the forward saves."""
+class JointVJP:
+    """A graph and its reverse mode in one graph. Inputs: the graph's inputs, then a cotangent for
+    each output in `seeded`. Outputs: the graph's outputs, then the cotangent of each input in
+    `has_grad`. Its first `num_forward` equations are the forward pass (what the outputs need and
+    what the backward reads); the rest are the backward pass."""
 
-    forward: Graph
-    backward: Graph
+    graph: Graph
+    num_forward: int
     num_outputs: int
-    residuals: tuple[Var, ...]
+    seeded: tuple[bool, ...]
+    has_grad: tuple[bool, ...]
 
     @property
-    def residual_bytes(self) -> int:
-        return int(sum(v.aval.nbytes for v in self.residuals))
-
-    @property
-    def saved_bytes(self) -> int:
-        """Residual bytes beyond the forward's own inputs (which the caller holds anyway)."""
-        inputs = set(self.forward.inputs)
-        return int(sum(v.aval.nbytes for v in self.residuals if v not in inputs))
-
-    def __str__(self) -> str:
-        return (f"forward:\n{self.forward}\n\nbackward (saved: {len(self.residuals)} residuals, "
-                f"{self.residual_bytes} bytes):\n{self.backward}")
+    def num_primals(self) -> int:
+        return len(self.graph.inputs) - sum(self.seeded)
 
 
-def split_joint(joint: Graph, num_primals: int, num_outputs: int) -> SplitVJP:
-    """Split `joint` (inputs: primals then cotangents; outputs: primal outputs then input cotangents)
-    by dependence on the cotangent inputs. Constants the backward needs are re-made there, not saved."""
-    ct_inputs = set(joint.inputs[num_primals:])
-    depends_on_ct: set[Var] = set(ct_inputs)
-    for e in joint.eqns:
-        if any(v in depends_on_ct for v in e.inputs):
-            depends_on_ct.update(e.outputs)
-    # The forward keeps only what the primal outputs need; work done only for the backward
-    # (e.g. transposes, 1 - tanh^2) moves there, so residuals are values the forward makes anyway.
-    needed_by_fwd: set[Var] = set(joint.outputs[:num_outputs])
-    in_fwd: set[int] = set()
-    for i in reversed(range(len(joint.eqns))):
-        e = joint.eqns[i]
-        forward_effect = e.primitive.has_effects(**e.params) and not any(v in depends_on_ct for v in e.inputs)
-        if forward_effect or (any(v in needed_by_fwd for v in e.outputs) and not any(v in depends_on_ct for v in e.outputs)):
-            needed_by_fwd.update(e.inputs)
-            in_fwd.add(i)
-    fwd_eqns = [e for i, e in enumerate(joint.eqns) if i in in_fwd]
-    bwd_eqns = [e for i, e in enumerate(joint.eqns) if i not in in_fwd]
-    producer = {v: e for e in fwd_eqns for v in e.outputs}
-    bwd_defined = set(ct_inputs) | {v for e in bwd_eqns for v in e.outputs}
-    needed = [v for e in bwd_eqns for v in e.inputs] + list(joint.outputs[num_outputs:])
-    residuals: list[Var] = []
-    copied: list[Eqn] = []
-    seen: set[Var] = set()
-    for v in needed:
-        if v in bwd_defined or v in seen:
-            continue
-        seen.add(v)
-        e = producer.get(v)
-        if e is not None and not e.inputs:  # a constant: cheaper to make again than to save
-            copied.append(e)
-        else:
-            residuals.append(v)
-    residuals, recomputed = remat.choose_residuals(fwd_eqns, residuals)
-    copied = copied + [e for e in recomputed if e not in copied]  # constants first: they have no inputs
-    primal_outs = joint.outputs[:num_outputs]
-    for v in primal_outs:
-        if v in depends_on_ct:
-            raise IRError("a primal output depends on a cotangent input")
-    fwd = passes.simplify(Graph(joint.inputs[:num_primals], tuple(fwd_eqns), primal_outs + tuple(residuals)))
-    res_in = tuple(Var(v.aval) for v in residuals)
-    rename = dict(zip(residuals, res_in))
-    bwd_body = tuple(_rename_eqn(e, rename) for e in copied + bwd_eqns)
-    bwd = Graph(res_in + joint.inputs[num_primals:], bwd_body,
-                tuple(rename.get(v, v) for v in joint.outputs[num_outputs:]),
-                input_notes=("saved",) * len(res_in) + ("cotangent",) * len(ct_inputs))
-    bwd = _mark_recomputed(passes.simplify(bwd), len(res_in))
-    return SplitVJP(verify(fwd), verify(bwd), num_outputs, tuple(residuals))
+def vjp(graph: Graph, active: Sequence[bool], seeded: Sequence[bool] | None = None, zeros: bool = False) -> JointVJP:
+    """The joint forward and backward graph of `graph`, differentiated with respect to the inputs
+    marked `active`, from cotangents of the outputs marked `seeded` (default: all). zeros=True gives
+    every active input a cotangent output (zeros where none flows); otherwise only those a cotangent
+    reaches have one (has_grad). The joint graph is not simplified: inlined into a trace, it emits
+    exactly what re-emitting the forward and running the VJP rules there would."""
+    seeded = tuple(True for _ in graph.outputs) if seeded is None else tuple(bool(s) for s in seeded)
+    b = Builder()
+    primals = [b.new_input(v.aval) for v in graph.inputs]
+    cts = [b.new_input(v.aval) if s else None for v, s in zip(graph.outputs, seeded)]
+    fp = forward(b, graph, primals, active)
+    num_forward = len(b.eqns)
+    in_cts = fp.backward(cts)
+    if zeros:
+        grads = [ct if ct is not None else ops.zeros_like(p) for ct, p, a in zip(in_cts, primals, active) if a]
+        has_grad = tuple(bool(a) for a in active) + (False,) * (len(primals) - len(active))
+    else:
+        grads = [ct for ct in in_cts if ct is not None]
+        has_grad = tuple(ct is not None for ct in in_cts)
+    joint, _ = b.finish(fp.outputs + grads)
+    return JointVJP(joint, num_forward, len(graph.outputs), seeded, has_grad)
 
 
-def _mark_recomputed(bwd: Graph, num_saved: int) -> Graph:
-    """Note the backward's equations that remake forward values: those computed from saved values
-    alone, not from a cotangent (a remat_barrier's token only orders the recomputation)."""
-    from .primitives.annotations import remat_barrier
-
-    from_ct = set(bwd.inputs[num_saved:])
-    notes = []
-    for e in bwd.eqns:
-        ins = e.inputs[:1] if e.primitive is remat_barrier else e.inputs
-        if any(v in from_ct for v in ins):
-            from_ct.update(e.outputs)
-            notes.append("")
-        else:
-            notes.append("recomputed" if e.inputs and e.outputs else "")
-    return Graph(bwd.inputs, bwd.eqns, bwd.outputs, bwd.input_notes, tuple(notes))
+# ----------------------------------------------------------------------------- rules of higher-order primitives
 
 
-def _rename_eqn(e: Eqn, rename: dict[Var, Var]) -> Eqn:
-    if not any(v in rename for v in e.inputs):
-        return e
-    return Eqn(e.primitive, tuple(rename.get(v, v) for v in e.inputs), e.outputs, e.params, e.source)
+@dataclass(frozen=True)
+class Rule:
+    """The VJP of a higher-order primitive: vjp(rev, cts, ins, outs, active, **params) -> one
+    cotangent per input (None = zero). sparse_cotangents: it takes None for an output that gets no
+    cotangent (instead of zeros). reconstructs_inputs: it returns (cotangents, rebuilt inputs), the
+    inputs recomputed from the outputs (tk.reversible), which reverse mode then hands to the VJPs of
+    the equations that made them."""
+
+    vjp: Callable
+    sparse_cotangents: bool = False
+    reconstructs_inputs: bool = False
+
+
+def _custom_vjp(rev, cts, ins, outs, active, body, bwd, num_y, num_x, var_positions, fun_name):
+    """tk.custom_gradient: the backward runs bwd's ops (grad_fn's) instead of differentiating body's."""
+    b = rev.builder
+    dys = [ops.zeros_like(y) if ct is None else ct for ct, y in zip(cts[:num_y], outs[:num_y])]
+    env = b.inline(bwd, dys + list(outs[num_y:]))
+    grads = [env[v] for v in bwd.outputs]
+    result = [None] * len(ins)
+    result[:num_x] = grads[:num_x]
+    for j, pos in enumerate(var_positions):
+        result[pos] = grads[num_x + j]
+    if any(ct is not None for ct in cts[num_y:]):
+        # cotangents of residuals (grad of grad: grad_fn's ops used them) flow through body's
+        # own ops: grad_fn's derivative is that of its ops, residuals included
+        extra = forward(b, body, list(ins), active).backward([None] * num_y + list(cts[num_y:]), rev)
+        result = [x if y is None else (y if x is None else ops.add(x, y)) for x, y in zip(result, extra)]
+    for pos in range(num_x, len(ins)):
+        if active[pos] and pos not in var_positions:
+            raise TracekernError(
+                f"{fun_name} (a tk.custom_gradient function) uses a traced value from an enclosing function "
+                f"({ins[pos].aval}) that is being differentiated, and its grad_fn cannot return a gradient for "
+                "it. Pass that value to the function as an argument instead.")
+    return result
+
+
+def _recompute_vjp(rev, cts, ins, outs, active, body, num_y):
+    """tk.recompute: emit the region again on its inputs, behind a barrier that depends on the
+    cotangent (so it runs in the backward pass and never merges with the forward's copy), using the
+    values the policy saved instead of recomputing them, then differentiate it.
+
+    An output of the region that the reverse pass already reads (typically the next region's input,
+    which that region keeps) is used as it is rather than recomputed: it is kept anyway, so the
+    recomputation that only remade it (an MLP layer's matmul, when tanh's derivative needs only its
+    output) is dead code and disappears."""
+    body = prepare(body)
+    b = rev.builder
+    kept = rev.used()
+    reuse = {v: y for v, y in zip(body.outputs[:num_y], outs[:num_y])
+             if isinstance(y, Value) and y.builder is b and y.var in kept and v not in body.inputs}
+    token = next(ct for ct in cts if ct is not None)
+    xs = [ops.remat_barrier(x, token) for x in ins]
+    given = dict(zip(body.outputs[num_y:], outs[num_y:]))
+    # prints of the region run again here: one element of a barrier'd value orders them
+    order = ops.first_element(xs[0]) if xs else None
+    env = b.inline(body, xs, given=given, order=order)
+    env.update(reuse)
+    fp = ForwardPass(b, body, env, active_vars(body, active))
+    return fp.backward(list(cts), rev)   # saved values get cotangents too in grad of grad
+
+
+def _reversible_vjp(rev, cts, ins, outs, active, body, f, g, num_f):
+    """tk.reversible: reconstruct x2 = y2 - g(y1) and x1 = y1 - f(x2) from the outputs, so the
+    forward saves nothing for the block; the reconstructed inputs go to the VJP of whatever made
+    them (a stack of blocks keeps only the last outputs)."""
+    b = rev.builder
+    (y1, y2), (dy1, dy2) = outs, cts
+    cf, cg = list(ins[2:2 + num_f]), list(ins[2 + num_f:])
+    x2 = ops.sub(y2, b.inline(g, [y1] + cg)[g.outputs[0]])
+    x1 = ops.sub(y1, b.inline(f, [x2] + cf)[f.outputs[0]])
+    g_cts = forward(b, g, [y1] + cg, [True] + list(active[2 + num_f:])).backward([dy2], rev)
+    dy1_all = dy1 if g_cts[0] is None else ops.add(dy1, g_cts[0])
+    f_cts = forward(b, f, [x2] + cf, [True] + list(active[2:2 + num_f])).backward([dy1_all], rev)
+    dx2 = dy2 if f_cts[0] is None else ops.add(dy2, f_cts[0])
+    return [dy1_all, dx2] + list(f_cts[1:]) + list(g_cts[1:]), [x1, x2] + [None] * (len(ins) - 2)
+
+
+def _cond_vjp(rev, cts, ins, outs, active, true, false):
+    """The VJP of the branch taken, as a cond over the two branches' VJP graphs."""
+    operands, act = list(ins[1:]), list(active[1:])
+    avals = [aval_of(x) for x in operands] + [aval_of(c) for c in cts]
+    branches = [_branch_vjp(rev, g, len(operands), act, avals) for g in (true, false)]
+    grads = iter(ops.cond(ins[0], *operands, *cts, true=branches[0], false=branches[1]))
+    return [None] + [next(grads) if a else None for a in act]
+
+
+def _branch_vjp(rev, g: Graph, n_in: int, active, avals) -> Graph:
+    """(operands..., output cotangents...) -> cotangents of the active operands, zeros where none flows."""
+
+    def back(b, *a):
+        fp = forward(b, g, a[:n_in], active)
+        cts = fp.backward(list(a[n_in:]))
+        return [ops.zeros_like(x) if c is None else c for c, x, act in zip(cts, a[:n_in], active) if act]
+
+    return build_graph(back, avals, source=rev.builder.source)
+
+
+def _row(a: Aval) -> Aval:
+    return Aval(a.shape[1:], a.dtype)
+
+
+def _record_carries(eqn: Eqn) -> Eqn:
+    """A scan as reverse mode emits it: recording the carry at the start of every step, which its
+    backward differentiates the body at (a checkpointed scan's backward re-runs steps instead)."""
+    if eqn.params["record"] or eqn.params.get("checkpoint") is not None:
+        return eqn
+    recs = tuple(Var(Aval((eqn.params["length"],) + v.aval.shape, v.aval.dtype))
+                 for v in eqn.params["body"].outputs[:eqn.params["num_carry"]])
+    return Eqn(eqn.primitive, eqn.inputs, eqn.outputs + recs, dict(eqn.params, record=True), eqn.source)
+
+
+def _scan_vjp(rev, cts, ins, outs, active, body, num_consts, num_carry, length, reverse, record, checkpoint=None):
+    """A reverse scan over the body's backward step, at the recorded carries; with checkpoint=k,
+    scan_revolve instead (a schedule of re-runs from the initial carry with at most k stored)."""
+    if checkpoint is not None:
+        return _revolve_vjp(rev, cts, ins, outs, active, body, num_consts, num_carry, length, reverse, checkpoint)
+    if not record:
+        raise TracekernError("scan: its recorded carries were dropped before differentiation (internal error)")
+    nc, nk = num_consts, num_carry
+    n_y = len(body.outputs) - nk
+    consts, xs = list(ins[:nc]), list(ins[nc + nk:])
+    recs = list(outs[nk + n_y:])
+    ct_carry = [ops.zeros_like(o) if c is None else c for c, o in zip(cts[:nk], outs[:nk])]
+    ct_ys = [ops.zeros_like(o) if c is None else c for c, o in zip(cts[nk:nk + n_y], outs[nk:nk + n_y])]
+    # grad of grad: cotangents of the recorded carries join the carry's at the start of each step
+    ct_recs = {i: c for i, c in enumerate(cts[nk + n_y:]) if c is not None and i in
+               [j for j in range(nk) if is_float(body.outputs[j].dtype)]}
+    act = list(active)
+    dc = [i for i in range(nc) if act[i]]                       # consts that get cotangents
+    fk = [i for i in range(nk) if is_float(body.outputs[i].dtype)]
+    dx = [i for i in range(len(xs)) if act[nc + nk + i]]
+    # one backward step: (consts, ct_carry (float ones), acc, carry_t, x_t, ct_y_t) ->
+    #                    (ct_carry_prev, acc + ct_consts, ct_x_t)
+    step_active = act[:nc] + [i in fk for i in range(nk)] + act[nc + nk:]
+    avals = ([aval_of(c) for c in consts] + [aval_of(ct_carry[i]) for i in fk] + [aval_of(consts[i]) for i in dc]
+             + [v.aval for v in body.outputs[:nk]] + [_row(aval_of(x)) for x in xs] + [_row(aval_of(c)) for c in ct_ys])
+    rec_keys = sorted(ct_recs)
+    avals += [v.aval for i in rec_keys for v in [body.outputs[i]]]
+    back = _scan_step_vjp(rev, body, nc, nk, fk, dc, dx, len(xs), step_active, avals, rec_keys)
+    acc0 = [ops.zeros_like(consts[i]) for i in dc]
+    res = ops.scan(*consts, *[ct_carry[i] for i in fk], *acc0, *recs, *xs, *ct_ys, *[ct_recs[i] for i in rec_keys],
+                   body=back, num_consts=nc,
+                   num_carry=len(fk) + len(dc), length=length, reverse=not reverse, record=True)
+    ct_init = dict(zip(fk, res[:len(fk)]))
+    ct_consts = dict(zip(dc, res[len(fk):len(fk) + len(dc)]))
+    ct_xs = dict(zip(dx, res[len(fk) + len(dc):len(fk) + len(dc) + len(dx)]))
+    return ([ct_consts.get(i) for i in range(nc)] + [ct_init.get(i) if act[nc + i] else None for i in range(nk)]
+            + [ct_xs.get(i) for i in range(len(xs))])
+
+
+def _revolve_vjp(rev, cts, ins, outs, active, body, nc, nk, length, reverse, k):
+    """The backward of a checkpointed scan: scan_revolve runs the schedule of tracekern.schedule
+    (at most k stored carries) from the initial carry, interleaving forward and backward steps."""
+    n_y = len(body.outputs) - nk
+    consts, init, xs = list(ins[:nc]), list(ins[nc:nc + nk]), list(ins[nc + nk:])
+    ct_carry = [ops.zeros_like(o) if c is None else c for c, o in zip(cts[:nk], outs[:nk])]
+    ct_ys = [ops.zeros_like(o) if c is None else c for c, o in zip(cts[nk:nk + n_y], outs[nk:nk + n_y])]
+    act = list(active)
+    dc = [i for i in range(nc) if act[i]]
+    fk = [i for i in range(nk) if is_float(body.outputs[i].dtype)]
+    dx = [i for i in range(len(xs)) if act[nc + nk + i]]
+    step_active = act[:nc] + [i in fk for i in range(nk)] + act[nc + nk:]
+    avals = ([aval_of(c) for c in consts] + [aval_of(ct_carry[i]) for i in fk] + [aval_of(consts[i]) for i in dc]
+             + [v.aval for v in body.outputs[:nk]] + [_row(aval_of(x)) for x in xs] + [_row(aval_of(c)) for c in ct_ys])
+    back = _scan_step_vjp(rev, body, nc, nk, fk, dc, dx, len(xs), step_active, avals)
+    acc0 = [ops.zeros_like(consts[i]) for i in dc]
+    res = ops.scan_revolve(*consts, *init, *xs, *[ct_carry[i] for i in fk], *acc0, *ct_ys, body=body, back=back,
+                           checkpoint=k, num_consts=nc, num_carry=nk, num_state=len(fk) + len(dc),
+                           dx=tuple(dx), length=length, reverse=reverse)
+    ct_init = dict(zip(fk, res[:len(fk)]))
+    ct_consts = dict(zip(dc, res[len(fk):len(fk) + len(dc)]))
+    ct_xs = dict(zip(dx, res[len(fk) + len(dc):]))
+    return ([ct_consts.get(i) for i in range(nc)] + [ct_init.get(i) if act[nc + i] else None for i in range(nk)]
+            + [ct_xs.get(i) for i in range(len(xs))])
+
+
+def _scan_step_vjp(rev, body, nc, nk, fk, dc, dx, n_xs, step_active, avals, rec_keys=()) -> Graph:
+    """The graph of one backward step of a loop body; see _scan_vjp for its operands."""
+    n_fk, n_dc = len(fk), len(dc)
+    n_y = len(body.outputs) - nk
+
+    def step(b, *a):
+        consts = list(a[:nc])
+        ct_k = list(a[nc:nc + n_fk])
+        acc = list(a[nc + n_fk:nc + n_fk + n_dc])
+        rest = a[nc + n_fk + n_dc:]
+        carry, x, ct_y = list(rest[:nk]), list(rest[nk:nk + n_xs]), list(rest[nk + n_xs:nk + n_xs + n_y])
+        ct_rec = dict(zip(rec_keys, rest[nk + n_xs + n_y:]))
+        fp = forward(b, body, consts + carry + x, step_active)
+        ct_out = [None] * nk + ct_y
+        for j, i in enumerate(fk):
+            ct_out[i] = ct_k[j]
+        g = fp.backward(ct_out)
+        g_consts, g_carry, g_x = g[:nc], g[nc:nc + nk], g[nc + nk:]
+        new_ct = [ops.zeros_like(carry[i]) if g_carry[i] is None else g_carry[i] for i in fk]
+        new_ct = [ops.add(c, ct_rec[i]) if i in ct_rec else c for c, i in zip(new_ct, fk)]
+        new_acc = [acc[j] if g_consts[i] is None else ops.add(acc[j], g_consts[i]) for j, i in enumerate(dc)]
+        ct_x = [ops.zeros_like(x[i]) if g_x[i] is None else g_x[i] for i in dx]
+        return new_ct + new_acc + ct_x
+
+    return build_graph(step, avals, source=rev.builder.source)
+
+
+def _revolve_grad(rev, cts, ins, outs, active, **params):
+    raise TracekernError("grad of grad through a checkpointed tk.scan is not supported; use checkpoint=None "
+                         "(its backward is an ordinary scan, differentiable again)")
+
+
+def _while_vjp(rev, cts, ins, outs, active, cond, body, num_consts, checkpoint=None):
+    """Re-run the loop from its initial carry on a schedule made when the trip count is known:
+    `checkpoint` slots, or one per iteration without checkpointing (scan_revolve, length=None)."""
+    nc = num_consts
+    consts, init = list(ins[:nc]), list(ins[nc:])
+    nk = len(init)
+    fk = [i for i in range(nk) if is_float(init[i].dtype)]
+    dc = [i for i in range(nc) if active[i]]
+    step_active = list(active[:nc]) + [i in fk for i in range(nk)]
+    avals = ([aval_of(c) for c in consts] + [aval_of(init[i]) for i in fk] + [aval_of(consts[i]) for i in dc]
+             + [aval_of(c) for c in init] + [Aval((), np.dtype(np.int64))])
+    # the scan backward step, with no sequences; the trip count rides along unused
+    back = _scan_step_vjp(rev, body, nc, nk, fk, dc, [], 0, step_active, avals[:-1])
+    ct_k = [ops.zeros_like(init[i]) if cts[i] is None else cts[i] for i in fk]
+    res = ops.scan_revolve(*consts, *init, outs[-1], *ct_k, *[ops.zeros_like(consts[i]) for i in dc], body=body,
+                           back=back, checkpoint=checkpoint, num_consts=nc, num_carry=nk, num_state=len(fk) + len(dc),
+                           dx=(), length=None, reverse=False)
+    ct_init = dict(zip(fk, res[:len(fk)]))
+    ct_consts = dict(zip(dc, res[len(fk):]))
+    return [ct_consts.get(i) for i in range(nc)] + [ct_init.get(i) if active[nc + i] else None for i in range(nk)]
+
+
+RULES: dict[Any, Rule] = {
+    A.custom_vjp_call: Rule(_custom_vjp, sparse_cotangents=True),
+    A.recompute_call: Rule(_recompute_vjp, sparse_cotangents=True),
+    A.reversible_call: Rule(_reversible_vjp, reconstructs_inputs=True),
+    C.cond: Rule(_cond_vjp),
+    C.scan: Rule(_scan_vjp, sparse_cotangents=True),
+    C.while_: Rule(_while_vjp),
+    C.scan_revolve: Rule(_revolve_grad),
+}
+# how reverse mode emits an equation of these primitives in its forward pass
+PREPARE: dict[Any, Callable[[Eqn], Eqn]] = {C.scan: _record_carries}

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from .api import grad
 from .errors import GradientCheckError
 from .ir import is_float
 from .pytree import tree_flatten, tree_unflatten
@@ -33,8 +34,6 @@ def check_grad(f: Callable, args: Sequence[Any] | Any, *, order: int = 1, eps: f
     args: a tuple of positional arguments (a single array is taken as one argument). argnums:
     which arguments to check (default: every argument with a float leaf). eps, rtol and atol
     default by dtype (float64: eps 1e-6, rtol 1e-5; float32: eps 1e-2, rtol 3e-2)."""
-    from .api import grad
-
     args = tuple(args) if isinstance(args, (tuple, list)) else (args,)
     if argnums is None:
         argnums = tuple(i for i, a in enumerate(args) if any(is_float(np.asarray(x).dtype) for x in tree_flatten(a)[0]))

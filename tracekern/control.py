@@ -7,26 +7,28 @@ from collections.abc import Callable
 
 import numpy as np
 
+from . import numpy as tnp
 from .errors import with_location
-from .ir import Aval, Graph
+from .ir import Aval, Graph, Var
 from .primitives import control as C
 from .primitives.shape import const
 from .pytree import leaf_paths, tree_flatten, tree_unflatten
-from .trace import Tracer, _read, aval_of, current_builder, trace_to_graph
+from .trace import Tracer, _read, aval_of, bind, current_builder, flatten_args, trace_to_graph
 
 
 def _leaves(tree, what: str):
-    leaves, td = tree_flatten(tree)
-    out = []
-    for x in leaves:
+    """The leaves of one pytree (traced values, or constants as arrays) and its structure."""
+    def leaf(x, arg, path):
         x = _read(x)
         if not isinstance(x, Tracer):
             try:
                 x = np.asarray(x)
             except Exception:  # noqa: BLE001
                 raise TypeError(with_location(f"{what}: {type(x).__name__} is not an array")) from None
-        out.append(x)
-    return out, td
+        return x, aval_of(x), False
+
+    flat = flatten_args((tree,), leaf)
+    return list(flat.leaves), flat.treedefs[0]
 
 
 def _trace(fn: Callable, avals, what: str):
@@ -85,15 +87,13 @@ def cond(pred, true_fn: Callable, false_fn: Callable, *operands):
     # each branch gets both branches' extra operands (its own first), so the two graphs match
     gt = _extend(gt, len(leaves) + len(ct), [aval_of(c) for c in cf], after=True)
     gf = _extend(gf, len(leaves), [aval_of(c) for c in ct], after=False)
-    outs = C.cond(pred, *leaves, *ct, *cf, true=gt, false=gf)
+    outs = bind(C.cond, pred, *leaves, *ct, *cf, true=gt, false=gf)
     return tree_unflatten(td_t, list(outs))
 
 
 def _extend(g: Graph, at: int, avals, after: bool) -> Graph:
     """g with unused inputs of `avals` inserted at position `at` (after=True) or after the
     operands (before its own extra inputs)."""
-    from .ir import Var
-
     new = tuple(Var(a) for a in avals)
     if after:
         inputs = g.inputs + new
@@ -145,9 +145,11 @@ def scan(f: Callable, init, xs=None, length: int | None = None, *, reverse: bool
 
     g, extra, _ = _trace(body, carry_avals + x_avals, "tk.scan")
     g = _consts_first(g, len(extra))
+    # (k >= n stores every carry: the plain backward does that without re-running steps). The
+    # forward records no carries: reverse mode makes the scan record them when it needs them
     ck = None if checkpoint is None or int(checkpoint) >= n else int(checkpoint)
-    outs = C.scan(*extra, *init_leaves, *x_leaves, body=g, num_consts=len(extra), num_carry=len(init_leaves),
-                  length=n, reverse=bool(reverse), record=ck is None, checkpoint=ck)
+    outs = bind(C.scan, *extra, *init_leaves, *x_leaves, body=g, num_consts=len(extra), num_carry=len(init_leaves),
+                length=n, reverse=bool(reverse), record=False, checkpoint=ck)
     nk = len(init_leaves)
     n_y = len(g.outputs) - nk
     return tree_unflatten(carry_td, list(outs[:nk])), tree_unflatten(out_td_box["y"], list(outs[nk:nk + n_y]))
@@ -180,8 +182,6 @@ def fori_loop(lower, upper, body_fn: Callable, init, *, checkpoint: int | None =
         idx = np.arange(lo, lo + steps, dtype=np.int64)
         carry, _ = scan(lambda c, i: (body_fn(i, c), ()), init, idx, length=steps, checkpoint=checkpoint)
         return carry
-    from . import numpy as tnp
-
     lo = tnp.astype(lo, np.int64) if isinstance(lo, Tracer) else np.int64(lo)
     hi = tnp.astype(hi, np.int64) if isinstance(hi, Tracer) else np.int64(hi)
     _, val = while_loop(lambda s: s[0] < hi, lambda s: (s[0] + 1, body_fn(s[0], s[1])), (lo, init),
@@ -213,8 +213,6 @@ def while_loop(cond_fn: Callable, body_fn: Callable, init, *, checkpoint: int | 
         return o_leaves
 
     def test(*a):
-        from . import numpy as tnp
-
         c = cond_fn(tree_unflatten(td, list(a)))
         c = _read(c)
         if aval_of(c).shape != ():
@@ -226,6 +224,6 @@ def while_loop(cond_fn: Callable, body_fn: Callable, init, *, checkpoint: int | 
     extra = eb + ec
     gb = _consts_first(_extend(gb, len(avals) + len(eb), [aval_of(c) for c in ec], after=True), len(extra))
     gc = _consts_first(_extend(gc, len(avals), [aval_of(c) for c in eb], after=False), len(extra))
-    outs = C.while_(*extra, *leaves, cond=gc, body=gb, num_consts=len(extra),
-                    checkpoint=None if checkpoint is None else int(checkpoint))
+    outs = bind(C.while_, *extra, *leaves, cond=gc, body=gb, num_consts=len(extra),
+                checkpoint=None if checkpoint is None else int(checkpoint))
     return tree_unflatten(td, list(outs[:-1]))

@@ -29,9 +29,10 @@ from typing import Any
 
 import numpy as np
 
-from .api import Exported, jit, value_and_grad
+from .api import jit, value_and_grad
 from .ir import Aval
 from .pytree import tree_flatten, tree_map, tree_unflatten
+from .staging import Exported
 
 try:
     import dask

@@ -8,6 +8,8 @@ import numpy as np
 
 import tracekern as tk
 
+__tracekern_user_code__ = True   # (errors and the IR name this file's lines: it is an example, not the library)
+
 
 def mlp_loss(params, x, y):
     h = x

@@ -40,15 +40,18 @@ class CacheWarning(UserWarning):
     into a private temporary directory instead. The message names the reason and the fix."""
 
 
-_USER_MODULES_IN_PACKAGE = {os.path.join(_PKG_DIR, "demo.py")}
+# A module of the package that is itself user code (an example such as tracekern.demo) sets this
+# module-level name to True: its lines are the ones errors and the IR name.
+USER_CODE_MARKER = "__tracekern_user_code__"
 
 
-def _is_internal(filename: str) -> bool:
+def _is_internal(frame) -> bool:
+    filename = frame.f_code.co_filename
     if filename.startswith("<frozen"):
         return True
-    path = os.path.abspath(filename)
-    if path in _USER_MODULES_IN_PACKAGE:
+    if frame.f_globals.get(USER_CODE_MARKER):
         return False
+    path = os.path.abspath(filename)
     return path.startswith(_PKG_DIR) or path.startswith(os.path.join(_NUMPY_DIR, "numpy"))
 
 
@@ -56,7 +59,7 @@ def user_frame_location() -> str | None:
     """'file:line' of the innermost stack frame outside tracekern and NumPy, or None."""
     frame = sys._getframe(1)
     while frame is not None:
-        if not _is_internal(frame.f_code.co_filename):
+        if not _is_internal(frame):
             return f"{frame.f_code.co_filename}:{frame.f_lineno}"
         frame = frame.f_back
     return None
@@ -66,7 +69,7 @@ def user_stacklevel() -> int:
     """warnings.warn's stacklevel, for a call made right in the caller of this, that names the
     innermost frame outside tracekern and NumPy (1, the caller, if there is none)."""
     frame, level = sys._getframe(1), 1
-    while frame is not None and _is_internal(frame.f_code.co_filename):
+    while frame is not None and _is_internal(frame):
         frame, level = frame.f_back, level + 1
     return level if frame is not None else 1
 

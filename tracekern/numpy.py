@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import builtins
 import math
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -15,7 +16,9 @@ import numpy as np
 from . import primitives as P
 from .errors import ShapeError, with_location
 from .ir import SUPPORTED_DTYPES, is_float
-from .trace import Tracer
+from .primitives.core import REGISTRY
+from .primitives.elementwise import Elementwise
+from .trace import ArrayOps, Tracer, bind
 
 # ----------------------------------------------------------------------------- helpers
 
@@ -55,7 +58,7 @@ def _cast(x, dtype: np.dtype):
     """x as `dtype`: a convert equation for traced values, a typed constant otherwise."""
     dtype = np.dtype(dtype)
     if isinstance(x, Tracer):
-        return x if x.dtype == dtype else P.convert(x, dtype=dtype)
+        return x if x.dtype == dtype else bind(P.convert, x, dtype=dtype)
     return np.asarray(x, dtype=dtype)
 
 
@@ -114,24 +117,32 @@ def _ufunc_op(ufunc, prim, fname: str) -> Callable:
             names = ", ".join(getattr(t, "name", getattr(t, "__name__", str(t))) for t in tokens)
             raise TypeError(with_location(f"np.{ufunc.__name__} is not defined for operands of dtype {names}")) from None
         _check_dtype(dtypes[-1], fname)
-        return prim(*[_cast(a, d) for a, d in zip(args, dtypes[: ufunc.nin])])
+        return bind(prim, *[_cast(a, d) for a, d in zip(args, dtypes[: ufunc.nin])])
 
     op.__name__ = fname
     op.__doc__ = f"np.{ufunc.__name__}, traced: NumPy's promotion and broadcasting."
     return op
 
 
-add = _ufunc_op(np.add, P.add, "add")
-subtract = _ufunc_op(np.subtract, P.sub, "subtract")
-multiply = _ufunc_op(np.multiply, P.mul, "multiply")
-divide = true_divide = _ufunc_op(np.true_divide, P.div, "divide")
-power = _ufunc_op(np.power, P.power, "power")
-negative = _ufunc_op(np.negative, P.neg, "negative")
-absolute = abs = _ufunc_op(np.absolute, P.absolute, "absolute")
-sign = _ufunc_op(np.sign, P.sign, "sign")
-floor = _ufunc_op(np.floor, P.floor, "floor")
-ceil = _ufunc_op(np.ceil, P.ceil, "ceil")
-rint = _ufunc_op(np.rint, P.rint, "rint")
+# every elementwise primitive of the table with a NumPy ufunc is np.<ufunc> on tracers
+_BY_UFUNC: dict = {p.ufunc: p for p in REGISTRY.values() if isinstance(p, Elementwise) and p.ufunc is not None}
+
+
+def _op(ufunc) -> Callable:
+    return _ufunc_op(ufunc, _BY_UFUNC[ufunc], ufunc.__name__)
+
+
+add = _op(np.add)
+subtract = _op(np.subtract)
+multiply = _op(np.multiply)
+divide = true_divide = _op(np.true_divide)
+power = _op(np.power)
+negative = _op(np.negative)
+absolute = abs = _op(np.absolute)
+sign = _op(np.sign)
+floor = _op(np.floor)
+ceil = _op(np.ceil)
+rint = _op(np.rint)
 
 
 def round(a, decimals=0, out=None):  # noqa: A001 (np.round)
@@ -144,31 +155,30 @@ def round(a, decimals=0, out=None):  # noqa: A001 (np.round)
 
 
 around = round
-maximum = _ufunc_op(np.maximum, P.maximum, "maximum")
-minimum = _ufunc_op(np.minimum, P.minimum, "minimum")
-exp = _ufunc_op(np.exp, P.exp, "exp")
-log = _ufunc_op(np.log, P.log, "log")
-log1p = _ufunc_op(np.log1p, P.log1p, "log1p")
-expm1 = _ufunc_op(np.expm1, P.expm1, "expm1")
-sqrt = _ufunc_op(np.sqrt, P.sqrt, "sqrt")
-sin = _ufunc_op(np.sin, P.sin, "sin")
-cos = _ufunc_op(np.cos, P.cos, "cos")
-tan = _ufunc_op(np.tan, P.tan, "tan")
-tanh = _ufunc_op(np.tanh, P.tanh, "tanh")
-arctan = _ufunc_op(np.arctan, P.arctan, "arctan")
-less = _ufunc_op(np.less, P.lt, "less")
-less_equal = _ufunc_op(np.less_equal, P.le, "less_equal")
-greater = _ufunc_op(np.greater, P.gt, "greater")
-greater_equal = _ufunc_op(np.greater_equal, P.ge, "greater_equal")
-equal = _ufunc_op(np.equal, P.eq, "equal")
-not_equal = _ufunc_op(np.not_equal, P.ne, "not_equal")
+maximum = _op(np.maximum)
+minimum = _op(np.minimum)
+exp = _op(np.exp)
+log = _op(np.log)
+log1p = _op(np.log1p)
+expm1 = _op(np.expm1)
+sqrt = _op(np.sqrt)
+sin = _op(np.sin)
+cos = _op(np.cos)
+tan = _op(np.tan)
+tanh = _op(np.tanh)
+less = _op(np.less)
+less_equal = _op(np.less_equal)
+greater = _op(np.greater)
+greater_equal = _op(np.greater_equal)
+equal = _op(np.equal)
+not_equal = _op(np.not_equal)
 
 
 def _logical(prim, fname):
     def op(*args):
         for a in args:
             _check_operand(a, fname)
-        return prim(*[_cast(a, np.bool_) for a in args])
+        return bind(prim, *[_cast(a, np.bool_) for a in args])
 
     op.__name__ = fname
     return op
@@ -177,6 +187,11 @@ def _logical(prim, fname):
 logical_and = _logical(P.logical_and, "logical_and")
 logical_or = _logical(P.logical_or, "logical_or")
 logical_not = _logical(P.logical_not, "logical_not")
+
+# the table's other elementwise ufuncs (arctan, sinh, ...): a new primitive needs no line here
+for _ufunc in _BY_UFUNC:
+    if _ufunc.__name__ not in globals():
+        globals()[_ufunc.__name__] = _op(_ufunc)
 
 
 def positive(x):
@@ -214,7 +229,7 @@ def where(condition, x=None, y=None):
     _check_operand(condition, "where")
     c = condition if _dtype(condition) == np.bool_ else not_equal(condition, 0)
     a, b = _promote("where", x, y)
-    return P.select(c, a, b)
+    return bind(P.select, c, a, b)
 
 
 def clip(a, a_min=np._NoValue, a_max=np._NoValue, out=None, *, min=np._NoValue, max=np._NoValue, **kwargs):
@@ -240,7 +255,7 @@ def astype(x, dtype, /, *, copy=True, device=None):
 
 def stop_gradient(x):
     """Identity in the forward pass; no gradient flows through it."""
-    return P.stop_gradient(x)
+    return bind(P.stop_gradient, x)
 
 
 # ----------------------------------------------------------------------------- reductions
@@ -252,9 +267,9 @@ def _reduce(prim, fname, a, axis, keepdims, promote_int):
     axes = _axes(axis, len(shape), fname)
     if promote_int and _dtype(a).kind in "bi":
         a = _cast(a, np.int64)
-    y = prim(a, axes=axes)
+    y = bind(prim, a, axes=axes)
     if keepdims:
-        y = P.reshape(y, new_shape=tuple(1 if i in axes else s for i, s in enumerate(shape)))
+        y = bind(P.reshape, y, new_shape=tuple(1 if i in axes else s for i, s in enumerate(shape)))
     return y
 
 
@@ -315,7 +330,7 @@ def reshape(a, shape=None, order="C", *, newshape=None, copy=None):
         shape = tuple(size // known if s == -1 else s for s in shape)
     if shape == _shape(a):
         return a
-    return P.reshape(a, new_shape=shape)
+    return bind(P.reshape, a, new_shape=shape)
 
 
 def ravel(a, order="C"):
@@ -329,7 +344,7 @@ def transpose(a, axes=None):
         raise ShapeError(with_location(f"transpose: axes {tuple(axes)} do not match an array of shape {_shape(a)}"))
     if perm == tuple(range(ndim)):
         return a
-    return P.transpose(a, perm=perm)
+    return bind(P.transpose, a, perm=perm)
 
 
 def swapaxes(a, axis1, axis2):
@@ -354,7 +369,7 @@ def broadcast_to(array, shape, subok=False):
     shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
     if _shape(array) == shape:
         return array
-    return P.broadcast_to(array, shape=shape)
+    return bind(P.broadcast_to, array, shape=shape)
 
 
 def expand_dims(a, axis):
@@ -362,7 +377,7 @@ def expand_dims(a, axis):
     axes = _axes(axis, len(shape) + (len(axis) if isinstance(axis, (tuple, list)) else 1), "expand_dims")
     it = iter(shape)
     new = tuple(1 if i in axes else next(it) for i in range(len(shape) + len(axes)))
-    return P.reshape(a, new_shape=new)
+    return bind(P.reshape, a, new_shape=new)
 
 
 def squeeze(a, axis=None):
@@ -373,7 +388,7 @@ def squeeze(a, axis=None):
             raise ShapeError(with_location(f"squeeze: cannot select axis {i} of shape {shape}: its size is not 1"))
     if not axes:
         return a
-    return P.reshape(a, new_shape=tuple(s for i, s in enumerate(shape) if i not in axes))
+    return bind(P.reshape, a, new_shape=tuple(s for i, s in enumerate(shape) if i not in axes))
 
 
 def concatenate(arrays, axis=0, out=None, dtype=None, casting=None):
@@ -391,7 +406,7 @@ def concatenate(arrays, axis=0, out=None, dtype=None, casting=None):
             raise ShapeError(with_location(f"concatenate: all arrays need the same number (>0) of dimensions, got shapes {shapes}"))
     if len(arrays) == 1:
         return arrays[0]
-    return P.concatenate(*arrays, axis=_axes(axis, ndim, "concatenate")[0])
+    return bind(P.concatenate, *arrays, axis=_axes(axis, ndim, "concatenate")[0])
 
 
 def stack(arrays, axis=0, out=None, dtype=None, casting=None):
@@ -415,7 +430,7 @@ def full_like(a, fill_value, dtype=None, order="K", subok=True, shape=None, *, d
     if isinstance(fill_value, Tracer):
         return broadcast_to(astype(fill_value, dtype or _dtype(a)), shape or _shape(a))
     dtype = _check_dtype(dtype or _dtype(a), "full_like")
-    return P.full(shape=tuple(shape or _shape(a)), dtype=dtype, value=np.asarray(fill_value, dtype).item())
+    return bind(P.full, shape=tuple(shape or _shape(a)), dtype=dtype, value=np.asarray(fill_value, dtype).item())
 
 
 def copy(a, order="K", subok=False):
@@ -477,9 +492,9 @@ def getitem(x, idx):
         dim += 1
     y = x
     if any(ix != (0, s, 1) for ix, s in zip(index, shape)):
-        y = P.slice_(x, index=tuple(index))
+        y = bind(P.slice_, x, index=tuple(index))
     if _shape(y) != tuple(out_shape):
-        y = P.reshape(y, new_shape=tuple(out_shape))
+        y = bind(P.reshape, y, new_shape=tuple(out_shape))
     return y
 
 
@@ -507,7 +522,7 @@ def matmul(a, b, /, out=None, **kwargs):
         raise ShapeError(with_location(f"matmul: batch dimensions of shapes {sa} and {sb} do not broadcast")) from None
     a2 = broadcast_to(a2, batch + s2a[-2:])
     b2 = broadcast_to(b2, batch + s2b[-2:])
-    y = P.matmul(a2, b2)
+    y = bind(P.matmul, a2, b2)
     out_shape = batch + (s2a[-2],) * (len(sa) > 1) + (s2b[-1],) * (len(sb) > 1)
     return reshape(y, out_shape)
 
@@ -571,17 +586,11 @@ def log_softmax(x, axis=-1):
 
 # ----------------------------------------------------------------------------- dispatch tables
 
-UFUNCS: dict[Any, Callable] = {
-    np.add: add, np.subtract: subtract, np.multiply: multiply, np.true_divide: divide,
-    np.power: power, np.negative: negative, np.positive: positive, np.absolute: absolute,
-    np.sign: sign, np.floor: floor, np.ceil: ceil, np.rint: rint, np.maximum: maximum, np.minimum: minimum, np.exp: exp, np.log: log,
-    np.log1p: log1p, np.expm1: expm1, np.sqrt: sqrt, np.sin: sin, np.cos: cos, np.tan: tan,
-    np.tanh: tanh, np.arctan: arctan, np.less: less, np.less_equal: less_equal,
-    np.greater: greater, np.greater_equal: greater_equal, np.equal: equal,
-    np.not_equal: not_equal, np.logical_and: logical_and, np.logical_or: logical_or,
-    np.logical_not: logical_not, np.square: square, np.reciprocal: reciprocal,
-    np.matmul: matmul, np.isnan: isnan, np.isinf: isinf, np.isfinite: isfinite,
-}
+UFUNCS: dict[Any, Callable] = {u: globals()[u.__name__] for u in _BY_UFUNC}
+UFUNCS.update({
+    np.positive: positive, np.square: square, np.reciprocal: reciprocal, np.matmul: matmul,
+    np.isnan: isnan, np.isinf: isinf, np.isfinite: isfinite,
+})
 UFUNC_REDUCE: dict[Any, Callable] = {np.add: sum, np.multiply: prod, np.maximum: max, np.minimum: min}
 
 FUNCTIONS: dict[Any, Callable] = {
@@ -629,3 +638,7 @@ def apply_array_function(func, args, kwargs):
             f"ufuncs: {', '.join(sorted(u.__name__ for u in UFUNCS))}; and tk.numpy extras: "
             "sigmoid, softplus, relu, gelu, logsumexp, softmax, log_softmax"))
     return fn(*args, **kwargs)
+
+
+# Tracers' operators and NumPy protocols (trace.ArrayOps) dispatch to this module
+ArrayOps.numpy = sys.modules[__name__]

@@ -7,6 +7,8 @@ from typing import Any
 import numpy as np
 
 from .ir import Eqn, Graph, Var
+from .primitives.annotations import Call
+from .primitives.shape import const
 
 
 def dce(graph: Graph) -> Graph:
@@ -74,8 +76,6 @@ def cse(graph: Graph) -> Graph:
 def fold_constants(graph: Graph) -> Graph:
     """Evaluate elementwise equations on scalar constants now (e.g. the `y - 1` of pow's gradient
     when y is a literal), so kernels see literals."""
-    from .primitives.shape import const
-
     values: dict[Var, np.ndarray] = {}
     eqns: list[Eqn] = []
     changed = False
@@ -112,8 +112,6 @@ def inline_calls(graph: Graph) -> Graph:
 
 
 def _is_call(e: Eqn) -> bool:
-    from .primitives.annotations import Call
-
     return isinstance(e.primitive, Call)
 
 

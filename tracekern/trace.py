@@ -1,10 +1,14 @@
-"""Tracing: Tracer objects stand for arrays while a user function runs; Builders record equations.
+"""Tracing and binding: Builders record equations; Tracers stand for arrays while a user function runs.
 
-trace_to_graph(fn, avals) runs fn on tracers and returns the Graph it built."""
+trace_to_graph(fn, avals) runs fn on tracers and returns the Graph it built. Binding a primitive
+happens here: `bind` stages it into the trace that is running (the ambient builder; NumPy when
+nothing is traced), `Builder.bind` into a builder given explicitly, which is how transforms build
+IR (through tracekern.primitives.ops on Values, never through Tracers and their operators)."""
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -19,42 +23,63 @@ from .errors import (
     with_location,
 )
 from .ir import SUPPORTED_DTYPES, Aval, Eqn, Graph, Var, verify
-from .pytree import tree_flatten
+from .primitives.core import eval_graph
+from .primitives.shape import const
+from .pytree import TreeDef, leaf_paths, tree_flatten, tree_unflatten
+
+# ----------------------------------------------------------------------------- values
+
+
+class Value:
+    """A value of a graph being built: a Var of a Builder. Transform rules get these and build IR
+    from them with tracekern.primitives.ops (no operators: see Tracer for the user-facing kind)."""
+
+    __slots__ = ("builder", "var")
+
+    def __init__(self, builder: Builder, var: Var):
+        self.builder = builder
+        self.var = var
+
+    aval = property(lambda self: self.var.aval)
+    shape = property(lambda self: self.var.aval.shape)
+    dtype = property(lambda self: self.var.aval.dtype)
+    ndim = property(lambda self: len(self.var.aval.shape))
+    size = property(lambda self: self.var.aval.size)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}<{self.aval}>"
+
 
 # ----------------------------------------------------------------------------- builders
 
 _STACK: list[Builder] = []
-_SOURCE_OVERRIDE: list[str | None] = []
 
 
 class Builder:
-    """Records the equations of one graph. Builders nest: a tracer of an enclosing builder used
-    inside an inner one is captured as an extra input of the inner graph (closure conversion)."""
+    """Records the equations of one graph.
 
-    def __init__(self) -> None:
-        self.parent = _STACK[-1] if _STACK else None
+    A tracing builder (trace_to_graph) hands out Tracers and may nest: a tracer of an enclosing
+    builder used inside an inner one is captured as an extra input of the inner graph (closure
+    conversion), and so is a tk.Variable. A plain builder (Builder(), what transforms use) hands
+    out Values and captures nothing. `source` is the user's line given to the equations emitted
+    now (None: the innermost user frame at the time)."""
+
+    def __init__(self, parent: Builder | None = None, tracing: bool = False, source: str | None = None) -> None:
+        self.parent = parent
+        self.tracing = tracing
         self.inputs: list[Var] = []
         self.eqns: list[Eqn] = []
-        self.captured: dict[int, tuple[Tracer, Var]] = {}
+        self.captured: dict[int, tuple[Any, Var]] = {}
         self.active = True
-        # index of the first equation of the outermost reverse pass being emitted (None outside one)
-        self.backward_from: int | None = None
-        self._uses: tuple[int, int, set[Var]] = (0, 0, set())
+        self.source = source
 
-    def used_since(self, start: int) -> set[Var]:
-        """Vars read by the equations recorded from index `start` on (kept up to date incrementally)."""
-        begin, done, used = self._uses
-        if begin != start:
-            begin, done, used = start, start, set()
-        for e in self.eqns[done:]:
-            used.update(e.inputs)
-        self._uses = (begin, len(self.eqns), used)
-        return used
-
-    def new_input(self, aval: Aval, weak: bool = False) -> Tracer:
+    def new_input(self, aval: Aval, weak: bool = False) -> Value:
         v = Var(aval)
         self.inputs.append(v)
-        return Tracer(self, v, weak)
+        return Tracer(self, v, weak) if self.tracing else Value(self, v)
+
+    def _value(self, v: Var) -> Value:
+        return Tracer(self, v) if self.tracing else Value(self, v)
 
     def _is_ancestor(self, other: Builder) -> bool:
         b = self.parent
@@ -64,25 +89,24 @@ class Builder:
             b = b.parent
         return False
 
+    def _capture(self, x: Any) -> Var:
+        hit = self.captured.get(id(x))
+        if hit is None:
+            hit = (x, Var(x.aval))
+            self.captured[id(x)] = hit
+        return hit[1]
+
     def var_of(self, x: Any) -> Var:
-        """The Var for an operand: this builder's tracer, a captured outer tracer or Variable, or a
+        """The Var for an operand: this builder's value, a captured outer tracer or Variable, or a
         constant. A Variable is captured like an outer value at every level, so the outermost graph
         has it as an input and the caller passes its current value."""
-        if isinstance(x, Variable):
-            hit = self.captured.get(id(x))
-            if hit is None:
-                hit = (x, Var(x.aval))
-                self.captured[id(x)] = hit
-            return hit[1]
-        if isinstance(x, Tracer):
+        if isinstance(x, Variable) and self.tracing:
+            return self._capture(x)
+        if isinstance(x, Value):
             if x.builder is self:
                 return x.var
-            if x.builder.active and self._is_ancestor(x.builder):
-                hit = self.captured.get(id(x))
-                if hit is None:
-                    hit = (x, Var(x.aval))
-                    self.captured[id(x)] = hit
-                return hit[1]
+            if self.tracing and isinstance(x, Tracer) and x.builder.active and self._is_ancestor(x.builder):
+                return self._capture(x)
             raise TracerLeakError(
                 with_location(
                     f"a traced value ({x.aval}) was used outside the function that traced it "
@@ -92,11 +116,21 @@ class Builder:
                 )
             )
         arr = as_constant(x)
-        from .primitives.shape import const
+        return self.emit(const, [], {"value": arr}, self.current_source())[0].var
 
-        return self.emit(const, [], {"value": arr}, current_source())[0].var
+    def current_source(self) -> str | None:
+        return self.source if self.source is not None else user_frame_location()
 
-    def emit(self, prim, in_vars: Sequence[Var], params: dict, source: str | None) -> list[Tracer]:
+    @contextlib.contextmanager
+    def at(self, source: str | None):
+        """Attribute the equations emitted inside to `source` (e.g. a VJP rule's, the forward line)."""
+        previous, self.source = self.source, source
+        try:
+            yield
+        finally:
+            self.source = previous
+
+    def emit(self, prim, in_vars: Sequence[Var], params: dict, source: str | None) -> list[Value]:
         avals = [v.aval for v in in_vars]
         try:
             out_avals = prim.abstract_eval(*avals, **params)
@@ -104,13 +138,56 @@ class Builder:
             raise type(e)(with_location(str(e), source)) from None
         outs = [Var(a) for a in out_avals]
         self.eqns.append(Eqn(prim, tuple(in_vars), tuple(outs), params, source))
-        return [Tracer(self, v) for v in outs]
+        return [self._value(v) for v in outs]
 
-    def finish(self, out_leaves: Sequence[Any]) -> tuple[Graph, list[Tracer]]:
+    def bind(self, prim, *args, **params):
+        """Emit prim(*args, **params) here; its output (a tuple when it has several)."""
+        source = self.current_source()
+        in_vars = [self.var_of(a) for a in args]
+        outs = self.emit(prim, in_vars, params, source)
+        return tuple(outs) if prim.multiple_results else outs[0]
+
+    def inline(self, graph: Graph, args: Sequence[Any] | None, given: dict[Var, Any] | None = None,
+               order: Any = None, env: dict[Var, Any] | None = None, eqns: Sequence[Eqn] | None = None) -> dict:
+        """Emit `graph`'s equations (or `eqns`, some of them) on `args`; returns the value of each of
+        its Vars. An equation whose outputs are all in `given` is not emitted (its outputs take those
+        values); `env` holds values already known. `order`, when given, becomes an extra operand of
+        each output-less effect (a print), so that it runs after `order` is computed."""
+        env = {} if env is None else env
+        if args is not None:
+            env.update(zip(graph.inputs, args))
+        if given:
+            env.update(given)
+        for e in graph.eqns if eqns is None else eqns:
+            if given and all(v in given for v in e.outputs) and e.outputs:
+                continue
+            operands = [env[v] for v in e.inputs]
+            if order is not None and not e.outputs and e.primitive.has_effects(**e.params):
+                operands.append(order)
+            with self.at(e.source):
+                outs = self.bind(e.primitive, *operands, **e.params)
+            env.update(zip(e.outputs, outs if e.primitive.multiple_results else (outs,)))
+        return env
+
+    def finish(self, out_leaves: Sequence[Any]) -> tuple[Graph, list]:
+        """The graph built, with `out_leaves` as outputs; and the captured outer values, whose
+        inputs follow the builder's own."""
         out_vars = [self.var_of(x) for x in out_leaves]
         captured = list(self.captured.values())
         graph = Graph(tuple(self.inputs) + tuple(v for _, v in captured), tuple(self.eqns), tuple(out_vars))
         return graph, [t for t, _ in captured]
+
+
+def build_graph(fn: Callable, avals: Sequence[Aval], source: str | None = None) -> Graph:
+    """The graph of fn(builder, *values) -> list of values, built explicitly (a plain Builder, not
+    the ambient trace), simplified and verified: how transforms make sub-graphs."""
+    b = Builder(source=source)
+    graph, captured = b.finish(fn(b, *[b.new_input(a) for a in avals]))
+    assert not captured
+    return verify(passes.simplify(graph))
+
+
+# ----------------------------------------------------------------------------- the ambient trace
 
 
 def current_builder() -> Builder | None:
@@ -119,32 +196,14 @@ def current_builder() -> Builder | None:
 
 @contextlib.contextmanager
 def new_builder():
-    b = Builder()
+    """A tracing builder for the duration of the block, nested in the current one."""
+    b = Builder(parent=current_builder(), tracing=True)
     _STACK.append(b)
     try:
         yield b
     finally:
         _STACK.pop()
         b.active = False
-
-
-@contextlib.contextmanager
-def source_override(source: str | None):
-    """Attribute equations emitted inside (e.g. by a VJP rule) to `source`, the forward line."""
-    _SOURCE_OVERRIDE.append(source)
-    try:
-        yield
-    finally:
-        _SOURCE_OVERRIDE.pop()
-
-
-def current_source() -> str | None:
-    if _SOURCE_OVERRIDE and _SOURCE_OVERRIDE[-1] is not None:
-        return _SOURCE_OVERRIDE[-1]
-    return user_frame_location()
-
-
-# ----------------------------------------------------------------------------- values
 
 
 def as_constant(x: Any) -> np.ndarray:
@@ -163,18 +222,18 @@ def as_constant(x: Any) -> np.ndarray:
 
 
 def aval_of(x: Any) -> Aval:
-    if isinstance(x, (Tracer, Variable)):
+    if isinstance(x, (Value, Variable)):
         return x.aval
     a = np.asarray(x)
     return Aval(a.shape, a.dtype)
 
 
-def bind(prim, args: Sequence[Any], params: dict):
-    """Apply a primitive: staged into the current builder while tracing, evaluated with NumPy otherwise."""
+def bind(prim, *args, **params):
+    """Apply a primitive: staged into the trace that is running, evaluated with NumPy otherwise."""
     builder = current_builder()
     if builder is None:
         for a in args:
-            if isinstance(a, Tracer):
+            if isinstance(a, Value):
                 raise TracerLeakError(with_location(f"a traced value ({a.aval}) was used after its trace ended; "
                                                     "return it from the traced function instead."))
         arrays = [as_constant(a) for a in args]
@@ -184,44 +243,24 @@ def bind(prim, args: Sequence[Any], params: dict):
             raise type(e)(with_location(str(e))) from None
         out = prim.impl(*arrays, **params)
         return tuple(np.asarray(o) for o in out) if prim.multiple_results else np.asarray(out)
-    source = current_source()
-    in_vars = [builder.var_of(a) for a in args]
-    outs = builder.emit(prim, in_vars, params, source)
-    return tuple(outs) if prim.multiple_results else outs[0]
+    return builder.bind(prim, *args, **params)
 
 
 def inline_graph(graph: Graph, args: Sequence[Any]) -> list[Any]:
-    """Emit `graph`'s equations on `args` into the current builder (or evaluate them eagerly)."""
-    env = inline_env(graph, args)
+    """Emit `graph`'s equations on `args` into the trace that is running (or evaluate them)."""
+    builder = current_builder()
+    args = [_read(a) for a in args]   # (a Variable: its tracer)
+    if builder is None:
+        return eval_graph(graph, [as_constant(a) for a in args])
+    env = builder.inline(graph, args)
     return [env[v] for v in graph.outputs]
 
 
-def inline_env(graph: Graph, args: Sequence[Any], given: dict[Var, Any] | None = None,
-               order: Any = None) -> dict[Var, Any]:
-    """Values of all of graph's Vars after emitting its equations on args; an equation whose outputs
-    are all in `given` is not emitted (its outputs take those values). `order`, when given, becomes
-    an extra operand of each output-less effect (a print), so it runs after `order` is computed."""
-    env: dict[Var, Any] = dict(zip(graph.inputs, [_read(a) for a in args]))   # (a Variable: its tracer)
-    if given:
-        env.update(given)
-    for e in graph.eqns:
-        if given and all(v in given for v in e.outputs) and e.outputs:
-            continue
-        operands = [env[v] for v in e.inputs]
-        if order is not None and not e.outputs and e.primitive.has_effects(**e.params):
-            operands.append(order)
-        with source_override(e.source):
-            outs = bind(e.primitive, operands, e.params)
-        outs = outs if e.primitive.multiple_results else (outs,)
-        env.update(zip(e.outputs, outs))
-    return env
-
-
 def trace_to_graph(fn: Callable, avals: Sequence[Aval], weak: Sequence[bool] | None = None):
-    """Run fn on fresh tracers. Returns (graph, out_treedef, captured_tracers, out_leaves_were_tracers).
+    """Run fn on fresh tracers. Returns (graph, out_treedef, captured_tracers).
 
-    The graph's inputs are the tracers for `avals` followed by one input per captured outer tracer;
-    pass `captured_tracers` after the arguments when inlining it."""
+    The graph's inputs are the tracers for `avals` followed by one input per captured outer tracer
+    (or Variable); pass `captured_tracers` after the arguments when inlining it."""
     weak = weak or [False] * len(avals)
     with new_builder() as b:
         tracers = [b.new_input(a, w) for a, w in zip(avals, weak)]
@@ -238,13 +277,56 @@ def trace_to_graph(fn: Callable, avals: Sequence[Aval], weak: Sequence[bool] | N
     return graph, out_td, captured
 
 
+# ----------------------------------------------------------------------------- arguments
+
+
+@dataclass(frozen=True)
+class FlatArgs:
+    """Positional arguments flattened to leaves: each leaf's value, aval and weak flag (a Python
+    number, which promotes like a scalar), one TreeDef per argument, and the argument each leaf
+    belongs to."""
+
+    leaves: tuple
+    avals: tuple[Aval, ...]
+    weak: tuple[bool, ...]
+    treedefs: tuple[TreeDef, ...]
+    owner: tuple[int, ...]
+
+    def unflatten(self, flat: Sequence[Any]) -> list:
+        """One value per argument, from one value per leaf."""
+        out, i = [], 0
+        for td in self.treedefs:
+            out.append(tree_unflatten(td, list(flat[i:i + td.num_leaves])))
+            i += td.num_leaves
+        return out
+
+
+def read_leaf(x: Any, arg: int, path: str) -> tuple[Any, Aval, bool]:
+    """The default leaf conversion of flatten_args: Variables read as their value (traced inside a
+    trace), traced values and constants kept as they are."""
+    x = _read(x)
+    weak = isinstance(x, Tracer) and x.weak or isinstance(x, (int, float)) and not isinstance(x, bool)
+    return x, aval_of(x), weak
+
+
+def flatten_args(args: Sequence[Any], leaf: Callable[[Any, int, str], tuple[Any, Aval, bool]] = read_leaf) -> FlatArgs:
+    """Flatten positional arguments (pytrees) to leaves. leaf(x, argument index, path in the
+    argument) -> (value, aval, weak) converts each leaf (tracekern.staging names the argument in
+    its errors; control flow makes constants arrays)."""
+    leaves, avals, weak, treedefs, owner = [], [], [], [], []
+    for i, a in enumerate(args):
+        ls, td = tree_flatten(a)
+        treedefs.append(td)
+        for x, path in zip(ls, leaf_paths(td)):
+            value, aval, w = leaf(x, i, path)
+            leaves.append(value)
+            avals.append(aval)
+            weak.append(w)
+            owner.append(i)
+    return FlatArgs(tuple(leaves), tuple(avals), tuple(weak), tuple(treedefs), tuple(owner))
+
+
 # ----------------------------------------------------------------------------- Tracer
-
-
-def _tnp():
-    from . import numpy as tnp
-
-    return tnp
 
 
 def _read(x):
@@ -258,84 +340,94 @@ def _read(x):
 
 class ArrayOps:
     """Operators, NumPy protocols and array methods, for anything with an `aval` that tracing reads
-    through `_read`: Tracer, and Variable (whose value is an input of the compiled code)."""
+    through `_read`: Tracer, and Variable (whose value is an input of the compiled code). They
+    dispatch to tracekern.numpy, which registers itself here (`ArrayOps.numpy`) when it is imported:
+    the module that defines the traced NumPy functions sits above this one."""
 
     __slots__ = ()
+    numpy: Any = None   # the tracekern.numpy module
 
     shape = property(lambda self: self.aval.shape)
     dtype = property(lambda self: self.aval.dtype)
     ndim = property(lambda self: len(self.aval.shape))
     size = property(lambda self: self.aval.size)
-    T = property(lambda self: _tnp().transpose(_read(self)))
+    T = property(lambda self: ArrayOps.numpy.transpose(_read(self)))
 
     # -- NumPy protocols ----------------------------------------------------------
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         inputs = tuple(_read(i) for i in inputs)
         if not isinstance(self, Tracer) and current_builder() is None:  # a Variable, eagerly
             return getattr(ufunc, method)(*inputs, **kwargs)
-        return _tnp().apply_ufunc(ufunc, method, inputs, kwargs)
+        return ArrayOps.numpy.apply_ufunc(ufunc, method, inputs, kwargs)
 
     def __array_function__(self, func, types, args, kwargs):
         args = tuple(_read(a) for a in args)
         kwargs = {k: _read(v) for k, v in kwargs.items()}
         if not isinstance(self, Tracer) and current_builder() is None:
             return func(*args, **kwargs)
-        return _tnp().apply_array_function(func, args, kwargs)
+        return ArrayOps.numpy.apply_array_function(func, args, kwargs)
 
     # -- operators ----------------------------------------------------------------
-    def __add__(self, o): return _tnp().add(_read(self), _read(o))
-    def __radd__(self, o): return _tnp().add(_read(o), _read(self))
-    def __sub__(self, o): return _tnp().subtract(_read(self), _read(o))
-    def __rsub__(self, o): return _tnp().subtract(_read(o), _read(self))
-    def __mul__(self, o): return _tnp().multiply(_read(self), _read(o))
-    def __rmul__(self, o): return _tnp().multiply(_read(o), _read(self))
-    def __truediv__(self, o): return _tnp().divide(_read(self), _read(o))
-    def __rtruediv__(self, o): return _tnp().divide(_read(o), _read(self))
-    def __pow__(self, o): return _tnp().power(_read(self), _read(o))
-    def __rpow__(self, o): return _tnp().power(_read(o), _read(self))
-    def __matmul__(self, o): return _tnp().matmul(_read(self), _read(o))
-    def __rmatmul__(self, o): return _tnp().matmul(_read(o), _read(self))
-    def __neg__(self): return _tnp().negative(_read(self))
+    def __add__(self, o): return ArrayOps.numpy.add(_read(self), _read(o))
+    def __radd__(self, o): return ArrayOps.numpy.add(_read(o), _read(self))
+    def __sub__(self, o): return ArrayOps.numpy.subtract(_read(self), _read(o))
+    def __rsub__(self, o): return ArrayOps.numpy.subtract(_read(o), _read(self))
+    def __mul__(self, o): return ArrayOps.numpy.multiply(_read(self), _read(o))
+    def __rmul__(self, o): return ArrayOps.numpy.multiply(_read(o), _read(self))
+    def __truediv__(self, o): return ArrayOps.numpy.divide(_read(self), _read(o))
+    def __rtruediv__(self, o): return ArrayOps.numpy.divide(_read(o), _read(self))
+    def __pow__(self, o): return ArrayOps.numpy.power(_read(self), _read(o))
+    def __rpow__(self, o): return ArrayOps.numpy.power(_read(o), _read(self))
+    def __matmul__(self, o): return ArrayOps.numpy.matmul(_read(self), _read(o))
+    def __rmatmul__(self, o): return ArrayOps.numpy.matmul(_read(o), _read(self))
+    def __neg__(self): return ArrayOps.numpy.negative(_read(self))
     def __pos__(self): return _read(self)
-    def __abs__(self): return _tnp().absolute(_read(self))
-    def __lt__(self, o): return _tnp().less(_read(self), _read(o))
-    def __le__(self, o): return _tnp().less_equal(_read(self), _read(o))
-    def __gt__(self, o): return _tnp().greater(_read(self), _read(o))
-    def __ge__(self, o): return _tnp().greater_equal(_read(self), _read(o))
-    def __eq__(self, o): return _tnp().equal(_read(self), _read(o))  # noqa: E704
-    def __ne__(self, o): return _tnp().not_equal(_read(self), _read(o))
-    def __and__(self, o): return _tnp().logical_and(_read(self), _read(o))
-    def __rand__(self, o): return _tnp().logical_and(_read(o), _read(self))
-    def __or__(self, o): return _tnp().logical_or(_read(self), _read(o))
-    def __ror__(self, o): return _tnp().logical_or(_read(o), _read(self))
-    def __invert__(self): return _tnp().logical_not(_read(self))
-    def __getitem__(self, idx): return _tnp().getitem(_read(self), idx)
+    def __abs__(self): return ArrayOps.numpy.absolute(_read(self))
+    def __lt__(self, o): return ArrayOps.numpy.less(_read(self), _read(o))
+    def __le__(self, o): return ArrayOps.numpy.less_equal(_read(self), _read(o))
+    def __gt__(self, o): return ArrayOps.numpy.greater(_read(self), _read(o))
+    def __ge__(self, o): return ArrayOps.numpy.greater_equal(_read(self), _read(o))
+    def __eq__(self, o): return ArrayOps.numpy.equal(_read(self), _read(o))  # noqa: E704
+    def __ne__(self, o): return ArrayOps.numpy.not_equal(_read(self), _read(o))
+    def __and__(self, o): return ArrayOps.numpy.logical_and(_read(self), _read(o))
+    def __rand__(self, o): return ArrayOps.numpy.logical_and(_read(o), _read(self))
+    def __or__(self, o): return ArrayOps.numpy.logical_or(_read(self), _read(o))
+    def __ror__(self, o): return ArrayOps.numpy.logical_or(_read(o), _read(self))
+    def __invert__(self): return ArrayOps.numpy.logical_not(_read(self))
+    def __getitem__(self, idx): return ArrayOps.numpy.getitem(_read(self), idx)
 
     # -- methods ------------------------------------------------------------------
-    def sum(self, axis=None, dtype=None, keepdims=False): return _tnp().sum(_read(self), axis, dtype, keepdims=keepdims)
-    def mean(self, axis=None, dtype=None, keepdims=False): return _tnp().mean(_read(self), axis, dtype, keepdims=keepdims)
-    def max(self, axis=None, keepdims=False): return _tnp().max(_read(self), axis, keepdims=keepdims)
-    def min(self, axis=None, keepdims=False): return _tnp().min(_read(self), axis, keepdims=keepdims)
-    def prod(self, axis=None, dtype=None, keepdims=False): return _tnp().prod(_read(self), axis, dtype, keepdims=keepdims)
-    def astype(self, dtype): return _tnp().astype(_read(self), dtype)
-    def clip(self, a_min=None, a_max=None): return _tnp().clip(_read(self), a_min, a_max)
-    def dot(self, o): return _tnp().dot(_read(self), _read(o))
-    def squeeze(self, axis=None): return _tnp().squeeze(_read(self), axis)
-    def ravel(self): return _tnp().ravel(_read(self))
-    def flatten(self): return _tnp().ravel(_read(self))
-    def swapaxes(self, a, b): return _tnp().swapaxes(_read(self), a, b)
+    def sum(self, axis=None, dtype=None, keepdims=False):
+        return ArrayOps.numpy.sum(_read(self), axis, dtype, keepdims=keepdims)
+
+    def mean(self, axis=None, dtype=None, keepdims=False):
+        return ArrayOps.numpy.mean(_read(self), axis, dtype, keepdims=keepdims)
+
+    def max(self, axis=None, keepdims=False): return ArrayOps.numpy.max(_read(self), axis, keepdims=keepdims)
+    def min(self, axis=None, keepdims=False): return ArrayOps.numpy.min(_read(self), axis, keepdims=keepdims)
+
+    def prod(self, axis=None, dtype=None, keepdims=False):
+        return ArrayOps.numpy.prod(_read(self), axis, dtype, keepdims=keepdims)
+
+    def astype(self, dtype): return ArrayOps.numpy.astype(_read(self), dtype)
+    def clip(self, a_min=None, a_max=None): return ArrayOps.numpy.clip(_read(self), a_min, a_max)
+    def dot(self, o): return ArrayOps.numpy.dot(_read(self), _read(o))
+    def squeeze(self, axis=None): return ArrayOps.numpy.squeeze(_read(self), axis)
+    def ravel(self): return ArrayOps.numpy.ravel(_read(self))
+    def flatten(self): return ArrayOps.numpy.ravel(_read(self))
+    def swapaxes(self, a, b): return ArrayOps.numpy.swapaxes(_read(self), a, b)
 
     def reshape(self, *shape):
-        return _tnp().reshape(_read(self), shape[0] if len(shape) == 1 else shape)
+        return ArrayOps.numpy.reshape(_read(self), shape[0] if len(shape) == 1 else shape)
 
     def transpose(self, *axes):
-        return _tnp().transpose(_read(self), axes[0] if len(axes) == 1 else (axes or None))
+        return ArrayOps.numpy.transpose(_read(self), axes[0] if len(axes) == 1 else (axes or None))
 
 
-class Tracer(ArrayOps):
-    """Stands for an array while a function is traced. Supports NumPy's protocols and operators."""
+class Tracer(ArrayOps, Value):
+    """Stands for an array while a user function is traced. Supports NumPy's protocols and operators."""
 
-    __slots__ = ("builder", "var", "weak")
+    __slots__ = ("weak",)
     __array_priority__ = 1000
     __hash__ = object.__hash__
 
@@ -409,7 +501,7 @@ class Variable(ArrayOps):
         self._value = self._check(value)
 
     def _check(self, value) -> np.ndarray:
-        if isinstance(value, Tracer):
+        if isinstance(value, Value):
             raise TypeError(with_location(
                 f"Variable {self.name or ''}: cannot hold a traced value. Assign concrete arrays, outside "
                 "traced functions (return the new value from the traced function, then assign it)."))

@@ -22,6 +22,7 @@ import hashlib
 import importlib
 import importlib.util
 import os
+import re
 import shutil
 import stat
 import sys
@@ -33,7 +34,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import NamedTuple
 
-from ..errors import CacheWarning, user_stacklevel
+from ..errors import CacheWarning, TracekernError, user_stacklevel
 
 _MODULES: dict[str, ModuleType] = {}
 _IN_USE: dict[tuple[str, bool], Path] = {}   # (configured directory, shared) -> the directory in use
@@ -505,10 +506,6 @@ def located_error(backend: str, err: Exception, lines: dict, source: str) -> Exc
     """A compile error of a generated module, naming the equation (and the user's line) that the
     failing generated line came from; `lines` maps a module's digest to {generated line number:
     equation, or (primitive name, source) pair (portable_lines)}."""
-    import re
-
-    from ..errors import TracekernError
-
     text = str(err)
     where, path = "", module_path(source)
     for m in re.finditer(r"tk_([0-9a-f]+)\.py\", line (\d+)", text):

@@ -59,7 +59,8 @@ def functions(dtype: np.dtype, exact: bool = False) -> dict[str, str]:
         if exact:
             fns.update({f: f"{f}_exact_{sfx}" for f in ("sin", "cos", "tan")})
         fns.update({f: f"{f}_{sfx}" for f in ("floor", "ceil", "rint")})
-        fns.update(sqrt=f"sqrt_{sfx}", arctan=f"arctan_{sfx}", abs="abs", sign="sign_f",
+        fns.update({f: f"{f}_{sfx}" for f in LIBM})
+        fns.update(sqrt=f"sqrt_{sfx}", abs="abs", sign="sign_f",
                    maximum="maximum_f", minimum="minimum_f", radd="radd", rmul="rmul")
         return fns
     return {"pow": "pow_i", "abs": "abs", "sign": "sign_i", "maximum": "maximum_i", "minimum": "minimum_i",
@@ -119,14 +120,23 @@ def sqrt_f64(x):
     return np.sqrt(x)
 
 
-@njit(**INLINE)
-def arctan_f32(x):
-    return f32(math.atan(x))
+# libm's scalar functions, by the name templates give them ({arctan}, ...): not vectorised, exact
+# to libm's accuracy. Numba's math.* computes float32 in float64; the result is rounded back.
+LIBM = {"arctan": math.atan, "sinh": math.sinh, "cosh": math.cosh, "arcsin": math.asin, "arccos": math.acos,
+        "arcsinh": math.asinh, "arccosh": math.acosh, "arctanh": math.atanh}
 
 
-@njit(**INLINE)
-def arctan_f64(x):
-    return math.atan(x)
+def _libm(name: str, fn, T):
+    @jit_named(f"{name}_{CASTS[np.dtype(T).name]}")
+    def scalar(x):
+        return T(fn(x))
+
+    return scalar
+
+
+for _name, _fn in LIBM.items():   # arctan_f32, arctan_f64, sinh_f32, ... (generated modules import *)
+    for _T in (f32, f64):
+        globals()[f"{_name}_{CASTS[np.dtype(_T).name]}"] = _libm(_name, _fn, _T)
 
 
 # the scalar rules shared with the CUDA backend (backends/scalar_rules.py)

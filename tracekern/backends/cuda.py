@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba.core.errors import NumbaError
 
+from .. import passes
 from ..errors import TracekernError
 from ..ir import Graph, Var
 from . import cache, cuda_math, fusion, render, scalar_rules, units
@@ -218,8 +219,6 @@ class _Module:
 
     def sub(self, graph: Graph) -> str:
         if id(graph) not in self.subs:
-            from .. import passes
-
             name = self.subs[id(graph)] = f"sub{len(self.subs)}"
             r = _Renderer(fusion.plan(passes.inline_calls(graph)), self, sub=True)
             r.function(name)

@@ -5,7 +5,7 @@ Transcendentals are CUDA's libdevice (math.exp on a float32 is expf: no float64 
 floor/ceil/rint go through libdevice on a GPU and NumPy on the simulator, which has no libdevice."""
 from __future__ import annotations
 
-import math  # noqa: F401  (generated kernels call math.*)
+import math  # (generated kernels call math.* too)
 import threading
 
 import numpy as np
@@ -53,13 +53,37 @@ else:
         lambda x: libdevice.floor(x), lambda x: libdevice.ceil(x), lambda x: libdevice.rint(x)))
 
 
+# scalar functions by the name templates give them ({sinh}, ...): libdevice's on a GPU (math.* on a
+# float32 is the float32 function), NumPy's on the simulator, whose math.* is Python's and raises
+# outside the domain (NumPy gives NaN and inf, as a GPU does)
+LIBM = {"sinh": (math.sinh, np.sinh), "cosh": (math.cosh, np.cosh), "arcsin": (math.asin, np.arcsin),
+        "arccos": (math.acos, np.arccos), "arcsinh": (math.asinh, np.arcsinh), "arccosh": (math.acosh, np.arccosh),
+        "arctanh": (math.atanh, np.arctanh)}
+
+
+def _libm(gpu_fn, np_fn, T):
+    if not SIMULATOR:
+        return _device(lambda x: gpu_fn(x))
+
+    def simulated(x):
+        with np.errstate(all="ignore"):
+            return T(np_fn(x))
+
+    return _device(simulated)
+
+
+for _name, (_gpu_fn, _np_fn) in LIBM.items():   # sinh_f32, sinh_f64, ... (generated modules import *)
+    for _T in (f32, f64):
+        globals()[f"{_name}_{CASTS[np.dtype(_T).name]}"] = _libm(_gpu_fn, _np_fn, _T)
+
+
 def functions(dtype: np.dtype) -> dict[str, str]:
     """The names that Elementwise.scalar and Reduce.combine templates refer to, for one dtype."""
     name = np.dtype(dtype).name
     if name in ("float32", "float64"):
         sfx = "f32" if name == "float32" else "f64"
         fns = {f: f"math.{f}" for f in ("exp", "log", "log1p", "expm1", "sin", "cos", "tan", "tanh", "pow", "sqrt")}
-        fns.update({f: f"{f}_{sfx}" for f in ("floor", "ceil", "rint")})
+        fns.update({f: f"{f}_{sfx}" for f in ("floor", "ceil", "rint", *LIBM)})
         fns.update(arctan="math.atan", abs="abs", sign="sign_f", maximum="maximum_f", minimum="minimum_f",
                    radd="radd", rmul="rmul")
         return fns

@@ -10,6 +10,7 @@ from abc import ABC, abstractmethod
 
 import numpy as np
 
+from .. import schedule
 from ..ir import Graph, Var
 
 CONTROL = ("cond", "scan", "while", "scan_revolve")
@@ -219,9 +220,9 @@ class ControlRenderer(ABC):
             self.emit(1, f"{n} = {self.h_truth(trip)}", eqn=e)
             k = f"max({n}, 1)" if p["checkpoint"] is None else str(p["checkpoint"])   # (a slot per iteration)
             self.h_schedule(acts, n, k, 1)
-        else:
-            acts = self.extra(np.ascontiguousarray(p["actions"], np.int64))
-            k = str(int(p["actions"][:, 1][p["actions"][:, 0] == 1].max()) + 1 if len(p["actions"]) else 1)
+        else:   # a scan's: the schedule for its length and checkpoint, made now
+            acts = self.extra(np.ascontiguousarray(schedule.actions(n, p["checkpoint"]), np.int64))
+            k = str(p["checkpoint"])
         n_y = len(body.outputs) - nk
         n_xs = len(ops) - nc - nk - ns - n_y
         consts, init = ops[:nc], ops[nc:nc + nk]

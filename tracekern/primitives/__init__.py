@@ -1,6 +1,8 @@
-"""Every primitive of the IR, one object each (see core.Primitive for the rules each holds).
+"""Every primitive of the IR, one object each (see core.Primitive for the rules each holds), and
+`ops`, the IR-building functions their VJP rules are written with.
 
-Import a primitive from its room; this package re-exports them and the registry."""
+Every primitive is in REGISTRY, by name. This package re-exports the ones other rooms name; a
+primitive nothing names (a new elementwise one) needs no line here."""
 from .annotations import custom_vjp_call, print_, recompute_call, remat_barrier, reversible_call
 from .control import cond, scan, scan_revolve, while_
 from .core import REGISTRY, Primitive

@@ -1,6 +1,7 @@
-"""The Primitive base class: one object holds all of a primitive's rules.
+"""The Primitive base class and the registry: a primitive is data, the rules of one operation.
 
-Rules: abstract evaluation (shape, dtype), a NumPy implementation, and a VJP built from primitives."""
+Rules: abstract evaluation (shape, dtype), a NumPy implementation, kernel templates for the
+renderers, and (first-order primitives) a VJP rule written with tracekern.primitives.ops."""
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -8,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ..ir import Aval
+from ..ir import Aval, Graph
 
 REGISTRY: dict[str, Primitive] = {}
 
@@ -20,19 +21,17 @@ class Primitive:
       abstract_eval(*avals, **params) -> tuple[Aval, ...]
       impl(*arrays, **params) -> array (or tuple of arrays when multiple_results)
       vjp(cts, ins, outs, active, **params) -> list of cotangents (None = zero) per input
-    `ins`, `outs` and `cts` are traced values in the backward pass, so a VJP rule is ordinary
-    array code (operators, tracekern.numpy functions) and is itself differentiable.
+    A VJP rule builds IR with tracekern.primitives.ops on the values it is given (they belong to
+    the builder reverse mode emits into), so the backward pass is ordinary IR, differentiable again.
+    Higher-order primitives (a sub-graph in their params) have their transform rules in
+    tracekern.autodiff instead. Binding a primitive is tracekern.trace's (and ops') job.
     """
 
     multiple_results = False
     effectful = False  # effectful equations survive dead-code elimination and are never merged
-    # True when vjp() returns (cotangents, reconstructed inputs): the inputs recomputed from the
-    # outputs (tk.reversible), which autodiff then hands to the VJPs of the equations that made them
-    reconstructs_inputs = False
-    # True when vjp() takes None for an output that receives no cotangent (instead of zeros)
-    sparse_cotangents = False
     # How kernel renderers treat it (backends/fusion.py): "elementwise" (a scalar expression in a
-    # fused loop), "view" (an index mapping onto its operand), "reduce", or "call" (its own kernel).
+    # fused loop), "view" (an index mapping onto its operand), "reduce", "matmul", "const", "fill",
+    # or "call" (its own kernel).
     fusion = "call"
     # True for a "view" whose output is its first input unchanged (remat_barrier): a kernel that
     # takes whole buffers (matmul, call) is handed that input's buffer, not a copy
@@ -72,18 +71,17 @@ class Primitive:
         primitive can drop them (dead-code elimination calls it); else the equation itself."""
         return eqn
 
-    def for_vjp(self, eqn):
-        """The equation as reverse mode re-emits it (a scan records its carries again; see prune)."""
-        return eqn
-
     def differentiable(self, **params) -> bool:
         """Whether cotangents flow through this equation at all (False: stop_gradient, comparisons...)."""
         return True
 
-    # -- use ---------------------------------------------------------------------
-    def bind(self, *args, **params):
-        from ..trace import bind
 
-        return bind(self, args, params)
-
-    __call__ = bind
+def eval_graph(graph: Graph, args: Sequence[Any]) -> list[np.ndarray]:
+    """Run `graph` on NumPy arrays, equation by equation with each primitive's impl (the NumPy
+    implementation of higher-order primitives: the sub-graphs of calls, branches and loops)."""
+    env: dict = dict(zip(graph.inputs, args))
+    for e in graph.eqns:
+        out = e.primitive.impl(*[env[v] for v in e.inputs], **e.params)
+        outs = out if e.primitive.multiple_results else (out,)
+        env.update(zip(e.outputs, (np.asarray(o) for o in outs)))
+    return [env[v] for v in graph.outputs]

@@ -1,6 +1,9 @@
 """Elementwise primitives: arithmetic, transcendentals, comparisons, logic, select, convert.
 
-Operands broadcast as in NumPy; every VJP is un-broadcast to its operand's shape in one place."""
+Operands broadcast as in NumPy; every VJP is un-broadcast to its operand's shape in one place
+(Elementwise.vjp). The table at the bottom is where an elementwise primitive is defined: its NumPy
+ufunc (which also makes np.<ufunc> traceable), its gradients, written with ops, and its scalar
+template, whose {math} names each backend's math module resolves (cpu_math, cuda_math)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
@@ -9,6 +12,7 @@ import numpy as np
 
 from ..errors import IRError, ShapeError
 from ..ir import FLOAT_DTYPES, SUPPORTED_DTYPES, Aval, is_float
+from . import ops
 from .core import Primitive
 
 
@@ -22,22 +26,6 @@ def broadcast_shapes(name: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
             "aligns trailing dimensions, which must be equal or 1; reshape or np.expand_dims one "
             "operand to line its axes up."
         ) from None
-
-
-def unbroadcast(ct, shape: tuple[int, ...]):
-    """Sum a cotangent over the axes that broadcasting added or stretched, giving `shape`."""
-    from .reductions import reduce_sum
-    from .shape import reshape
-
-    if tuple(ct.shape) == tuple(shape):
-        return ct
-    lead = len(ct.shape) - len(shape)
-    axes = tuple(range(lead)) + tuple(
-        lead + i for i, s in enumerate(shape) if s == 1 and ct.shape[lead + i] != 1
-    )
-    if axes:
-        ct = reduce_sum(ct, axes=axes)
-    return reshape(ct, new_shape=tuple(shape)) if tuple(ct.shape) != tuple(shape) else ct
 
 
 class Elementwise(Primitive):
@@ -101,49 +89,56 @@ class Elementwise(Primitive):
             if tuple(raw.shape) != tuple(outs[0].shape) or raw.dtype != x.dtype:
                 raise IRError(f"VJP rule of {self.name} gave a cotangent {raw.dtype}{list(raw.shape)} for operand {i}; "
                               f"expected {x.dtype}{list(outs[0].shape)} before un-broadcasting")
-            result.append(unbroadcast(raw, tuple(x.shape)))
+            result.append(ops.unbroadcast(raw, tuple(x.shape)))
         return result
-
-
-def _fill_like(x, value):
-    from .shape import full
-
-    return full(shape=tuple(x.shape), dtype=x.dtype, value=value)
 
 
 def _safe_log(x):
     # log(x), with log(1) = 0 standing in where x == 0: pow's exponent gradient at a zero base
-    return log(select(x == 0, _fill_like(x, 1), x))
+    return ops.log(ops.select(ops.eq(x, 0), ops.full_like(x, 1), x))
 
 
 def _pow_base(ct, x, y, out):
-    return ct * select(y == 0, _fill_like(out, 0), y * power(x, y - 1))
+    return ops.mul(ct, ops.select(ops.eq(y, 0), ops.full_like(out, 0), ops.mul(y, ops.power(x, ops.sub(y, 1)))))
 
 
 def _share(ct, wins, ties):
     # the winning operand takes the cotangent; ties share it equally (as JAX does)
-    zero = _fill_like(ct, 0)
-    return select(wins, ct, zero) + select(ties, ct * 0.5, zero)
+    zero = ops.full_like(ct, 0)
+    return ops.add(ops.select(wins, ct, zero), ops.select(ties, ops.mul(ct, 0.5), zero))
 
 
-# -- arithmetic -------------------------------------------------------------------------------
+def _sqrt_of_product(a, b):
+    # sqrt(a * b), the form the inverse trig and hyperbolic gradients take (a product stays accurate near its zeros)
+    return ops.sqrt(ops.mul(a, b))
+
+
+# -- the table: name, NumPy ufunc, one gradient per operand (None: no gradient), scalar template ----
+# A gradient is rule(ct, *operands, out) -> the cotangent of that operand before un-broadcasting.
+
+# arithmetic
 add = Elementwise("add", np.add, [lambda ct, x, y, out: ct, lambda ct, x, y, out: ct], scalar="({0} + {1})")
-sub = Elementwise("sub", np.subtract, [lambda ct, x, y, out: ct, lambda ct, x, y, out: -ct], scalar="({0} - {1})")
-mul = Elementwise("mul", np.multiply, [lambda ct, x, y, out: ct * y, lambda ct, x, y, out: ct * x], scalar="({0} * {1})")
+sub = Elementwise("sub", np.subtract, [lambda ct, x, y, out: ct, lambda ct, x, y, out: ops.neg(ct)], scalar="({0} - {1})")
+mul = Elementwise("mul", np.multiply, [lambda ct, x, y, out: ops.mul(ct, y), lambda ct, x, y, out: ops.mul(ct, x)],
+                  scalar="({0} * {1})")
 div = Elementwise("div", np.true_divide,
-                  [lambda ct, x, y, out: ct / y, lambda ct, x, y, out: -(ct * out) / y], dtypes="float", scalar="({0} / {1})")
-neg = Elementwise("neg", np.negative, [lambda ct, x, out: -ct], scalar="(-{0})")
+                  [lambda ct, x, y, out: ops.div(ct, y), lambda ct, x, y, out: ops.div(ops.neg(ops.mul(ct, out)), y)],
+                  dtypes="float", scalar="({0} / {1})")
+neg = Elementwise("neg", np.negative, [lambda ct, x, out: ops.neg(ct)], scalar="(-{0})")
 # x ** k for a literal k: multiplications, as exact as NumPy (k = 1, 2) or within one rounding (k = 3, 4)
-power = Elementwise("pow", np.power, [_pow_base, lambda ct, x, y, out: ct * _safe_log(x) * out], scalar="{pow}({0}, {1})",
+power = Elementwise("pow", np.power, [_pow_base, lambda ct, x, y, out: ops.mul(ops.mul(ct, _safe_log(x)), out)],
+                    scalar="{pow}({0}, {1})",
                     literal_scalars={(1, 1.0): "{0}", (1, 2.0): "({0} * {0})", (1, 3.0): "({0} * {0} * {0})",
                                      (1, 4.0): "(({0} * {0}) * ({0} * {0}))"})
-absolute = Elementwise("abs", np.absolute, [lambda ct, x, out: ct * sign(x)], scalar="{abs}({0})")
+absolute = Elementwise("abs", np.absolute, [lambda ct, x, out: ops.mul(ct, ops.sign(x))], scalar="{abs}({0})")
 sign = Elementwise("sign", np.sign, None, scalar="{sign}({0})")
 maximum = Elementwise("maximum", np.maximum,
-                      [lambda ct, x, y, out: _share(ct, x > y, x == y), lambda ct, x, y, out: _share(ct, y > x, x == y)],
+                      [lambda ct, x, y, out: _share(ct, ops.gt(x, y), ops.eq(x, y)),
+                       lambda ct, x, y, out: _share(ct, ops.gt(y, x), ops.eq(x, y))],
                       scalar="{maximum}({0}, {1})")
 minimum = Elementwise("minimum", np.minimum,
-                      [lambda ct, x, y, out: _share(ct, x < y, x == y), lambda ct, x, y, out: _share(ct, y < x, x == y)],
+                      [lambda ct, x, y, out: _share(ct, ops.lt(x, y), ops.eq(x, y)),
+                       lambda ct, x, y, out: _share(ct, ops.lt(y, x), ops.eq(x, y))],
                       scalar="{minimum}({0}, {1})")
 
 # rounding: piecewise constant, so a zero gradient (tk.grad_pass_through gives straight-through)
@@ -151,19 +146,39 @@ floor = Elementwise("floor", np.floor, None, dtypes="float", scalar="{floor}({0}
 ceil = Elementwise("ceil", np.ceil, None, dtypes="float", scalar="{ceil}({0})")
 rint = Elementwise("rint", np.rint, None, dtypes="float", scalar="{rint}({0})")
 
-# -- transcendentals (float only) ---------------------------------------------------------------
-exp = Elementwise("exp", np.exp, [lambda ct, x, out: ct * out], dtypes="float", scalar="{exp}({0})")
-log = Elementwise("log", np.log, [lambda ct, x, out: ct / x], dtypes="float", scalar="{log}({0})")
-log1p = Elementwise("log1p", np.log1p, [lambda ct, x, out: ct / (x + 1)], dtypes="float", scalar="{log1p}({0})")
-expm1 = Elementwise("expm1", np.expm1, [lambda ct, x, out: ct * (out + 1)], dtypes="float", scalar="{expm1}({0})")
-sqrt = Elementwise("sqrt", np.sqrt, [lambda ct, x, out: ct * 0.5 / out], dtypes="float", scalar="{sqrt}({0})")
-sin = Elementwise("sin", np.sin, [lambda ct, x, out: ct * cos(x)], dtypes="float", scalar="{sin}({0})")
-cos = Elementwise("cos", np.cos, [lambda ct, x, out: -(ct * sin(x))], dtypes="float", scalar="{cos}({0})")
-tan = Elementwise("tan", np.tan, [lambda ct, x, out: ct * (out * out + 1)], dtypes="float", scalar="{tan}({0})")
-tanh = Elementwise("tanh", np.tanh, [lambda ct, x, out: ct * (1 - out * out)], dtypes="float", scalar="{tanh}({0})")
-arctan = Elementwise("arctan", np.arctan, [lambda ct, x, out: ct / (x * x + 1)], dtypes="float", scalar="{arctan}({0})")
+# transcendentals (float only)
+exp = Elementwise("exp", np.exp, [lambda ct, x, out: ops.mul(ct, out)], dtypes="float", scalar="{exp}({0})")
+log = Elementwise("log", np.log, [lambda ct, x, out: ops.div(ct, x)], dtypes="float", scalar="{log}({0})")
+log1p = Elementwise("log1p", np.log1p, [lambda ct, x, out: ops.div(ct, ops.add(x, 1))], dtypes="float",
+                    scalar="{log1p}({0})")
+expm1 = Elementwise("expm1", np.expm1, [lambda ct, x, out: ops.mul(ct, ops.add(out, 1))], dtypes="float",
+                    scalar="{expm1}({0})")
+sqrt = Elementwise("sqrt", np.sqrt, [lambda ct, x, out: ops.div(ops.mul(ct, 0.5), out)], dtypes="float",
+                   scalar="{sqrt}({0})")
+sin = Elementwise("sin", np.sin, [lambda ct, x, out: ops.mul(ct, ops.cos(x))], dtypes="float", scalar="{sin}({0})")
+cos = Elementwise("cos", np.cos, [lambda ct, x, out: ops.neg(ops.mul(ct, ops.sin(x)))], dtypes="float",
+                  scalar="{cos}({0})")
+tan = Elementwise("tan", np.tan, [lambda ct, x, out: ops.mul(ct, ops.add(ops.mul(out, out), 1))], dtypes="float",
+                  scalar="{tan}({0})")
+tanh = Elementwise("tanh", np.tanh, [lambda ct, x, out: ops.mul(ct, ops.sub(1, ops.mul(out, out)))], dtypes="float",
+                   scalar="{tanh}({0})")
+arctan = Elementwise("arctan", np.arctan, [lambda ct, x, out: ops.div(ct, ops.add(ops.mul(x, x), 1))], dtypes="float",
+                     scalar="{arctan}({0})")
+sinh = Elementwise("sinh", np.sinh, [lambda ct, x, out: ops.mul(ct, ops.cosh(x))], dtypes="float", scalar="{sinh}({0})")
+cosh = Elementwise("cosh", np.cosh, [lambda ct, x, out: ops.mul(ct, ops.sinh(x))], dtypes="float", scalar="{cosh}({0})")
+arcsin = Elementwise("arcsin", np.arcsin, [lambda ct, x, out: ops.div(ct, _sqrt_of_product(ops.sub(1, x), ops.add(x, 1)))],
+                     dtypes="float", scalar="{arcsin}({0})")
+arccos = Elementwise("arccos", np.arccos,
+                     [lambda ct, x, out: ops.neg(ops.div(ct, _sqrt_of_product(ops.sub(1, x), ops.add(x, 1))))],
+                     dtypes="float", scalar="{arccos}({0})")
+arcsinh = Elementwise("arcsinh", np.arcsinh, [lambda ct, x, out: ops.div(ct, ops.sqrt(ops.add(ops.mul(x, x), 1)))],
+                      dtypes="float", scalar="{arcsinh}({0})")
+arccosh = Elementwise("arccosh", np.arccosh, [lambda ct, x, out: ops.div(ct, _sqrt_of_product(ops.sub(x, 1), ops.add(x, 1)))],
+                      dtypes="float", scalar="{arccosh}({0})")
+arctanh = Elementwise("arctanh", np.arctanh, [lambda ct, x, out: ops.div(ct, ops.mul(ops.sub(1, x), ops.add(x, 1)))],
+                      dtypes="float", scalar="{arctanh}({0})")
 
-# -- comparisons and logic: bool results, no gradient -------------------------------------------
+# comparisons and logic: bool results, no gradient
 lt = Elementwise("lt", np.less, None, out_bool=True, scalar="({0} < {1})")
 le = Elementwise("le", np.less_equal, None, out_bool=True, scalar="({0} <= {1})")
 gt = Elementwise("gt", np.greater, None, out_bool=True, scalar="({0} > {1})")
@@ -181,8 +196,8 @@ class Select(Elementwise):
     def __init__(self):
         super().__init__(
             "select", None,
-            [None, lambda ct, c, a, b, out: select(c, ct, _fill_like(ct, 0)),
-             lambda ct, c, a, b, out: select(c, _fill_like(ct, 0), ct)],
+            [None, lambda ct, c, a, b, out: ops.select(c, ct, ops.full_like(ct, 0)),
+             lambda ct, c, a, b, out: ops.select(c, ops.full_like(ct, 0), ct)],
             nin=3, scalar="({1} if {0} else {2})",
         )
 
@@ -219,7 +234,7 @@ class Convert(Primitive):
         (ct,), (x,) = cts, ins
         if not (active[0] and is_float(x.dtype) and is_float(dtype)):
             return [None]
-        return [convert(ct, dtype=x.dtype) if x.dtype != ct.dtype else ct]
+        return [ops.convert(ct, dtype=x.dtype) if x.dtype != ct.dtype else ct]
 
 
 convert = Convert("convert")

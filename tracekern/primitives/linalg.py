@@ -7,14 +7,8 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..ir import Aval
+from . import ops
 from .core import Primitive
-
-
-def _swap_last(x):
-    from .shape import transpose
-
-    n = len(x.shape)
-    return transpose(x, perm=tuple(range(n - 2)) + (n - 1, n - 2))
 
 
 class Matmul(Primitive):
@@ -32,8 +26,8 @@ class Matmul(Primitive):
 
     def vjp(self, cts, ins, outs, active):
         (ct,), (a, b) = cts, ins
-        return [matmul(ct, _swap_last(b)) if active[0] else None,
-                matmul(_swap_last(a), ct) if active[1] else None]
+        return [ops.matmul(ct, ops.swap_last(b)) if active[0] else None,
+                ops.matmul(ops.swap_last(a), ct) if active[1] else None]
 
 
 matmul = Matmul("matmul")

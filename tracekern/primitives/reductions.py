@@ -7,11 +7,8 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..ir import Aval
+from . import ops
 from .core import Primitive
-
-
-def keepdims_shape(shape: tuple[int, ...], axes: tuple[int, ...]) -> tuple[int, ...]:
-    return tuple(1 if i in axes else s for i, s in enumerate(shape))
 
 
 class Reduce(Primitive):
@@ -37,48 +34,37 @@ class Reduce(Primitive):
     def impl(self, x, *, axes):
         return self.np_fn(x, axis=axes)
 
-    def _expand(self, v, x, axes):
-        """A reduced value reshaped to keepdims form and broadcast back to x's shape."""
-        from .shape import broadcast_to, reshape
-
-        return broadcast_to(reshape(v, new_shape=keepdims_shape(tuple(x.shape), axes)), shape=tuple(x.shape))
-
 
 class ReduceSum(Reduce):
     def vjp(self, cts, ins, outs, active, *, axes):
-        return [self._expand(cts[0], ins[0], axes)]
+        return [ops.expand(cts[0], ins[0].shape, axes)]
 
 
 class ReduceMinMax(Reduce):
     """The cotangent goes to the positions equal to the extremum, shared equally between ties."""
 
     def vjp(self, cts, ins, outs, active, *, axes):
-        from .elementwise import convert, eq
-
         x = ins[0]
-        mask = convert(eq(x, self._expand(outs[0], x, axes)), dtype=x.dtype)
-        count = reduce_sum(mask, axes=axes)
-        return [mask * self._expand(cts[0] / count, x, axes)]
+        mask = ops.convert(ops.eq(x, ops.expand(outs[0], x.shape, axes)), dtype=x.dtype)
+        count = ops.reduce_sum(mask, axes=axes)
+        return [ops.mul(mask, ops.expand(ops.div(cts[0], count), x.shape, axes))]
 
 
 class ReduceProd(Reduce):
     """d prod / d x_i = product of the other entries, computed without dividing by zero."""
 
     def vjp(self, cts, ins, outs, active, *, axes):
-        from .elementwise import convert, eq, select
-        from .shape import full
-
         x = ins[0]
-        is_zero = eq(x, full(shape=(), dtype=x.dtype, value=0))
-        ones = full(shape=tuple(x.shape), dtype=x.dtype, value=1)
-        nonzero_prod = self._expand(reduce_prod(select(is_zero, ones, x), axes=axes), x, axes)
-        zeros_count = self._expand(reduce_sum(convert(is_zero, dtype=x.dtype), axes=axes), x, axes)
-        zero = ones - 1
-        others = select(
-            eq(zeros_count, zero), nonzero_prod / select(is_zero, ones, x),
-            select(is_zero & eq(zeros_count, ones), nonzero_prod, zero),
+        is_zero = ops.eq(x, ops.full_like(x, 0, shape=()))
+        ones = ops.full_like(x, 1)
+        nonzero_prod = ops.expand(ops.reduce_prod(ops.select(is_zero, ones, x), axes=axes), x.shape, axes)
+        zeros_count = ops.expand(ops.reduce_sum(ops.convert(is_zero, dtype=x.dtype), axes=axes), x.shape, axes)
+        zero = ops.sub(ones, 1)
+        others = ops.select(
+            ops.eq(zeros_count, zero), ops.div(nonzero_prod, ops.select(is_zero, ones, x)),
+            ops.select(ops.logical_and(is_zero, ops.eq(zeros_count, ones)), nonzero_prod, zero),
         )
-        return [others * self._expand(cts[0], x, axes)]
+        return [ops.mul(others, ops.expand(cts[0], x.shape, axes))]
 
 
 reduce_sum = ReduceSum("reduce_sum", np.sum, has_identity=True, combine="{radd}({acc}, {x})", identity="0")

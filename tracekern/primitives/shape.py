@@ -9,6 +9,7 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..ir import SUPPORTED_DTYPES, Aval
+from . import ops
 from .core import Primitive
 
 
@@ -73,7 +74,7 @@ class Reshape(Primitive):
         return np.reshape(x, new_shape)
 
     def vjp(self, cts, ins, outs, active, *, new_shape):
-        return [reshape(cts[0], new_shape=tuple(ins[0].shape))]
+        return [ops.reshape(cts[0], new_shape=tuple(ins[0].shape))]
 
 
 class Transpose(Primitive):
@@ -94,7 +95,7 @@ class Transpose(Primitive):
         return np.transpose(x, perm)
 
     def vjp(self, cts, ins, outs, active, *, perm):
-        return [transpose(cts[0], perm=tuple(int(i) for i in np.argsort(perm)))]
+        return [ops.transpose(cts[0], perm=tuple(int(i) for i in np.argsort(perm)))]
 
 
 class BroadcastTo(Primitive):
@@ -114,9 +115,7 @@ class BroadcastTo(Primitive):
         return np.broadcast_to(x, shape)
 
     def vjp(self, cts, ins, outs, active, *, shape):
-        from .elementwise import unbroadcast
-
-        return [unbroadcast(cts[0], tuple(ins[0].shape))]
+        return [ops.unbroadcast(cts[0], tuple(ins[0].shape))]
 
 
 def _slice_shape(shape, index):
@@ -149,7 +148,7 @@ class Slice(Primitive):
         return x[_py_slices(index)]
 
     def vjp(self, cts, ins, outs, active, *, index):
-        return [unslice(cts[0], shape=tuple(ins[0].shape), index=index)]
+        return [ops.unslice(cts[0], shape=tuple(ins[0].shape), index=index)]
 
 
 class Unslice(Primitive):
@@ -166,7 +165,7 @@ class Unslice(Primitive):
         return out
 
     def vjp(self, cts, ins, outs, active, *, shape, index):
-        return [slice_(cts[0], index=index)]
+        return [ops.slice_(cts[0], index=index)]
 
 
 class Concatenate(Primitive):
@@ -195,7 +194,7 @@ class Concatenate(Primitive):
             n = x.shape[axis]
             if act:
                 index = tuple((start, start + n, 1) if i == axis else (0, s, 1) for i, s in enumerate(outs[0].shape))
-                result.append(slice_(cts[0], index=index))
+                result.append(ops.slice_(cts[0], index=index))
             else:
                 result.append(None)
             start += n

@@ -1,0 +1,73 @@
+"""backends/fusion.py on its own: how a graph's equations group into loop and call kernels, which
+values become buffers, and how long each lives (no compile: plans only)."""
+import numpy as np
+
+import tracekern as tk
+from tracekern import passes
+from tracekern.backends import fusion
+from tracekern.backends.fusion import CallKernel, Compute, Literal, LoopKernel, Read
+
+
+def plan_of(f, *args):
+    return fusion.plan(passes.inline_calls(tk.make_ir(f)(*args)))
+
+
+def test_an_elementwise_chain_and_its_reduction_are_one_loop():
+    p = plan_of(lambda x: np.sum(np.tanh(x) * 2 + np.sin(x)), np.ones((8, 4)))
+    (k,) = p.kernels
+    assert isinstance(k, LoopKernel) and k.domain == (8, 4) and not k.stores
+    assert [e.primitive.name for e in k.reductions] == ["reduce_sum"]
+    assert [s.eqn.primitive.name for s in k.body if isinstance(s, Compute)] == ["tanh", "mul", "sin", "add"]
+    assert [type(s) for s in k.body].count(Read) == 1 and any(isinstance(s, Literal) for s in k.body)
+    assert p.peak_bytes == 8 + 8   # the scalar result and its one partial sum (intermediates never become arrays)
+
+
+def test_views_are_index_arithmetic_and_a_value_two_loops_need_is_recomputed_in_each():
+    p = plan_of(lambda x: (np.exp(x).T * 2, np.sum(np.exp(x), axis=0)), np.ones((3, 5)))
+    loops = [k for k in p.kernels if isinstance(k, LoopKernel)]
+    assert all(not isinstance(k, CallKernel) for k in p.kernels)
+    exps = [s for k in loops for s in k.body if isinstance(s, Compute) and s.eqn.primitive.name == "exp"]
+    assert len(exps) == len(loops) == 2       # exp(x) recomputed in each loop, never stored
+    transposed = next(k for k in loops if k.stores)
+    assert transposed.domain == (5, 3)
+    read = next(s for s in transposed.body if isinstance(s, Read))
+    assert read.index == ("i1", "i0")
+
+
+def test_matmul_is_a_call_kernel_with_a_transposed_operand_passed_as_a_view():
+    p = plan_of(lambda a, b: np.tanh(a.T @ b), np.ones((4, 3)), np.ones((4, 2)))
+    call = next(k for k in p.kernels if isinstance(k, CallKernel))
+    assert call.eqn.primitive.name == "matmul"
+    assert [t for _, t in call.operands] == [True, False]
+    assert call.operands[0][0] is p.graph.inputs[0]     # the argument itself, read transposed
+
+
+def test_a_value_broadcast_into_a_larger_loop_is_materialized_once():
+    p = plan_of(lambda x, y: np.exp(x)[:, None] * y, np.ones(6), np.ones((6, 7)))
+    loops = [k for k in p.kernels if isinstance(k, LoopKernel)]
+    assert [k.domain for k in loops] == [(6,), (6, 7)]
+    assert len(loops[0].stores) == 1 and loops[0].stores[0] in p.buffers
+
+
+def test_buffers_live_from_their_kernel_to_their_last_reader_and_large_loops_run_in_parallel():
+    n = fusion.PARALLEL_MIN_ELEMENTS
+    p = plan_of(lambda a, b: (a @ b) @ b, np.ones((8, 8)), np.ones((8, 8)))
+    first, second = p.kernels
+    tmp = first.eqn.outputs[0]
+    assert p.buffers[tmp] == 0 and p.frees[1] == [tmp]
+    assert p.peak_bytes == 2 * 8 * 8 * 8
+    big = plan_of(lambda x: np.exp(x) * 2, np.ones((n // 4, 4)))
+    small = plan_of(lambda x: np.exp(x) * 2, np.ones((n // 8, 4)))
+    assert big.kernels[0].parallel and big.kernels[0].num_chunks > 1 and not small.kernels[0].parallel
+
+
+def test_reduction_layouts():
+    def layout(axes):
+        p = plan_of(lambda x: np.sum(np.exp(x), axis=axes), np.ones((4, 5, 6)))
+        (k,) = p.kernels
+        return fusion.reduction_layout(k, k.reductions[0])
+
+    assert layout((1, 2)) == ("suffix", 1)
+    assert layout((0, 1, 2)) == ("suffix", 0)
+    assert layout((0, 1)) == ("partial", 0)
+    assert layout((1,)) == ("memory", 0)

@@ -1,0 +1,178 @@
+"""The import graph of tracekern/, built from the source with `ast`: no cycle, no import of a
+tracekern module inside a function (where a cycle would hide), and the layers point one way.
+
+Optional dependencies (numba.cuda, dask, distributed, matplotlib) may be imported in functions: they
+are not tracekern modules. The backend registry loads a backend's module when it is first used; its
+module names count as edges of the graph."""
+import ast
+import pathlib
+import textwrap
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def module_files(package_dir: pathlib.Path) -> dict[str, pathlib.Path]:
+    out = {}
+    for path in package_dir.rglob("*.py"):
+        parts = list(path.relative_to(package_dir.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+def _target(module: str, node: ast.AST, is_package: bool, known: dict) -> list[str]:
+    """The modules an import statement names (a `from package import module` names the module)."""
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    base = module.split(".") if is_package else module.split(".")[:-1]
+    if node.level:
+        base = base[: len(base) - (node.level - 1)]
+        prefix = ".".join(base + ([node.module] if node.module else []))
+    else:
+        prefix = node.module
+    return [f"{prefix}.{a.name}" if f"{prefix}.{a.name}" in known else prefix for a in node.names]
+
+
+def import_graph(package_dir: pathlib.Path):
+    """(edges: module -> set of modules it imports when it is imported, function_level: list of
+    (module, line, imported module) for tracekern imports inside functions)."""
+    known = module_files(package_dir)
+    root = package_dir.name
+    edges = {m: set() for m in known}
+    function_level = []
+    for module, path in known.items():
+        tree = ast.parse(path.read_text(), str(path))
+        is_package = path.name == "__init__.py"
+
+        def visit(node, in_function):
+            for child in ast.iter_child_nodes(node):
+                if isinstance(child, (ast.Import, ast.ImportFrom)):
+                    for target in _target(module, child, is_package, known):
+                        if target != root and not target.startswith(root + "."):
+                            continue
+                        while target not in known and "." in target:
+                            target = target.rsplit(".", 1)[0]
+                        if in_function:
+                            function_level.append((module, child.lineno, target))
+                        else:
+                            edges[module].add(target)
+                            # importing a.b.c runs the packages a.b and a first, unless this module
+                            # is inside them (then they are being imported already)
+                            parent = target.rsplit(".", 1)[0] if "." in target else None
+                            while parent and parent != root:
+                                if not (module == parent or module.startswith(parent + ".")):
+                                    edges[module].add(parent)
+                                parent = parent.rsplit(".", 1)[0] if "." in parent else None
+                elif isinstance(child, ast.Constant) and isinstance(child.value, str) and "." in child.value \
+                        and child.value in known:
+                    edges[module].add(child.value)   # a module loaded by its dotted name (the backend registry)
+                visit(child, in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)))
+
+        visit(tree, False)
+    return edges, function_level
+
+
+def find_cycle(edges: dict) -> list[str] | None:
+    """One cycle as a list of modules (first == last), or None."""
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def dfs(m):
+        state[m] = 1
+        stack.append(m)
+        for n in sorted(edges.get(m, ())):
+            if state.get(n) == 1:
+                return stack[stack.index(n):] + [n]
+            if n not in state:
+                found = dfs(n)
+                if found:
+                    return found
+        stack.pop()
+        state[m] = 2
+        return None
+
+    for m in sorted(edges):
+        if m not in state:
+            found = dfs(m)
+            if found:
+                return found
+    return None
+
+
+EDGES, FUNCTION_LEVEL = import_graph(ROOT / "tracekern")
+
+
+def test_no_function_level_import_of_a_tracekern_module():
+    assert not FUNCTION_LEVEL, "imports inside functions: " + ", ".join(f"{m}:{line} imports {t}"
+                                                                         for m, line, t in FUNCTION_LEVEL)
+
+
+def test_no_import_cycle():
+    cycle = find_cycle(EDGES)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def reaches(start: str, edges: dict) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        m = todo.pop()
+        for n in edges.get(m, ()):
+            if n not in seen:
+                seen.add(n)
+                todo.append(n)
+    return seen
+
+
+# module -> rooms it must never import, directly or through others: the pipeline runs one way,
+# ir <- primitives <- trace <- autodiff / remat / passes <- api; backends render finished graphs
+LAYERS = {
+    "tracekern.ir": ["tracekern.primitives", "tracekern.trace"],
+    "tracekern.primitives": ["tracekern.trace", "tracekern.autodiff", "tracekern.numpy", "tracekern.passes",
+                             "tracekern.api", "tracekern.backends"],
+    "tracekern.passes": ["tracekern.trace", "tracekern.autodiff", "tracekern.api"],
+    "tracekern.trace": ["tracekern.autodiff", "tracekern.remat", "tracekern.numpy", "tracekern.api",
+                        "tracekern.staging", "tracekern.backends"],
+    "tracekern.remat": ["tracekern.trace", "tracekern.autodiff", "tracekern.api"],
+    "tracekern.autodiff": ["tracekern.numpy", "tracekern.api", "tracekern.staging", "tracekern.backends"],
+    "tracekern.staging": ["tracekern.api"],
+    "tracekern.backends.fusion": ["tracekern.trace", "tracekern.autodiff", "tracekern.api", "tracekern.numpy"],
+    "tracekern.backends.cpu": ["tracekern.trace", "tracekern.autodiff", "tracekern.api", "tracekern.numpy"],
+    "tracekern.backends.cuda": ["tracekern.trace", "tracekern.autodiff", "tracekern.api", "tracekern.numpy"],
+    "tracekern.backends.interpret": ["tracekern.trace", "tracekern.autodiff", "tracekern.api", "tracekern.numpy"],
+}
+
+
+@pytest.mark.parametrize("module", sorted(LAYERS))
+def test_layers_point_one_way(module):
+    below = reaches(module, EDGES) | {module}
+    wrong = sorted(m for m in below for banned in LAYERS[module] if m == banned or m.startswith(banned + "."))
+    assert not wrong, f"{module} imports (maybe through others) {wrong}"
+
+
+def test_the_checks_catch_a_cycle_a_hidden_import_and_a_cycle_through_a_package(tmp_path):
+    pkg = tmp_path / "tracekern"
+    (pkg / "sub").mkdir(parents=True)
+    files = {
+        "__init__.py": "from . import a\n",
+        "a.py": "from . import b\n",
+        "b.py": "import numpy\n\ndef f():\n    from . import a\n    from dask import array\n    return a\n",
+        "c.py": "from .sub import d\n",
+        "sub/__init__.py": "from . import d, e\n",
+        "sub/d.py": "X = 1\n",
+        "sub/e.py": "from .. import c\n",
+        "g.py": "MODULES = {'x': 'tracekern.a'}\n",
+    }
+    for name, text in files.items():
+        (pkg / name).write_text(textwrap.dedent(text))
+    edges, function_level = import_graph(pkg)
+    assert function_level == [("tracekern.b", 4, "tracekern.a")]     # (dask is not a tracekern module)
+    # c -> sub.d runs the package sub first, which imports e, which imports c
+    assert find_cycle(edges) == ["tracekern.c", "tracekern.sub", "tracekern.sub.e", "tracekern.c"]
+    assert "tracekern.a" in edges["tracekern.g"]
+    edges["tracekern.sub.e"].clear()
+    assert find_cycle(edges) is None
+    edges["tracekern.a"].add("tracekern.g")
+    assert find_cycle(edges) == ["tracekern.a", "tracekern.g", "tracekern.a"]

@@ -1,0 +1,356 @@
+"""Staging: a function called on arrays is traced once per argument signature, compiled on a backend
+and run (Staged, with its signature cache); tk.vjp's two compiled halves are cached the same way
+(stage_vjp). Also what a call runs (Lowered, MemoryReport) and its export to another process
+(Exported)."""
+from __future__ import annotations
+
+import functools
+import weakref
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from . import autodiff, backends, passes, remat
+from .arguments import arg_name, flatten_call, fun_name, to_user
+from .errors import TracekernError
+from .ir import Aval, Graph, is_float
+from .pytree import TreeDef, tree_flatten, tree_unflatten
+from .trace import FlatArgs, Tracer, Variable, current_builder, trace_to_graph
+
+# ----------------------------------------------------------------------------- compiled entries
+
+
+@dataclass(eq=False)
+class CompiledEntry:
+    """A graph compiled for one signature: call it with the argument leaves, get the result tree."""
+
+    graph: Graph | None
+    out_treedef: TreeDef
+    run: Callable
+    variables: tuple = ()   # Variables the function reads: inputs after the arguments
+    _var_avals: tuple = field(init=False, repr=False)
+    _is_input: list = field(init=False, repr=False)
+    _out_shape: str = field(init=False, repr=False)
+    _out_avals: tuple = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._var_avals = tuple(v.aval for v in self.variables)
+        # outputs that are graph inputs are copied, so a result never aliases the caller's array
+        inputs = set(self.graph.inputs)
+        self._is_input = [v in inputs for v in self.graph.outputs]
+        self._out_avals = tuple(v.aval for v in self.graph.outputs)
+        td = self.out_treedef
+        # the common output structures, built without walking the tree: one array, a flat tuple
+        self._out_shape = "leaf" if td.kind == "leaf" else (
+            "tuple" if td.kind == "tuple" and all(c.kind == "leaf" for c in td.children) else "tree")
+
+    @property
+    def out_avals(self) -> tuple[Aval, ...]:
+        return self._out_avals
+
+    def __getstate__(self) -> dict:
+        """Pickled without the graph (an Exported in another process needs only the runner)."""
+        return dict(self.__dict__, graph=None)
+
+    def variables_match(self) -> bool:
+        """Whether every Variable still has the shape and dtype this entry was traced for."""
+        return all(v.aval == a for v, a in zip(self.variables, self._var_avals))
+
+    def __call__(self, leaves: Sequence) -> Any:
+        if self.variables:
+            leaves = list(leaves) + [v._value for v in self.variables]
+        outs = [np.array(o) if copy and isinstance(o, np.ndarray) else to_user(o)
+                for o, copy in zip(self.run(leaves), self._is_input)]
+        if self._out_shape == "leaf":
+            return outs[0]
+        if self._out_shape == "tuple":
+            return tuple(outs)
+        return tree_unflatten(self.out_treedef, outs)
+
+
+@dataclass(frozen=True)
+class Signature:
+    """What a call is specialised on, and its argument leaves as arrays."""
+
+    key: tuple          # (treedefs of the dynamic arguments and keywords, (shape, dtype) per leaf, weak flags, statics)
+    arrays: tuple
+    make_graph: Callable[[], tuple[Graph, TreeDef, tuple]]
+
+
+class Exported:
+    """A tk.jit function compiled for one argument signature (Staged.export). Pickling keeps the
+    generated source, its constants and the output structure, not the graph or machine code; the
+    receiving process imports the source through its disk cache, so Numba compiles it there once
+    and later processes load the cached machine code."""
+
+    def __init__(self, name: str, treedefs: tuple, signature: tuple, entry: CompiledEntry):
+        self.name = name
+        self._treedefs = treedefs            # of the positional arguments, then of {} (no keywords)
+        self._signature = signature          # ((shape, dtype.str), ...) per leaf
+        self._entry = entry
+
+    @property
+    def out_avals(self) -> list[Aval]:
+        """Shape and dtype of each output leaf (in tree_flatten order)."""
+        return list(self._entry.out_avals)
+
+    @property
+    def out_treedef(self) -> TreeDef:
+        return self._entry.out_treedef
+
+    def __call__(self, *args) -> Any:
+        treedefs = tuple(tree_flatten(a)[1] for a in args + ({},))
+        if treedefs != self._treedefs:
+            raise ValueError(f"{self.name} was exported for arguments of structure {self._treedefs[:-1]!r}, "
+                             f"got {treedefs[:-1]!r}")
+        leaves = tree_flatten(args)[0]
+        arrays = []
+        for j, (x, (shape, dtype)) in enumerate(zip(leaves, self._signature)):
+            a = np.asarray(x)
+            if a.shape != shape or a.dtype.str != dtype:
+                raise ValueError(f"{self.name} was exported for leaf {j} of shape {shape} and dtype "
+                                 f"{np.dtype(dtype)}, got {a.shape} {a.dtype}; export it again for these arguments")
+            arrays.append(a)
+        return self._entry(arrays)
+
+
+@dataclass(frozen=True)
+class MemoryReport:
+    """Bytes: residual_bytes saved between tk.vjp's forward and backward (None when the function is
+    not a plain one of arrays), saved_bytes the part of them that is not the function's own inputs
+    (the memory the forward keeps beyond what the caller holds anyway), and the planned peak of each
+    compiled function (buffers alive at once, outputs included, the caller's inputs not)."""
+
+    residual_bytes: int | None
+    peak_bytes: dict[str, int]
+    saved_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class Lowered:
+    ir: Graph
+    source: str | None
+    memory: MemoryReport
+    vjp: remat.SplitVJP | None = None
+
+    def __str__(self) -> str:
+        return f"{self.ir}\n\nmemory: {self.memory}"
+
+
+# ----------------------------------------------------------------------------- Staged
+
+
+class Staged:
+    """A function that, called on arrays, traces `emit` per argument signature, compiles the graph
+    on `backend` and runs it; called inside another trace, it emits into that trace (inlining)."""
+
+    def __init__(self, fun: Callable, emit: Callable, *, backend: str | None = None,
+                 static_argnums: Sequence[int] | int = ()):
+        self.fun = fun
+        self.emit = emit
+        self.backend = backend
+        self._device = (backend or backends.default_backend()) == "cuda"
+        self.static_argnums = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
+        self._cache: dict[Any, CompiledEntry] = {}
+        # positional plain ndarrays only: (shape, dtype) per argument -> entry, checked before the
+        # general signature (pytree flattening, conversions), which costs several microseconds
+        self._fast: dict[tuple, CompiledEntry] = {}
+        self.trace_count = 0
+        if not isinstance(fun, functools.partial):
+            functools.update_wrapper(self, fun, updated=())
+
+    def __repr__(self) -> str:
+        return f"<tracekern {type(self).__name__} of {fun_name(self.fun)}>"
+
+    def __get__(self, instance, owner):
+        """As a method decorator: one Staged per instance, with the instance bound (not traced)."""
+        if instance is None:
+            return self
+        key = f"__tracekern_bound_{id(self)}"
+        bound = getattr(instance, "__dict__", {}).get(key)
+        if bound is None:
+            bound = Staged(functools.partial(self.fun, instance), functools.partial(self.emit, instance),
+                           backend=self.backend,
+                           static_argnums=tuple(i - 1 for i in self.static_argnums if i > 0))
+            if hasattr(instance, "__dict__"):
+                instance.__dict__[key] = bound
+        return bound
+
+    def __call__(self, *args, **kwargs):
+        if current_builder() is not None:
+            return self.emit(*args, **kwargs)
+        plain = not kwargs and not self.static_argnums and all(type(a) is np.ndarray for a in args)
+        if plain:
+            entry = self._fast.get(fast_key := tuple([(a.shape, a.dtype) for a in args]))
+            if entry is not None and (not entry.variables or entry.variables_match()):
+                return entry(args)
+        sig = self._signature(args, kwargs)
+        entry = self._entry(sig)
+        if plain:
+            self._fast[fast_key] = entry
+        return entry(sig.arrays)
+
+    def _entry(self, sig: Signature) -> CompiledEntry:
+        """The compiled entry of a signature, traced and compiled if there is none yet (or a
+        Variable's shape or dtype changed since)."""
+        entry = self._cache.get(sig.key)
+        if entry is None or not entry.variables_match():
+            graph, out_td, variables = sig.make_graph()
+            compile_graph = backends.get_compiler(self.backend or backends.default_backend())
+            entry = CompiledEntry(graph, out_td, compile_graph(graph), variables)
+            self._cache[sig.key] = entry
+        return entry
+
+    def lower(self, *args, **kwargs) -> Lowered:
+        """What a call on these arguments runs: .ir (the graph), .source (the generated Numba source;
+        None on "interpret"), .memory (.peak_bytes of each compiled function; .residual_bytes saved
+        between the two halves of tk.vjp(f) on these arguments)."""
+        entry = self._entry(self._signature(args, kwargs))
+        peaks = {"step": entry.run.peak_bytes}
+        residual, saved, split = None, None, None
+        if not kwargs and not self.static_argnums and not isinstance(self.fun, functools.partial):
+            try:
+                staged = stage_vjp(self.fun, args, False, self.backend)[0]
+            except TracekernError:   # no reverse mode for this function (e.g. the grad of a checkpointed loop)
+                staged = None
+            if staged is not None:
+                split = staged.split
+                residual, saved = split.residual_bytes, split.saved_bytes
+                peaks.update(vjp_forward=staged.forward.peak_bytes, vjp_backward=staged.backward.peak_bytes)
+        return Lowered(entry.graph, entry.run.source, MemoryReport(residual, peaks, saved), split)
+
+    def export(self, *args) -> Exported:
+        """This function compiled for the signature of `args` (arrays, or anything with .shape and
+        .dtype), as an object that pickles to the generated module's source and runs in another
+        process: there it is loaded through that process's disk cache (compiled once, then reused).
+        Its machine code is never pickled. tracekern.dask ships these to Dask workers."""
+        if self.static_argnums:
+            raise ValueError(f"export of {fun_name(self.fun)}: static_argnums are not supported; close over the "
+                             "static values (functools.partial) instead")
+        leaves, treedef = tree_flatten(args)
+        examples = [np.empty(x.shape, x.dtype) if hasattr(x, "shape") and hasattr(x, "dtype") and not
+                    isinstance(x, (np.ndarray, Tracer)) else x for x in leaves]
+        sig = self._signature(tree_unflatten(treedef, examples), {})
+        entry = self._entry(sig)
+        if entry.variables:
+            raise ValueError(f"export of {fun_name(self.fun)}: it reads tk.Variables ({len(entry.variables)}), whose "
+                             "values live in this process; pass them as arguments instead")
+        if not getattr(entry.run, "portable", False):
+            raise ValueError(f"export of {fun_name(self.fun)}: the {self.backend or backends.default_backend()!r} backend's "
+                             "compiled functions cannot run in another process; use backend='cpu'")
+        return Exported(fun_name(self.fun), sig.key[0], sig.key[1], entry)
+
+    def _split_static(self, args: tuple) -> tuple[tuple, tuple]:
+        statics = []
+        for i in self.static_argnums:
+            if not -len(args) <= i < len(args):
+                raise ValueError(f"static_argnums={self.static_argnums} but {fun_name(self.fun)} got {len(args)} arguments")
+            v = args[i]
+            try:
+                hash(v)
+            except TypeError:
+                raise TypeError(f"static {arg_name(self.fun, i % len(args))} of {fun_name(self.fun)} must be "
+                                f"hashable, got {type(v).__name__}") from None
+            statics.append((i % len(args), v))
+        static_pos = {i for i, _ in statics}
+        dynamic = tuple(a for i, a in enumerate(args) if i not in static_pos)
+        return tuple(statics), dynamic
+
+    def _signature(self, args: tuple, kwargs: dict | None = None) -> Signature:
+        """The cache key of a call, its argument arrays, and a function that traces the graph for
+        this signature. Keyword arguments are traced inputs like positional ones (transforms never
+        differentiate them)."""
+        statics, dynamic = self._split_static(args)
+        kwargs = kwargs or {}
+        positions = [i for i in range(len(args)) if i not in {j for j, _ in statics}]
+        names = lambda i: arg_name(self.fun, positions[i]) if i < len(dynamic) else "keyword argument"  # noqa: E731
+        flat = flatten_call(self.fun, dynamic + (kwargs,), self._device, names)
+        key = (flat.treedefs, tuple((a.shape, a.dtype.str) for a in flat.avals), flat.weak, statics)
+
+        def make_graph() -> tuple[Graph, TreeDef, tuple]:
+            self.trace_count += 1
+
+            def traced(*tracers):
+                *dyn, kw = flat.unflatten(tracers)
+                return self.emit(*_merge_static(tuple(dyn), statics), **kw)
+
+            graph, out_td, captured = trace_to_graph(traced, flat.avals, flat.weak)
+            assert all(isinstance(c, Variable) for c in captured), "top-level trace captured outer values"
+            return graph, out_td, tuple(captured)
+
+        return Signature(key, flat.leaves, make_graph)
+
+
+def _merge_static(dynamic: tuple, statics: tuple) -> tuple:
+    args = list(dynamic)
+    for i, v in statics:
+        args.insert(i, v)
+    return tuple(args)
+
+
+# ----------------------------------------------------------------------------- tk.vjp's two halves
+
+
+def split_aux(fun: Callable, out_td: TreeDef, has_aux: bool) -> tuple[TreeDef, TreeDef | None]:
+    """(structure of the differentiated output, of the aux output) of a function's result."""
+    if not has_aux:
+        return out_td, None
+    if out_td.kind not in ("tuple", "list") or len(out_td.children) != 2:
+        raise TypeError(f"{fun_name(fun)} was transformed with has_aux=True, so it must return a pair "
+                        f"(output, aux); it returned structure {out_td!r}")
+    return out_td.children[0], out_td.children[1]
+
+
+def trace_call(fun: Callable, flat: FlatArgs):
+    """trace_to_graph of fun on flattened arguments: (graph, out treedef, captured values)."""
+    return trace_to_graph(lambda *leaves: fun(*flat.unflatten(leaves)), flat.avals, flat.weak)
+
+
+@dataclass(frozen=True)
+class StagedVJP:
+    """tk.vjp of a function for one signature: the split graphs and their compiled halves."""
+
+    split: remat.SplitVJP
+    value_treedef: TreeDef
+    aux_treedef: TreeDef | None
+    active: tuple[bool, ...]             # per argument leaf: differentiated (a float leaf)
+    forward: Callable                    # compiled split.forward: outputs, then residuals
+    backward: Callable                   # compiled split.backward: residuals and cotangents -> gradients
+    variables: tuple                     # Variables the function reads: inputs after the arguments
+    variable_avals: tuple
+
+    def variables_match(self) -> bool:
+        return all(v.aval == a for v, a in zip(self.variables, self.variable_avals))
+
+
+_VJP_CACHE: weakref.WeakKeyDictionary[Callable, dict] = weakref.WeakKeyDictionary()
+
+
+def stage_vjp(fun: Callable, args: tuple, has_aux: bool, backend: str | None = None) -> tuple[StagedVJP, FlatArgs]:
+    """The tk.vjp of fun for the signature of args (traced, split and compiled once per signature),
+    and args flattened (leaves as arrays)."""
+    backend = backend or backends.default_backend()
+    flat = flatten_call(fun, args, device=backend == "cuda")
+    key = (flat.treedefs, flat.avals, flat.weak, has_aux, backend)
+    try:
+        per_fun = _VJP_CACHE.setdefault(fun, {})
+    except TypeError:  # not weak-referenceable: no caching
+        per_fun = {}
+    staged = per_fun.get(key)
+    if staged is None or not staged.variables_match():   # (new, or a Variable's shape or dtype changed)
+        graph, out_td, captured = trace_call(fun, flat)
+        assert all(isinstance(c, Variable) for c in captured), "top-level trace captured outer values"
+        variables = tuple(captured)
+        value_td, aux_td = split_aux(fun, out_td, has_aux)
+        n_out = value_td.num_leaves
+        active = tuple(is_float(aval.dtype) for aval in flat.avals)
+        joint = autodiff.vjp(graph, active + (False,) * len(variables),
+                             seeded=[i < n_out for i in range(len(graph.outputs))], zeros=True)
+        split = remat.split_joint(passes.simplify(joint.graph), joint.num_primals, len(graph.outputs))
+        compiler = backends.get_compiler(backend)
+        staged = StagedVJP(split, value_td, aux_td, active, compiler(split.forward), compiler(split.backward),
+                           variables, tuple(v.aval for v in variables))
+        per_fun[key] = staged
+    return staged, flat
