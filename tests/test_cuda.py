@@ -21,6 +21,10 @@ from tracekern.backends import cuda as tkcuda
 
 TOL = {np.float32: dict(rtol=2e-5, atol=1e-5), np.float64: dict(rtol=1e-11, atol=1e-12)}
 SIMULATOR = tkcuda.launch_config().simulator
+# a row long enough that a block folds it in several chunks on this device (the simulator's launch
+# has 2 blocks of 32 threads; a GPU's 256 threads that fold at least 8 elements each)
+_L = tkcuda.launch_config()
+LONG_ROW = 2 * _L.threads * _L.min_chunk + 6
 
 
 def both(fun, *args):
@@ -30,10 +34,10 @@ def both(fun, *args):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64])
 @pytest.mark.parametrize("op", ["sum", "max", "min", "prod"])
 def test_reductions_over_every_axis_combination(op, dtype):
-    """Shapes that fold by block (last axis reduced) and by thread, in one chunk and in several
-    (the simulator's launch has 2 blocks of 32 threads: 70 and 150 elements need chunks)."""
+    """Shapes that fold by block (last axis reduced) and by thread, in one chunk and in several, on
+    this device's launch sizes (LONG_ROW and 150 elements need chunks)."""
     rng = np.random.default_rng(0)
-    for shape in ((3, 4, 5), (2, 5, 70), (150, 2, 1)):
+    for shape in ((3, 4, 5), (2, 5, LONG_ROW), (150, 2, 1)):
         if dtype == np.int64:
             x = rng.integers(-3, 4, shape).astype(dtype)
             fun_of = lambda axes: lambda a: getattr(np, op)(a * 2 - 1, axis=axes)  # noqa: E731
@@ -50,7 +54,7 @@ def test_reductions_over_every_axis_combination(op, dtype):
 
 def test_chunked_reductions_are_planned_with_several_partials():
     """The shapes above do reach the two-pass path (a fold kernel), in both layouts."""
-    x = np.ones((2, 5, 70))
+    x = np.ones((2, 5, LONG_ROW))
     by_block = tk.jit(lambda a: a.sum(), backend="cuda").lower(x).source
     by_thread = tk.jit(lambda a: a.sum(axis=0), backend="cuda").lower(np.ones((150, 2, 1))).source
     for source in (by_block, by_thread):

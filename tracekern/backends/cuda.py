@@ -23,7 +23,7 @@ from numba.core.errors import NumbaError
 from .. import passes
 from ..errors import TracekernError
 from ..ir import Graph, Var
-from . import cache, cuda_math, fusion, render, scalar_rules, units
+from . import cache, cublas, cuda_math, fusion, render, scalar_rules, units
 from .fusion import CallKernel, Literal, LoopKernel, Read
 from .render import CASTS, CONTROL, ControlRenderer, identity_literal, literal
 from .units import Unit
@@ -43,6 +43,7 @@ class Launch:
     tile: int          # matmul tiles are tile x tile
     min_chunk: int     # elements a thread folds at least before a reduction splits into partials
     simulator: bool
+    cublas: bool = False   # float matmuls on cuBLAS (nvmath-python installed; never on the simulator)
 
 
 @functools.cache
@@ -56,7 +57,8 @@ def launch_config() -> Launch:
                              "On a machine without one, set NUMBA_ENABLE_CUDASIM=1 before numba is imported to "
                              "run on Numba's CUDA simulator (slow; for tests), or use backend='cpu'.")
     dev = cuda.get_current_device()
-    return Launch(threads=256, max_blocks=dev.MULTIPROCESSOR_COUNT * 8, tile=16, min_chunk=8, simulator=False)
+    return Launch(threads=256, max_blocks=dev.MULTIPROCESSOR_COUNT * 8, tile=16, min_chunk=8, simulator=False,
+                  cublas=cublas.library() is not None)
 
 
 def _header(what: str, launch: Launch) -> str:
@@ -118,6 +120,49 @@ class Runtime:
     def print(self, items: list, sep: str) -> None:
         print(*[self.host(x) if hasattr(x, "copy_to_host") else x for x in items], sep=sep, flush=True)
 
+    # -- cuBLAS (backends/cublas.py) ----------------------------------------------------------
+    def pointer(self, x) -> int:
+        """A device array's address (on the simulator: its host memory's, for a cuBLAS stand-in)."""
+        return x.ctypes.data if cuda_math.SIMULATOR else x.device_ctypes_pointer.value
+
+    def stream_handle(self) -> int:
+        h = getattr(self.stream, "handle", None)
+        if h is None:
+            return 0
+        try:
+            return int(h)
+        except TypeError:
+            return int(getattr(h, "value", 0) or 0)
+
+    def workspace(self, nbytes: int):
+        buf = self.empty((nbytes,), np.uint8)
+        return _Memory(buf, self.pointer(buf), nbytes)
+
+    @staticmethod
+    def dense(*arrays) -> bool:
+        """Whether every array is C-contiguous (cuBLAS needs a leading dimension; an input on the
+        device may be any strided view, which the tiled kernel takes instead)."""
+        return all(a.flags["C_CONTIGUOUS"] if hasattr(a, "flags") else a.is_c_contiguous() for a in arrays)
+
+    def gemm(self, a, a_t: bool, b, b_t: bool, c, tf32: bool) -> None:
+        """c = op(a) @ op(b) on cuBLAS, on this stream (asynchronous)."""
+        plan = _gemm_plan(tuple(a.shape), a_t, tuple(b.shape), b_t)
+        device = 0 if cuda_math.SIMULATOR else self.cuda.get_current_device().id
+        cublas.blas(device, self.workspace).gemm(self.stream_handle(), np.dtype(c.dtype), plan, self.pointer(a),
+                                                 self.pointer(b), self.pointer(c), tf32)
+
+
+@dataclass(frozen=True)
+class _Memory:
+    array: object
+    pointer: int
+    nbytes: int
+
+
+@functools.lru_cache(maxsize=1024)
+def _gemm_plan(a_shape, a_t, b_shape, b_t):
+    return cublas.gemm_plan(a_shape, a_t, b_shape, b_t)
+
 
 @functools.cache
 def runtime() -> Runtime:
@@ -174,9 +219,13 @@ class CompiledStep:
         return self._module
 
 
-def compile_graph(graph: Graph) -> CompiledStep:
+def compile_graph(graph: Graph, matmul_precision: str = "highest") -> CompiledStep:
+    """The step for `graph`. matmul_precision: "highest" (full float32) or "tf32" (float32 matmuls on
+    cuBLAS may use TF32 tensor cores: inputs rounded to 10-bit mantissas)."""
+    if matmul_precision not in cublas.PRECISIONS:
+        raise ValueError(f"matmul_precision must be one of {cublas.PRECISIONS}, got {matmul_precision!r}")
     plan = fusion.plan(graph)
-    module = _Module(launch_config())
+    module = _Module(launch_config(), tf32=matmul_precision == "tf32")
     renderer = _Renderer(plan, module)
     host, host_lines = renderer.render()
     consts = [renderer.const_value(v) for v in plan.consts]
@@ -190,8 +239,9 @@ class _Module:
     from its module: backends/units.py), a host function per control-flow sub-graph, and the
     constant arrays those read (the tuple X every host function receives)."""
 
-    def __init__(self, launch: Launch):
+    def __init__(self, launch: Launch, tf32: bool = False):
         self.launch = launch
+        self.tf32 = tf32
         self.host_lines: list[str] = []
         self.units: dict[str, Unit] = {}
         self.aliases: dict[str, str] = {}
@@ -307,10 +357,10 @@ class _Renderer(ControlRenderer):
         self.emit(1, f"return ({', '.join(outs)},)" if outs else "return ()")
 
     # -- buffers and launches ---------------------------------------------------------------
-    def launch_kernel(self, kn: _Kernel, comment: str, grid, block, eqn=None) -> None:
+    def launch_kernel(self, kn: _Kernel, comment: str, grid, block, eqn=None, depth: int = 1) -> None:
         params = [(n, what) for n, what in kn.params.values()]
         name = self.module.kernel(params, kn.lines, kn.line_eqn)
-        self.emit(1, f"{name}[{grid}, {block}, R.stream]({', '.join(kn.params)})  # {comment}", eqn=eqn)
+        self.emit(depth, f"{name}[{grid}, {block}, R.stream]({', '.join(kn.params)})  # {comment}", eqn=eqn)
 
     def blocks(self, work: int, per_block: int) -> int:
         return max(1, min(self.launch.max_blocks, -(-work // per_block)))
@@ -560,11 +610,11 @@ class _Renderer(ControlRenderer):
         self.launch_kernel(kn, f"fill {out.aval}", self.blocks(size, T), T, eqn=e)
 
     def matmul(self, k: CallKernel, out: Var) -> None:
-        """C = A @ B in t x t tiles through shared memory; a transposed operand (the plan passes the
-        value whose last-two-axes transpose it is) is loaded with its rows along threadIdx.x, so
-        neighbouring threads read neighbouring addresses either way (_load_tile)."""
+        """C = A @ B: on cuBLAS for floats on a GPU (backends/cublas.py), else in t x t tiles through
+        shared memory. A transposed operand (the plan passes the value whose last-two-axes transpose
+        it is) is a cuBLAS operation, or in the tiled kernel loaded with its rows along threadIdx.x,
+        so neighbouring threads read neighbouring addresses either way (_load_tile)."""
         e = k.eqn
-        t = self.launch.tile
         (a_var, a_t), (b_var, b_t) = k.operands
         batch = out.shape[:-2]
         m, n = out.shape[-2:]
@@ -572,6 +622,28 @@ class _Renderer(ControlRenderer):
         nb = _size(batch)
         if m * n * nb == 0:
             return
+        depth = 1
+        if self.launch.cublas and out.dtype.kind == "f" and K > 0:
+            A, B, C = self.names[a_var], self.names[b_var], self.names[out]
+            call = f"R.gemm({A}, {a_t}, {B}, {b_t}, {C}, {self.module.tf32})"
+            strided = [x for v, x in ((a_var, A), (b_var, B)) if v in self.graph.inputs]
+            if not strided:   # (buffers made here are C-contiguous)
+                self.emit(1, f"{call}  # matmul -> {out.aval} on cuBLAS", eqn=e)
+                return
+            self.emit(1, f"if R.dense({', '.join(strided)}):", eqn=e)
+            self.emit(2, f"{call}  # matmul -> {out.aval} on cuBLAS", eqn=e)
+            self.emit(1, "else:   # a strided input: the tiled kernel")
+            depth = 2
+        self.tiled_matmul(k, out, depth)
+
+    def tiled_matmul(self, k: CallKernel, out: Var, depth: int) -> None:
+        e = k.eqn
+        t = self.launch.tile
+        (a_var, a_t), (b_var, b_t) = k.operands
+        batch = out.shape[:-2]
+        m, n = out.shape[-2:]
+        K = e.inputs[0].shape[-1]
+        nb = _size(batch)
         acc_dtype = np.dtype(out.dtype.name if out.dtype.kind == "f" else cuda_math.ACCUMULATOR[out.dtype.name])
         acc = CASTS[acc_dtype.name]
         kn = _Kernel()
@@ -603,7 +675,7 @@ class _Renderer(ControlRenderer):
         gx = min(-(-n // t), 65535, cap)
         gy = min(-(-m // t), 65535, max(1, cap // gx))
         grid = (gx, gy, min(nb, 65535, max(1, cap // (gx * gy))))
-        self.launch_kernel(kn, f"matmul -> {out.aval}", grid, (t, t), eqn=e)
+        self.launch_kernel(kn, f"matmul -> {out.aval}", grid, (t, t), eqn=e, depth=depth)
 
     # -- control flow (render.py): loops on the host, sub-graphs as host functions ------------------
     def subcall(self, graph: Graph, args: list[str]) -> str:
