@@ -60,7 +60,8 @@ def kept_at_run_time(size: str, strategy: str) -> tuple[int, str]:
     trips = trip_count(size)
     k = checkpoints(strategy)
     if k is None:
-        return trips * cells * 4, f"{trips} carries: one per iteration (the trip count, known at run time)"
+        return trips * cells * 4, (f"{trips} carries, one per iteration: the number depends on the trip count, "
+                                    "known only when the loop has run")
     return min(k, trips) * cells * 4, f"at most {k} carries of the {trips} iterations"
 
 

@@ -30,13 +30,15 @@ def inputs(steps: int, units: int):
     return a, xs
 
 
-def kept_at_run_time(size: str, strategy: str) -> tuple[int, str]:
-    """Carries the backward pass holds at run time (beyond tk.vjp's residuals): every step's, or k."""
+def kept_at_run_time(size: str, strategy: str) -> tuple[int | None, str | None]:
+    """Carries the backward pass holds at run time beyond tk.vjp's residuals: none without
+    checkpointing (the forward records every step's carry, and the residuals count them), at most k
+    with checkpoint=k (the schedule's slots)."""
     steps, units = SIZES[size]
     k = checkpoints(strategy)
     if k is None:
-        return steps * units * 4, f"{steps} carries (one per step, recorded by the forward)"
-    return k * units * 4, f"at most {k} carries (the schedule's slots)"
+        return None, None
+    return k * units * 4, f"at most {k} carries of the {steps} steps (the schedule's slots)"
 
 
 def make(size: str, strategy: str):

@@ -7,7 +7,7 @@ import tracekern as tk
 
 NAME = "softplus"
 STRATEGIES = ("none", "custom")
-SIZES = {"full": (1 << 16, 256), "quick": (1 << 16, 128), "test": (16, 4)}   # samples, features
+SIZES = {"full": (1 << 18, 256), "quick": (1 << 17, 256), "test": (16, 4)}   # samples, features
 
 
 @tk.custom_gradient

@@ -40,16 +40,21 @@ def available(tool: str) -> bool:
     return importlib.util.find_spec(TOOLS[tool][0]) is not None
 
 
-def make(tool: str, name: str, size: str, strategy: str) -> PeerStep:
-    """`tool`'s version of workload `name` at `size` with `strategy` (Unsupported if it has none)."""
+def make(tool: str, name: str, size: str, strategy: str, args: tuple | None = None, **options) -> PeerStep:
+    """`tool`'s version of workload `name` at `size` with `strategy` (Unsupported if it has none),
+    on `args` if given (NumPy inputs of other sizes) instead of the size's inputs. options, PyTorch
+    only: compiled=True runs the loss under torch.compile, device="cuda" puts the inputs there (JAX
+    uses its default device)."""
     import kernels
 
+    if options and tool != "torch":
+        raise TypeError(f"options {sorted(options)} are for torch only")
     versions = importlib.import_module(f"kernels.peers.{tool}_versions")
     if strategy not in kernels.MODULES[name].STRATEGIES:
         raise ValueError(f"workload {name!r} has strategies {kernels.MODULES[name].STRATEGIES}, not {strategy!r}")
     build = versions.VERSIONS.get(name)
     if build is None:
         raise Unsupported(f"no {TOOLS[tool][1]} version of {name}")
-    args = kernels.make(name, size, "none").args
-    how, run, to_numpy = build(args, strategy, size)
+    args = kernels.make(name, size, "none").args if args is None else args
+    how, run, to_numpy = build(args, strategy, size, **options)
     return PeerStep(tool, name, strategy, how, run, to_numpy)

@@ -38,7 +38,7 @@ def _chain_layer(x, k):
     return [jnp.tanh, jnp.sin, lambda v: v * 0.9 + 0.1, lambda v: jnp.exp(-v * v)][k % 4](x)
 
 
-def chain_version(args, strategy, size):
+def chain_version(args, strategy, size, **options):
     layers = [_annotated(lambda x, k=k: _chain_layer(x, k), strategy, "per layer") for k in range(chain.LAYERS)]
 
     def loss(x):
@@ -48,7 +48,7 @@ def chain_version(args, strategy, size):
     return layers[0][1], _step(loss, args), _to_numpy
 
 
-def mlp_version(args, strategy, size):
+def mlp_version(args, strategy, size, **options):
     layer, how = _annotated(lambda h, w: jnp.tanh(h @ w), strategy, "per layer")
 
     def loss(ws, x, y):
@@ -75,7 +75,7 @@ def _block(x, p):
     return x + jax.nn.gelu(h @ w1, approximate=True) @ w2
 
 
-def transformer_version(args, strategy, size):
+def transformer_version(args, strategy, size, **options):
     block, how = _annotated(_block, strategy, "per block")
 
     def loss(params, x):
@@ -129,7 +129,7 @@ def _reversible_bwd(saved, cotangents):
 reversible_stack.defvjp(_reversible_fwd, _reversible_bwd)
 
 
-def revnet_version(args, strategy, size):
+def revnet_version(args, strategy, size, **options):
     stack = reversible_stack if strategy == "reversible" else _plain_stack
 
     def loss(ws, x1, x2):
@@ -157,7 +157,7 @@ def _log1pexp_bwd(saved, g):
 log1pexp.defvjp(_log1pexp_fwd, _log1pexp_bwd)
 
 
-def softplus_version(args, strategy, size):
+def softplus_version(args, strategy, size, **options):
     f = log1pexp if strategy == "custom" else (lambda z: jnp.log(1 + jnp.exp(z)))
 
     def loss(w, X, y):
@@ -171,7 +171,7 @@ def _segments(steps: int, k: int) -> int:
     return max(d for d in range(1, min(k, steps) + 1) if steps % d == 0)
 
 
-def rnn_version(args, strategy, size):
+def rnn_version(args, strategy, size, **options):
     k = rnn.checkpoints(strategy)
 
     def loss(a, xs):
@@ -194,7 +194,7 @@ def rnn_version(args, strategy, size):
     return how, _step(loss, args), _to_numpy
 
 
-def heat_version(args, strategy, size):
+def heat_version(args, strategy, size, **options):
     cells, threshold = heat.SIZES[size]
     grid = heat.weights(cells)
 

@@ -44,7 +44,7 @@ def _chain_layer(x, k):
     return [tf.tanh, tf.sin, lambda v: v * 0.9 + 0.1, lambda v: tf.exp(-v * v)][k % 4](x)
 
 
-def chain_version(args, strategy, size):
+def chain_version(args, strategy, size, **options):
     layers = [_annotated(lambda x, k=k: _chain_layer(x, k), strategy, "per layer") for k in range(chain.LAYERS)]
 
     def loss(x):
@@ -54,7 +54,7 @@ def chain_version(args, strategy, size):
     return layers[0][1], _step(loss, args), _to_numpy
 
 
-def mlp_version(args, strategy, size):
+def mlp_version(args, strategy, size, **options):
     layer, how = _annotated(lambda h, w: tf.tanh(h @ w), strategy, "per layer")
 
     def loss(ws, x, y):
@@ -81,7 +81,7 @@ def _block(x, *p):
     return x + tf.nn.gelu(h @ w1, approximate=True) @ w2
 
 
-def transformer_version(args, strategy, size):
+def transformer_version(args, strategy, size, **options):
     block, how = _annotated(_block, strategy, "per block")
 
     def loss(params, x):
@@ -130,7 +130,7 @@ def reversible_stack(a, b, *flat_ws):
     return (y1, y2), grad
 
 
-def revnet_version(args, strategy, size):
+def revnet_version(args, strategy, size, **options):
     def loss(ws, x1, x2):
         if strategy == "reversible":
             a, b = reversible_stack(x1, x2, *[w for pair in ws for w in pair])
@@ -150,7 +150,7 @@ def log1pexp(x):
     return tf.maximum(x, 0.0) + tf.math.log1p(e), grad
 
 
-def softplus_version(args, strategy, size):
+def softplus_version(args, strategy, size, **options):
     f = log1pexp if strategy == "custom" else (lambda z: tf.math.log(1 + tf.exp(z)))
 
     def loss(w, X, y):
@@ -162,7 +162,7 @@ def _segments(steps: int, k: int) -> int:
     return max(d for d in range(1, min(k, steps) + 1) if steps % d == 0)
 
 
-def rnn_version(args, strategy, size):
+def rnn_version(args, strategy, size, **options):
     k = rnn.checkpoints(strategy)
     steps = args[1].shape[0]
 
@@ -191,7 +191,7 @@ def rnn_version(args, strategy, size):
     return how, _step(loss, args), _to_numpy
 
 
-def heat_version(args, strategy, size):
+def heat_version(args, strategy, size, **options):
     if strategy != "none":
         raise Unsupported("TensorFlow: tf.while_loop has no checkpointing; its gradient keeps every iteration's values")
     cells, threshold = heat.SIZES[size]

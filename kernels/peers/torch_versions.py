@@ -31,10 +31,10 @@ def _annotated(f, strategy, where):
     return (lambda *a: checkpoint(f, *a, use_reentrant=False)), f"torch.utils.checkpoint {where}"
 
 
-def _tensors(tree):
+def _tensors(tree, device):
     if isinstance(tree, (list, tuple)):
-        return type(tree)(_tensors(t) for t in tree)
-    return torch.from_numpy(np.ascontiguousarray(tree))
+        return type(tree)(_tensors(t, device) for t in tree)
+    return torch.from_numpy(np.ascontiguousarray(tree)).to(device)
 
 
 def _leaves(tree):
@@ -43,38 +43,43 @@ def _leaves(tree):
     return [tree]
 
 
-def _step(loss, args):
-    targs = _tensors(args)
+def _step(loss, args, compiled=False, device="cpu"):
+    """compiled: the loss under torch.compile (its defaults); device: where the inputs live."""
+    targs = _tensors(args, device)
+    loss = torch.compile(loss) if compiled else loss
     wrt = _leaves(targs[0])
     for t in wrt:
         t.requires_grad_(True)
 
     def value_and_grad():
         value = loss(*targs)
-        return value.detach(), torch.autograd.grad(value, wrt)
+        grads = torch.autograd.grad(value, wrt)
+        if device != "cpu":
+            torch.cuda.synchronize()
+        return value.detach(), grads
     return value_and_grad
 
 
 def _to_numpy(out):
     value, grads = out
-    return float(value), [g.numpy() for g in grads]
+    return float(value), [g.cpu().numpy() for g in grads]
 
 
 def _chain_layer(x, k):
     return [torch.tanh, torch.sin, lambda v: v * 0.9 + 0.1, lambda v: torch.exp(-v * v)][k % 4](x)
 
 
-def chain_version(args, strategy, size):
+def chain_version(args, strategy, size, **options):
     layers = [_annotated(lambda x, k=k: _chain_layer(x, k), strategy, "per layer") for k in range(chain.LAYERS)]
 
     def loss(x):
         for f, _ in layers:
             x = f(x)
         return x.sum()
-    return layers[0][1], _step(loss, args), _to_numpy
+    return layers[0][1], _step(loss, args, **options), _to_numpy
 
 
-def mlp_version(args, strategy, size):
+def mlp_version(args, strategy, size, **options):
     layer, how = _annotated(lambda h, w: torch.tanh(h @ w), strategy, "per layer")
 
     def loss(ws, x, y):
@@ -82,7 +87,7 @@ def mlp_version(args, strategy, size):
         for w in ws:
             h = layer(h, w)
         return ((h - y) ** 2).mean()
-    return how, _step(loss, args), _to_numpy
+    return how, _step(loss, args, **options), _to_numpy
 
 
 def _layernorm(x, gain, bias):
@@ -101,14 +106,14 @@ def _block(x, *p):
     return x + torch.nn.functional.gelu(h @ w1, approximate="tanh") @ w2
 
 
-def transformer_version(args, strategy, size):
+def transformer_version(args, strategy, size, **options):
     block, how = _annotated(_block, strategy, "per block")
 
     def loss(params, x):
         for p in params:
             x = block(x, *p)
         return (x * x).mean()
-    return how, _step(loss, args), _to_numpy
+    return how, _step(loss, args, **options), _to_numpy
 
 
 def _residual(v, w):
@@ -152,7 +157,7 @@ class ReversibleStack(torch.autograd.Function):
         return (d1, d2, *grads[::-1])
 
 
-def revnet_version(args, strategy, size):
+def revnet_version(args, strategy, size, **options):
     def loss(ws, x1, x2):
         if strategy == "reversible":
             a, b = ReversibleStack.apply(x1, x2, *[w for pair in ws for w in pair])
@@ -160,7 +165,7 @@ def revnet_version(args, strategy, size):
             a, b = _plain_stack(x1, x2, ws)
         return (a * a).mean() + (b * b).mean()
     how = "torch.autograd.Function over the stack, rebuilding inputs from outputs" if strategy == "reversible" else "no annotation"
-    return how, _step(loss, args), _to_numpy
+    return how, _step(loss, args, **options), _to_numpy
 
 
 class Log1pexp(torch.autograd.Function):
@@ -176,19 +181,19 @@ class Log1pexp(torch.autograd.Function):
         return upstream * torch.where(x >= 0, 1 / (1 + e), e / (1 + e))
 
 
-def softplus_version(args, strategy, size):
+def softplus_version(args, strategy, size, **options):
     f = Log1pexp.apply if strategy == "custom" else (lambda z: torch.log(1 + torch.exp(z)))
 
     def loss(w, X, y):
         return f(-y * (X @ w)).mean()
-    return ("torch.autograd.Function" if strategy == "custom" else "naive formula"), _step(loss, args), _to_numpy
+    return ("torch.autograd.Function" if strategy == "custom" else "naive formula"), _step(loss, args, **options), _to_numpy
 
 
 def _segments(steps: int, k: int) -> int:
     return max(d for d in range(1, min(k, steps) + 1) if steps % d == 0)
 
 
-def rnn_version(args, strategy, size):
+def rnn_version(args, strategy, size, **options):
     k = rnn.checkpoints(strategy)
     steps = args[1].shape[0]
 
@@ -212,10 +217,10 @@ def rnn_version(args, strategy, size):
         return (h * h).mean() + ys.mean()
     how = ("a Python loop over the steps" if k is None else f"{_segments(steps, k)} segments of the loop, each under "
            "torch.utils.checkpoint (two levels: PyTorch has no binomial schedule)")
-    return how, _step(loss, args), _to_numpy
+    return how, _step(loss, args, **options), _to_numpy
 
 
-def heat_version(args, strategy, size):
+def heat_version(args, strategy, size, **options):
     if strategy != "none":
         raise Unsupported("PyTorch: torch.utils.checkpoint needs its segments before the loop runs; "
                           "a loop whose trip count is known only at run time has no checkpointed version")
@@ -228,7 +233,7 @@ def heat_version(args, strategy, size):
         while u.max() > threshold:
             u = u + heat.RATE * (torch.cat([zero, u[:-1]]) - 2 * u + torch.cat([u[1:], zero]))
         return (u * u * grid).sum()
-    return "a Python while loop (autograd keeps every iteration)", _step(loss, args), _to_numpy
+    return "a Python while loop (autograd keeps every iteration)", _step(loss, args, **options), _to_numpy
 
 
 VERSIONS = {"chain": chain_version, "mlp": mlp_version, "transformer": transformer_version, "revnet": revnet_version,
