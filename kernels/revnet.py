@@ -7,7 +7,7 @@ import tracekern as tk
 
 NAME = "revnet"
 STRATEGIES = ("none", "reversible")
-SIZES = {"full": (16, 512, 256), "quick": (8, 256, 512), "test": (3, 8, 4)}   # blocks, width, batch
+SIZES = {"full": (16, 512, 256), "quick": (8, 256, 192), "test": (3, 8, 4)}   # blocks, width, batch
 
 
 def block(a, b, wf, wg):

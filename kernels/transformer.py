@@ -8,7 +8,7 @@ import tracekern.numpy as tnp
 
 NAME = "transformer"
 STRATEGIES = ("none", "recompute", "dots")
-SIZES = {"full": (4, 256, 256), "quick": (4, 128, 256), "test": (2, 4, 8)}   # blocks, sequence, width
+SIZES = {"full": (4, 256, 256), "quick": (4, 32, 384), "test": (2, 4, 8)}   # blocks, sequence, width
 
 
 def layernorm(x, gain, bias):
