@@ -33,6 +33,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from bench.harness import Section, first_call, in_process, interleaved, main_job, mb, ms, peer_tools, sampled_peak
+from bench.plot import plot
 
 TOOLS = ("tracekern", "jax", "tensorflow", "torch")
 LABELS = {"tracekern": "tracekern", "jax": "JAX", "tensorflow": "TensorFlow", "torch": "PyTorch"}
@@ -245,7 +246,7 @@ def compare(old: dict, new: dict) -> str:
     return "\n".join(lines)
 
 
-SECTION = Section("recompute", run, table, plot=None, compare=compare)
+SECTION = Section("recompute", run, table, plot=plot, compare=compare)
 
 
 def main(argv=None):
@@ -256,10 +257,7 @@ def main(argv=None):
         tool, name, size = argv[1:4]
         print(json.dumps(time_tracekern(name, size) if tool == "tracekern" else time_peer(tool, name, size)))
     else:
-        from bench.plot import plot
-
-        return main_job([Section("recompute", run, table, plot, compare)], argv, prog="python -m bench.recompute",
-                        doc=__doc__)
+        return main_job([SECTION], argv, prog="python -m bench.recompute", doc=__doc__)
 
 
 if __name__ == "__main__":

@@ -130,12 +130,12 @@ def test_hand_written_numpy_baselines_are_right():
     from bench import cpu
 
     (x,) = kernels.chain.inputs(1000)
-    v, g = tk.value_and_grad(kernels.chain.loss, backend="interpret")(x)
+    v, g = tk.jit(tk.value_and_grad(kernels.chain.loss), backend="interpret")(x)
     nv, ng = cpu.w1_numpy(x)
     assert nv == pytest.approx(float(v), rel=1e-5)
     np.testing.assert_allclose(ng, g, rtol=1e-4, atol=1e-6)
     args = kernels.mlp.inputs(3, 8, 4)
-    v, g = tk.value_and_grad(kernels.mlp.loss, backend="interpret")(*args)
+    v, g = tk.jit(tk.value_and_grad(kernels.mlp.loss), backend="interpret")(*args)
     nv, ng = cpu.w2_numpy(*args)
     assert nv == pytest.approx(float(v), rel=1e-5) and len(ng) == len(g) == 3
     for a, b in zip(ng, g):
@@ -210,7 +210,7 @@ def test_table_compare_json_and_plot(tmp_path):
     rows[1]["unsupported"] = None
     old = {"rows": rows, "notes": []}
     text = recompute.table(old)
-    assert "dots" in text and "1.05" in text and "unsupported" in text and "10.0-12.0" in text
+    assert "dots" in text and "1.05" in text and "unsupported" in text and "9.0-12.0" in text
     new = {"rows": [dict(r, time_s=r["time_s"] and r["time_s"] * 2, peak_bytes=2**19) for r in rows]}
     text = recompute.compare(old, new)
     assert text.count("2.00") == 3 and text.count("0.50") == 3      # the unsupported row has no ratio
