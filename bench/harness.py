@@ -199,9 +199,18 @@ def versions() -> dict:
     return out
 
 
+def load_average() -> list | None:
+    """The machine's 1, 5 and 15-minute load averages: on a shared machine, what the times shared it with."""
+    try:
+        return [round(v, 2) for v in os.getloadavg()]
+    except (OSError, AttributeError):
+        return None
+
+
 def machine() -> dict:
     return {"date": time.strftime("%Y-%m-%d"), "machine": platform.processor() or platform.machine(),
-            "cores": os.cpu_count(), "python": platform.python_version(), "versions": versions()}
+            "cores": os.cpu_count(), "python": platform.python_version(), "versions": versions(),
+            "load_average": load_average()}
 
 
 def save(result: dict, path: str) -> None:
@@ -232,7 +241,10 @@ def script(prog: str, doc: str, run: Callable[[argparse.Namespace], dict], repor
         options(ap)
     args = ap.parse_args(argv)
     result = dict(machine(), **run(args))
+    result["load_average_end"] = load_average()
     print(report(result))
+    print(f"load average {result['load_average']} at the start, {result['load_average_end']} at the end, "
+          f"on {result['cores']} cores")
     for note in result.get("notes", []):
         print("note:", note)
     save(result, args.json)
@@ -281,10 +293,12 @@ def main_job(sections: list[Section], argv=None, prog: str = "python -m bench", 
         for note in part.get("notes", []):
             print("note:", note)
     result["wall_s"] = time.perf_counter() - start
+    result["load_average_end"] = load_average()
     save(result, args.json)
     for s in chosen:
         if s.plot:
             path = s.plot(result["sections"][s.name], args.plot)
             print(f"wrote {path}" if path else "note: matplotlib not installed (pip install -e '.[bench]'): no plot")
-    print(f"({result['wall_s']:.0f} s)")
+    print(f"({result['wall_s']:.0f} s; load average {result['load_average']} at the start, "
+          f"{result['load_average_end']} at the end, on {result['cores']} cores)")
     return result
