@@ -254,12 +254,14 @@ def script(prog: str, doc: str, run: Callable[[argparse.Namespace], dict], repor
 @dataclass
 class Section:
     """One part of the main job. run(options) -> {"rows": [...], "notes": [...], ...};
-    table(result) -> text; plot(result, path) -> the path written, or None; compare(old, new) -> text."""
+    table(result) -> text; plot(result, path) -> the path written, or None; compare(old, new) -> text;
+    markdown(result) -> the table in Markdown (for the README)."""
     name: str
     run: Callable[[argparse.Namespace], dict]
     table: Callable[[dict], str]
     plot: Callable[[dict, str], str | None] | None = None
     compare: Callable[[dict, dict], str] | None = None
+    markdown: Callable[[dict], str] | None = None
 
 
 def _sections_of(result: dict, first: str) -> dict:
@@ -276,8 +278,17 @@ def main_job(sections: list[Section], argv=None, prog: str = "python -m bench", 
     ap.add_argument("--json", default=os.path.join(RESULTS, "recompute.json"))
     ap.add_argument("--plot", default=os.path.join(RESULTS, "recompute.png"))
     ap.add_argument("--compare", nargs=2, metavar=("OLD", "NEW"), help="new/old of every row two result files share")
+    ap.add_argument("--markdown", metavar="RESULT", help="print a result file's tables and notes as Markdown")
     args = ap.parse_args(argv)
     chosen = [s for s in sections if not args.sections or s.name in args.sections]
+    if args.markdown:
+        saved = json.load(open(args.markdown))
+        parts = _sections_of(saved, sections[0].name)
+        for s in chosen:
+            if s.markdown and s.name in parts:
+                print(s.markdown(parts[s.name]) + "\n")
+                print("\n".join(f"- {note}" for note in parts[s.name].get("notes", [])) + "\n")
+        return None
     if args.compare:
         old, new = (_sections_of(json.load(open(p)), sections[0].name) for p in args.compare)
         for s in chosen:

@@ -232,6 +232,23 @@ def table(result: dict) -> str:
     return "\n".join(lines)
 
 
+def markdown(result: dict) -> str:
+    """The table as Markdown, for the README (python -m bench --markdown RESULT.json)."""
+    lines = ["| workload | strategy | tool | time ms | min-max ms | ratio | / tracekern | compile s | residual MB | "
+             "beyond inputs MB | run-time MB | peak MB | planned MB |", "|" + "---|" * 13]
+    for r in result["rows"]:
+        cells = [r["workload"], r["strategy"], LABELS[r["tool"]]]
+        if r["unsupported"]:
+            cells += ["unsupported (notes)"] + ["-"] * 9
+        else:
+            cells += [ms(r["time_s"]), f"{ms(r['time_min_s'])}-{ms(r['time_max_s'])}", f"{r['ratio']:.2f}",
+                      "-" if r["vs_tracekern"] is None else f"{r['vs_tracekern']:.2f}", _compile_text(r),
+                      mb(r["residual_bytes"]), mb(r["saved_bytes"]), mb(r["kept_at_run_time_bytes"]),
+                      mb(r["peak_bytes"]), mb(r["planned_peak_bytes"])]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def compare(old: dict, new: dict) -> str:
     """new / old for the time and peak memory of every row both runs have."""
     key = lambda r: (r["workload"], r["strategy"], r.get("tool") or r.get("peer") or "tracekern")  # noqa: E731
@@ -246,7 +263,7 @@ def compare(old: dict, new: dict) -> str:
     return "\n".join(lines)
 
 
-SECTION = Section("recompute", run, table, plot=plot, compare=compare)
+SECTION = Section("recompute", run, table, plot=plot, compare=compare, markdown=markdown)
 
 
 def main(argv=None):

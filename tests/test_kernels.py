@@ -211,6 +211,8 @@ def test_table_compare_json_and_plot(tmp_path):
     old = {"rows": rows, "notes": []}
     text = recompute.table(old)
     assert "dots" in text and "1.05" in text and "unsupported" in text and "9.0-12.0" in text
+    md = recompute.markdown(old)
+    assert "| mlp | dots | tracekern | 10.5 | 9.4-12.6 | 1.05 |" in md and "| mlp | dots | TensorFlow | unsupported" in md
     new = {"rows": [dict(r, time_s=r["time_s"] and r["time_s"] * 2, peak_bytes=2**19) for r in rows]}
     text = recompute.compare(old, new)
     assert text.count("2.00") == 3 and text.count("0.50") == 3      # the unsupported row has no ratio
