@@ -10,14 +10,13 @@ slower than torch.compile; W2 within 1.3x of PyTorch. Medians of 7 after warm-up
 this one run. Under NUMBA_ENABLE_CUDASIM=1 it runs (use --quick) but its times mean nothing."""
 from __future__ import annotations
 
-import argparse
-import os
-import time
-
 import numpy as np
 
 import tracekern as tk
-from bench.cpu import LAYERS, median_time, save, w1_loss, w2_loss
+from bench.harness import median_time, script
+from kernels import chain, mlp
+from kernels.chain import loss as w1_loss
+from kernels.mlp import loss as w2_loss
 
 
 def _sync():
@@ -42,97 +41,50 @@ def copy_time(nbytes: int, runs: int) -> float:
 
 
 def peers(x, ws, xb, yb, runs) -> tuple[dict, dict, list]:
+    """kernels/peers' W1 (chain) and W2 (mlp) on the GPU: PyTorch eager and torch.compile, JAX jit."""
+    from kernels import peers as versions
+
     w1, w2, notes = {}, {}, []
-    try:
-        import torch
-
-        if not torch.cuda.is_available():
-            raise ImportError
-        dev = torch.device("cuda")
-        xt = torch.from_numpy(x).to(dev)
-        wt = [torch.from_numpy(w).to(dev) for w in ws]
-        xbt, ybt = torch.from_numpy(xb).to(dev), torch.from_numpy(yb).to(dev)
-
-        def t1(v):
-            for k in range(LAYERS):
-                v = [torch.tanh, torch.sin, lambda u: u * 0.9 + 0.1, lambda u: torch.exp(-u * u)][k % 4](v)
-            return v.sum()
-
-        def t2(params):
-            h = xbt
-            for w in params:
-                h = torch.tanh(h @ w)
-            return ((h - ybt) ** 2).mean()
-
-        def run1(f):
-            v = xt.clone().requires_grad_(True)
-            f(v).backward()
-            torch.cuda.synchronize()
-
-        def run2(f):
-            params = [w.clone().requires_grad_(True) for w in wt]
-            f(params).backward()
-            torch.cuda.synchronize()
-        w1["torch_eager"] = median_time(lambda: run1(t1), runs)
-        w2["torch_eager"] = median_time(lambda: run2(t2), runs)
+    for tool, label, options in (("torch", "torch_eager", {"device": "cuda"}),
+                                 ("torch", "torch_compile", {"device": "cuda", "compiled": True}), ("jax", "jax_jit", {})):
+        if not versions.available(tool) or not _on_gpu(tool):
+            notes.append(f"{label}: {versions.TOOLS[tool][1]} with a GPU is not installed: skipped")
+            continue
         try:
-            c1, c2 = torch.compile(t1), torch.compile(t2)
-            w1["torch_compile"] = median_time(lambda: run1(c1), runs)
-            w2["torch_compile"] = median_time(lambda: run2(c2), runs)
+            for out, name, args in ((w1, "chain", (x,)), (w2, "mlp", (ws, xb, yb))):
+                out[label] = median_time(versions.make(tool, name, "full", "none", args=args, **options).run, runs)
         except Exception as e:  # noqa: BLE001 (no Triton, no compiler)
-            notes.append(f"torch.compile failed: {type(e).__name__}: {str(e)[:120]}")
-    except ImportError:
-        notes.append("PyTorch with CUDA not installed: its columns are skipped")
-    try:
-        import jax
-        import jax.numpy as jnp
-
-        if jax.default_backend() != "gpu":
-            raise ImportError
-
-        def j1(v):
-            for k in range(LAYERS):
-                v = [jnp.tanh, jnp.sin, lambda u: u * 0.9 + 0.1, lambda u: jnp.exp(-u * u)][k % 4](v)
-            return jnp.sum(v)
-
-        def j2(params, xv, yv):
-            h = xv
-            for w in params:
-                h = jnp.tanh(h @ w)
-            return jnp.mean((h - yv) ** 2)
-        f1, f2 = jax.jit(jax.value_and_grad(j1)), jax.jit(jax.value_and_grad(j2))
-        xj, wj, xbj, ybj = jnp.asarray(x), [jnp.asarray(w) for w in ws], jnp.asarray(xb), jnp.asarray(yb)
-        w1["jax_jit"] = median_time(lambda: jax.block_until_ready(f1(xj)), runs)
-        w2["jax_jit"] = median_time(lambda: jax.block_until_ready(f2(wj, xbj, ybj)), runs)
-    except ImportError:
-        notes.append("JAX with a GPU backend not installed: its columns are skipped")
+            notes.append(f"{label} failed: {type(e).__name__}: {str(e)[:120]}")
     return w1, w2, notes
 
 
-def main(argv=None) -> dict:
+def _on_gpu(tool: str) -> bool:
+    if tool == "torch":
+        import torch
+
+        return torch.cuda.is_available()
+    import jax
+
+    return jax.default_backend() == "gpu"
+
+
+def run(args) -> dict:
     from numba import cuda
 
     from tracekern.backends.cuda import launch_config
 
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="tiny inputs, 3 runs (a smoke test; also on the simulator)")
-    ap.add_argument("--json", default=os.path.join(os.path.dirname(__file__), "results", "cuda.json"))
-    args = ap.parse_args(argv)
     launch = launch_config()
     runs = 3 if args.quick else 7
     n = 1 << (10 if args.quick else 26)
     width, depth, batch = (16, 2, 8) if args.quick else (1024, 8, 4096)
-    rng = np.random.default_rng(0)
     gpu = "Numba CUDA simulator" if launch.simulator else cuda.get_current_device().name
     gpu = gpu.decode() if isinstance(gpu, bytes) else gpu
-    result: dict = {"device": gpu, "date": time.strftime("%Y-%m-%d"), "quick": args.quick, "launch": str(launch), "notes": []}
+    result: dict = {"device": gpu, "quick": args.quick, "launch": str(launch), "notes": []}
     if launch.simulator:
         result["notes"].append("simulator: the times below measure Python threads, not a GPU")
 
-    x = rng.uniform(-1, 1, n).astype(np.float32)
-    ws = [(rng.standard_normal((width, width)) / np.sqrt(width)).astype(np.float32) for _ in range(depth)]
-    xb = rng.standard_normal((batch, width)).astype(np.float32)
-    yb = rng.standard_normal((batch, width)).astype(np.float32)
+    (x,) = chain.inputs(n)
+    ws, xb, yb = mlp.inputs(depth, width, batch)
     xd, wd, xbd, ybd = cuda.to_device(x), [cuda.to_device(w) for w in ws], cuda.to_device(xb), cuda.to_device(yb)
 
     vg1 = tk.jit(tk.value_and_grad(w1_loss), backend="cuda")
@@ -153,25 +105,27 @@ def main(argv=None) -> dict:
     w1["roofline_copy"] = copy_time(x.nbytes, runs)
     result.update(W1=w1, W2=w2)
     result["notes"] += notes
-    report(result)
-    save(result, args.json)
     return result
 
 
-def report(r: dict) -> None:
-    print(f"device: {r['device']} ({r['launch']})")
+def report(r: dict) -> str:
+    lines = [f"device: {r['device']} ({r['launch']})"]
     for w in ("W1", "W2"):
         base = r[w]["tracekern_cuda"]
-        print(f"\n{w}: value_and_grad on the device, median ms (ratio = other / tracekern)")
+        lines.append(f"\n{w}: value_and_grad on the device, median ms (ratio = other / tracekern)")
         for k, t in r[w].items():
-            print(f"  {k:16s} {t * 1e3:9.3f} ms  {t / base:6.2f}x")
+            lines.append(f"  {k:16s} {t * 1e3:9.3f} ms  {t / base:6.2f}x")
     w1, w2 = r["W1"], r["W2"]
-    print(f"\nW1 / roofline: {w1['tracekern_cuda'] / w1['roofline_copy']:.2f}x (target <= 1.5x)"
-          + (f"; / torch.compile: {w1['tracekern_cuda'] / w1['torch_compile']:.2f}x (target <= 1x)" if "torch_compile" in w1 else ""))
+    lines.append(f"\nW1 / roofline: {w1['tracekern_cuda'] / w1['roofline_copy']:.2f}x (target <= 1.5x)"
+                 + (f"; / torch.compile: {w1['tracekern_cuda'] / w1['torch_compile']:.2f}x (target <= 1x)"
+                    if "torch_compile" in w1 else ""))
     if "torch_eager" in w2:
-        print(f"W2 / PyTorch (cuBLAS): {w2['tracekern_cuda'] / w2['torch_eager']:.2f}x (target <= 1.3x)")
-    for note in r["notes"]:
-        print("note:", note)
+        lines.append(f"W2 / PyTorch (cuBLAS): {w2['tracekern_cuda'] / w2['torch_eager']:.2f}x (target <= 1.3x)")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> dict:
+    return script("python -m bench.cuda", __doc__, run, report, "cuda.json", argv)
 
 
 if __name__ == "__main__":
