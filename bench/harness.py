@@ -269,14 +269,15 @@ def _sections_of(result: dict, first: str) -> dict:
     return result["sections"] if "sections" in result else {first: result}
 
 
-def main_job(sections: list[Section], argv=None, prog: str = "python -m bench", doc: str | None = None) -> dict | None:
+def main_job(sections: list[Section], argv=None, prog: str = "python -m bench", doc: str | None = None,
+             name: str = "recompute") -> dict | None:
     ap = argparse.ArgumentParser(prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="quick sizes (each step >= ~20 ms), about 2 minutes")
     ap.add_argument("--only", nargs="+", metavar="WORKLOAD", help="workloads to run (default: all)")
     ap.add_argument("--tools", nargs="+", metavar="TOOL", help="tracekern and the peers to run (default: all installed)")
     ap.add_argument("--sections", nargs="+", choices=[s.name for s in sections], help="sections to run (default: all)")
-    ap.add_argument("--json", default=os.path.join(RESULTS, "recompute.json"))
-    ap.add_argument("--plot", default=os.path.join(RESULTS, "recompute.png"))
+    ap.add_argument("--json", default=os.path.join(RESULTS, f"{name}.json"))
+    ap.add_argument("--plot", default=os.path.join(RESULTS, f"{name}.png"))
     ap.add_argument("--compare", nargs=2, metavar=("OLD", "NEW"), help="new/old of every row two result files share")
     ap.add_argument("--markdown", metavar="RESULT", help="print a result file's tables and notes as Markdown")
     args = ap.parse_args(argv)
