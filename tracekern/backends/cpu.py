@@ -324,9 +324,12 @@ def _matmul(t: _Text, ops: list[str], C0: str, out: Var, e) -> None:
 
 # ----------------------------------------------------------------------------- steps
 
-# A driver with at most this many kernel calls is itself an njit function (its compile time grows
-# by about 10 ms a call, and it re-optimises every kernel it links); a larger one is plain Python,
-# where a kernel call costs about half a microsecond. See the README's design notes.
+# A driver is plain Python, where a kernel call costs about half a microsecond, except where its
+# loops would run in Python: a loop's body (a control-flow sub-graph) with at most this many kernel
+# calls is an njit function, and so is a step whose loops' bodies all are, with at most this many
+# calls itself. An njit driver's compile time grows by about 10 ms a call, and Numba optimises
+# every kernel it links once more; for a straight-line step it buys nothing measurable (a step of
+# one kernel on 8 elements: 3.3 us a call either way). See the README's design notes.
 NJIT_DRIVER_CALLS = 8
 
 
@@ -543,7 +546,8 @@ class _Renderer(ControlRenderer):
         for item in self.items:
             if isinstance(item, _Call):
                 module.alias(item.unit)
-        self.jitted = sum(isinstance(i, _Call) for i in self.items) <= NJIT_DRIVER_CALLS
+        loops = any(isinstance(k, CallKernel) and k.eqn.primitive.name in CONTROL for k in plan.kernels)
+        self.jitted = (sub or loops) and sum(isinstance(i, _Call) for i in self.items) <= NJIT_DRIVER_CALLS
 
     def flag_needed(self) -> bool:
         return self.has_trig() or self.module.used
