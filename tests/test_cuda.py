@@ -174,6 +174,58 @@ def test_generated_modules_are_written_once(tmp_path):
     assert sorted(tmp_path.glob("tk_*.py")) == paths and [p.stat().st_mtime_ns for p in paths] == stamps
 
 
+# -- loops on the device -------------------------------------------------------------------------------
+
+def _scans():
+    rng = np.random.default_rng(7)
+    a, xs = rng.uniform(0.5, 0.9, 8), rng.standard_normal((6, 8)) * 0.3
+    w = rng.standard_normal((8, 8)) / 3
+
+    def rnn(a, xs):                       # the RNN of kernels/: a vector carry, a 0-d output per step
+        h, ys = tk.scan(lambda h, x: (np.tanh(a * h + x), np.mean(np.tanh(a * h + x))), np.zeros_like(a), xs)
+        return np.mean(h * h) + np.mean(ys)
+
+    def two_carries(a, xs):               # a 0-d carry beside a vector one, reversed, a closed-over constant
+        c = np.arange(8.0) / 8
+        (h, s), ys = tk.scan(lambda cr, x: ((np.sin(cr[0] * x) + c, cr[1] + np.sum(x * cr[0])), cr[0] * cr[1]),
+                             (a, np.float64(0.5)), xs, reverse=True)
+        return np.sum(h) + s + np.sum(ys)
+
+    def with_matmul(a, xs):               # a body with a matmul: the loop stays on the host
+        h, _ = tk.scan(lambda h, x: (np.tanh(h @ w + x), None), a, xs)
+        return np.sum(h * h)
+    return [(rnn, (a, xs), True), (two_carries, (a, xs), True), (with_matmul, (a, xs), False)]
+
+
+@pytest.mark.parametrize("case", [0, 1, 2])
+def test_scans_whose_body_is_only_loops_run_on_the_device(case):
+    """One cooperative kernel runs every step (the body's kernels are its phases); forward and
+    backward scans alike, with values and gradients equal to the interpreter's."""
+    f, args, on_device = _scans()[case]
+    vg = tk.jit(tk.value_and_grad(f, argnums=(0, 1)), backend="cuda")
+    launches = vg.lower(*args).source.count("R.cooperative(")
+    assert (launches >= 2) == on_device, launches      # the forward scan and the backward scan
+    v, g = to_host(vg(*args))
+    vi, gi = tk.jit(tk.value_and_grad(f, argnums=(0, 1)), backend="interpret")(*args)
+    assert v == pytest.approx(vi, rel=1e-12)
+    for a, b in zip(g, gi):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_checkpointed_scans_still_loop_on_the_host():
+    f, args, _ = _scans()[0]
+    a, xs = args
+
+    def checkpointed(a, xs):
+        h, ys = tk.scan(lambda h, x: (np.tanh(a * h + x), np.mean(h)), np.zeros_like(a), xs, checkpoint=2)
+        return np.mean(h * h) + np.mean(ys)
+    vg = tk.jit(tk.value_and_grad(checkpointed), backend="cuda")
+    v, g = to_host(vg(a, xs))
+    vi, gi = tk.jit(tk.value_and_grad(checkpointed), backend="interpret")(a, xs)
+    assert v == pytest.approx(vi, rel=1e-12)
+    np.testing.assert_allclose(g, gi, rtol=1e-10, atol=1e-12)
+
+
 def test_lower_shows_the_kernels_and_the_launcher():
     low = tk.jit(lambda x: np.exp(x).sum(), backend="cuda").lower(np.ones(8))
     assert "@cuda.jit" in low.source and "def step(R" in low.source

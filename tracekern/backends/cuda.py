@@ -84,6 +84,7 @@ class Runtime:
 
         self.cuda = cuda
         self.stream = cuda.default_stream()
+        self._grids: dict = {}
 
     def empty(self, shape, dtype):
         return self.cuda.device_array(tuple(int(s) for s in shape), np.dtype(dtype), stream=self.stream)
@@ -137,6 +138,19 @@ class Runtime:
     def workspace(self, nbytes: int):
         buf = self.empty((nbytes,), np.uint8)
         return _Memory(buf, self.pointer(buf), nbytes)
+
+    def cooperative(self, kernel, block: int, *args) -> None:
+        """Launch a kernel that synchronises its whole grid (a device loop): as many blocks as can be
+        resident at once on this GPU (one block on the simulator, which runs blocks one by one)."""
+        if cuda_math.SIMULATOR:
+            kernel[1, block, self.stream](*args)
+            return
+        key = (id(kernel), tuple(kernel.typeof_pyval(a) for a in args))
+        grid = self._grids.get(key)
+        if grid is None:
+            compiled = kernel.compile(key[1])
+            grid = self._grids[key] = max(1, compiled.max_cooperative_grid_blocks(block))
+        kernel[grid, block, self.stream](*args)
 
     @staticmethod
     def dense(*arrays) -> bool:
@@ -264,6 +278,16 @@ class _Module:
         self.kernels.append((text, sig))
         return self.aliases[unit.digest]
 
+    def loop_kernel(self, text: str, sig: list[tuple[str, int]]) -> str:
+        """A device-loop kernel (its phase device functions and the kernel) as a unit of its own."""
+        head = _header("one device loop", self.launch) + "\n"
+        unit = Unit(head + text + "\n")
+        if unit.digest not in self.aliases:
+            self.units[unit.digest] = unit
+            self.aliases[unit.digest] = f"K{len(self.units) - 1}"
+        self.kernels.append((unit.source, sig))
+        return self.aliases[unit.digest]
+
     def imports(self) -> list[str]:
         return [f"from {u.module_name} import kernel as {self.aliases[d]}" for d, u in self.units.items()]
 
@@ -320,6 +344,8 @@ def _load_tile(kn: _Kernel, d: int, tile: str, src: str, pre: str, row0: str, co
 
 
 class _Renderer(ControlRenderer):
+    one_block_size = False   # every kernel uses launch.threads a block (the phases of a device loop)
+
     def __init__(self, plan: fusion.Plan, module: _Module, sub: bool = False):
         super().__init__(plan, module, sub)
         self.launch = module.launch
@@ -453,7 +479,7 @@ class _Renderer(ControlRenderer):
         idx = fusion.identity_index(D)
         by_block = len(D) - 1 in axes
         T = L.threads
-        while T > 1 and T // 2 >= R:   # (small reductions: fewer threads; T stays a power of two)
+        while T > 1 and T // 2 >= R and not self.one_block_size:   # (small reductions: fewer threads; a power of two)
             T //= 2
         if by_block:
             P = max(1, min(-(-L.max_blocks // M), -(-R // (T * L.min_chunk))))
@@ -677,6 +703,125 @@ class _Renderer(ControlRenderer):
         grid = (gx, gy, min(nb, 65535, max(1, cap // (gx * gy))))
         self.launch_kernel(kn, f"matmul -> {out.aval}", grid, (t, t), eqn=e, depth=depth)
 
+    # -- loops on the device -------------------------------------------------------------------------
+    def control_scan(self, e, ops: list[str]) -> None:
+        """A scan whose body is only loops (elementwise, reductions, copies) runs as ONE kernel whose
+        threads loop over the steps, the body's kernels as phases separated by grid-wide barriers
+        (a cooperative launch): no host work per step. Other scans loop on the host (render.py)."""
+        body = e.params["body"]
+        plan = fusion.plan(passes.inline_calls(body))
+        if not _device_loop_ok(body, plan) or e.params["length"] == 0:
+            return super().control_scan(e, ops)
+        p = e.params
+        nc, nk, n = p["num_consts"], p["num_carry"], p["length"]
+        n_y = len(body.outputs) - nk
+        tag = e.outputs[0].id
+        consts, init, xs = ops[:nc], ops[nc:nc + nk], ops[nc + nk:]
+        ys, recorded = e.outputs[nk:nk + n_y], e.outputs[nk + n_y:]
+        # the carries, double-buffered on the device: step s reads half s % 2 and writes the other
+        carries = [f"cb{tag}_{i}" for i in range(nk)]
+        for c, x, v in zip(carries, init, body.outputs[:nk]):
+            self.emit(1, f"{c} = {self.h_empty([2, *v.shape], v.dtype)}", eqn=e)
+            self.emit(1, self.h_assign(f"{c}[0:1].reshape({tuple(v.shape)})", x))
+        for v in list(ys) + list(recorded):
+            self._new(v)
+        seqs = [self._contiguous_as(x, f"q{tag}_{i}") for i, x in enumerate(xs)]
+        loop = _LoopBody(plan, self.module, tag)
+        loop.function()
+        for line in loop.host:   # the body's buffers, made once for every step
+            self.emit(1, line)
+        # what each body input and output is at step t
+        where = {}
+        for k in range(len(body.inputs)):
+            if k < nc:
+                where[f"a{k}"] = ("const", consts[k])
+            elif k < nc + nk:
+                where[f"a{k}"] = ("carry", k - nc)
+            else:
+                where[f"a{k}"] = ("row", k - nc - nk)
+        for k, v in enumerate(body.outputs):
+            where[loop.names[v]] = ("carry_out", k) if k < nk else ("y", k - nk)
+        params: dict[str, str] = {}   # host expression -> kernel parameter
+
+        def param(host: str) -> str:
+            return params.setdefault(host, f"p{len(params)}")
+
+        def resolve(host: str) -> tuple[str, str | None]:
+            """(the kernel's array for a phase's parameter, the index of its row there or None)."""
+            what, i = where.get(host, ("other", host))
+            if what == "const":
+                return param(i), None
+            if what == "carry":
+                return param(carries[i]), "cur"
+            if what == "carry_out":
+                return param(carries[i]), "nxt"
+            if what == "row":
+                return param(seqs[i]), "t"
+            if what == "y":
+                return param(f"b{ys[i].id}"), "t"
+            return param(i), None
+
+        lines = ["    g = cuda.cg.this_grid()", f"    for s in range({n}):",
+                 f"        t = {n - 1} - s" if p["reverse"] else "        t = s",
+                 "        cur = s % 2", "        nxt = 1 - cur"]
+        functions = []
+
+        def phase(body_lines: list[str], args: list[tuple[str, str | None]]) -> None:
+            """A phase: a device function over its arguments; an argument with a row index gets the
+            whole array and the index, and the phase's indexing of it gains the row first."""
+            j = len(functions)
+            names, call = [], []
+            text = "\n".join(body_lines)
+            for i, (base, index) in enumerate(args):
+                names.append(f"p{i}")
+                call.append(base)
+                if index is not None:
+                    names.append(f"p{i}_i")
+                    call.append(index)
+                    text = re.sub(rf"\bp{i}\[\(\)\]", f"p{i}[p{i}_i]", text)
+                    text = re.sub(rf"\bp{i}\[(?!p{i}_i\])", f"p{i}[p{i}_i, ", text)
+            functions.append("\n".join(["@cuda.jit(device=True)", f"def phase{j}({', '.join(names)}):", text, "", ""]))
+            lines.append(f"        phase{j}({', '.join(call)})")
+            lines.append("        g.sync()")
+
+        for j, v in enumerate(recorded):   # the carry each step starts from, for the backward pass
+            shape = tuple(v.shape[1:])
+            if _size(shape):
+                copy = _Kernel()
+                idx = [f"i{a}" for a in range(len(shape))]
+                copy.emit(1, f"for f in range(cuda.grid(1), {_size(shape)}, cuda.gridsize(1)):")
+                _unflatten(copy, "f", shape, idx, 2)
+                copy.emit(2, f"p1[{_index(idx)}] = p0[{_index(idx)}]")
+                phase(copy.lines, [(param(carries[j]), "cur"), (param(f"b{v.id}"), "t")])
+        for kn in loop.phases:
+            phase(kn.lines, [resolve(h) for h in kn.params])
+        text = "\n".join(functions + ["@cuda.jit(cache=True)", f"def kernel({', '.join(params.values())}):"] + lines)
+        sig_of = {h: self._aval_of(h, consts, carries, seqs, ys, recorded, body, loop) for h in params}
+        name = self.module.loop_kernel(text, [sig_of[h] for h in params])
+        self.emit(1, f"R.cooperative({name}, {self.launch.threads}, {', '.join(params)})  # {n} steps on the device",
+                  eqn=e)
+        for i, v in enumerate(e.outputs[:nk]):
+            self.names[v] = f"b{v.id}"
+            self.emit(1, f"b{v.id} = {self.h_copy(f'{carries[i]}[{n % 2}:{n % 2 + 1}].reshape({tuple(v.shape)})')}")
+
+    def _aval_of(self, host: str, consts, carries, seqs, ys, recorded, body, loop) -> tuple:
+        """(dtype, ndim) of a device-loop kernel's parameter (for the PTX check)."""
+        for i, c in enumerate(carries):
+            if host == c:
+                v = body.outputs[i]
+                return (v.dtype.name, len(v.shape) + 1)
+        for q, x in zip(seqs, body.inputs[len(body.inputs) - len(seqs):]):
+            if host == q:
+                return (x.dtype.name, len(x.shape) + 1)
+        for v in list(ys) + list(recorded):
+            if host == f"b{v.id}":
+                return (v.dtype.name, len(v.shape))
+        for k, c in enumerate(consts):
+            if host == c:
+                v = body.inputs[k]
+                return (v.dtype.name, len(v.shape))
+        return loop.avals[host]
+
     # -- control flow (render.py): loops on the host, sub-graphs as host functions ------------------
     def subcall(self, graph: Graph, args: list[str]) -> str:
         return f"{self.module.sub(graph)}(R, {', '.join(args + ['X'])})"
@@ -698,6 +843,61 @@ class _Renderer(ControlRenderer):
 
     def h_trip(self, name: str, n: str) -> None:
         self.emit(1, f"{name} = R.upload(np.int64({n}))")
+
+
+def _device_loop_ok(body: Graph, plan: fusion.Plan) -> bool:
+    """Whether a scan body can run as phases of one device-side loop: only loops and copies (no
+    matmul, branch, nested loop or print), and every output made by the body itself (not an input
+    passed through, which needs a copy)."""
+    for k in plan.kernels:
+        if isinstance(k, CallKernel) and k.eqn.primitive.name not in ("concatenate", "unslice"):
+            return False
+    made = {v for k in plan.kernels for v in (k.writes if isinstance(k, LoopKernel) else k.eqn.outputs)}
+    return all(v in made for v in body.outputs) and len(set(body.outputs)) == len(body.outputs)
+
+
+def _row_arg(host: str, param) -> str:
+    base, _, index = host.partition("[")
+    return f"{param(base)}[{index}"
+
+
+class _LoopBody(_Renderer):
+    """A scan body's plan rendered as phases of a device loop: each kernel launch becomes a phase
+    (its lines and parameters, host expression -> name), and the host statements (the body's
+    buffers) are made once before the loop (`host`). Every phase uses launch.threads a block."""
+
+    one_block_size = True
+
+    def __init__(self, plan: fusion.Plan, module: _Module, tag: int):
+        super().__init__(plan, module, sub=True)
+        self.tag = tag
+        self.phases: list[_Kernel] = []
+        self.host: list[str] = []
+        self.avals: dict[str, tuple] = {}
+
+    def emit(self, depth: int, text: str, eqn=None) -> None:
+        self.host.append(text)
+
+    def launch_kernel(self, kn, comment, grid, block, eqn=None, depth: int = 1) -> None:
+        for host, (_, what) in kn.params.items():
+            self.avals[host] = (what.dtype.name, len(what.shape)) if isinstance(what, Var) else what
+        self.phases.append(kn)
+
+    def alloc(self, v: Var) -> str:
+        if v in self.graph.outputs:   # written where the step's output goes: a row of ys, a carry half
+            name = self.names[v] = f"o{self.tag}_{self.graph.outputs.index(v)}"
+            return name
+        return super().alloc(v)   # (b<id>: Var ids are unique, so no clash with the enclosing function)
+
+    def function(self, name: str = "") -> None:
+        self.names, self.pool = {}, {}
+        self.module.on_device.update(self.bind_arguments([]))
+        for pos, k in enumerate(self.plan.kernels):
+            if isinstance(k, LoopKernel):
+                self.loop(k, pos)
+            else:
+                self.call(k)
+            self.release(pos)
 
 
 def _kernel_signature(params: list[tuple[str, int]]):
