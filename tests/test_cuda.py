@@ -212,16 +212,38 @@ def test_scans_whose_body_is_only_loops_run_on_the_device(case):
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
 
 
-def test_checkpointed_scans_still_loop_on_the_host():
+@pytest.mark.parametrize("k", [1, 2, 6])
+def test_checkpointed_scans_run_their_schedule_on_the_device(k):
+    """The binomial schedule's actions (advance, store, restore, backward step) walked by one
+    cooperative kernel, with k snapshots on the device: gradients equal the interpreter's for
+    every k (1: one snapshot; 6: one per step)."""
     f, args, _ = _scans()[0]
     a, xs = args
 
     def checkpointed(a, xs):
-        h, ys = tk.scan(lambda h, x: (np.tanh(a * h + x), np.mean(h)), np.zeros_like(a), xs, checkpoint=2)
+        h, ys = tk.scan(lambda h, x: (np.tanh(a * h + x), np.mean(h)), np.zeros_like(a), xs, checkpoint=k)
         return np.mean(h * h) + np.mean(ys)
     vg = tk.jit(tk.value_and_grad(checkpointed), backend="cuda")
+    source = vg.lower(a, xs).source
+    assert ("checkpointed schedule" in source) == (k < len(xs)) and "R.cooperative(" in source   # (k >= n: a plain scan)
     v, g = to_host(vg(a, xs))
     vi, gi = tk.jit(tk.value_and_grad(checkpointed), backend="interpret")(a, xs)
+    assert v == pytest.approx(vi, rel=1e-12)
+    np.testing.assert_allclose(g, gi, rtol=1e-10, atol=1e-12)
+
+
+def test_while_loops_and_checkpointed_loops_with_matmuls_stay_on_the_host():
+    rng = np.random.default_rng(3)
+    x, w = rng.standard_normal(8), rng.standard_normal((8, 8)) / 3
+
+    def f(x):
+        h = tk.while_loop(lambda h: np.sum(h * h) < 50.0, lambda h: h * 1.3 + 0.1, x)
+        g, _ = tk.scan(lambda c, r: (np.tanh(c @ w + r), None), h, np.stack([x, x, x]), checkpoint=2)
+        return np.sum(g * g)
+    vg = tk.jit(tk.value_and_grad(f), backend="cuda")
+    assert "R.cooperative(" not in vg.lower(x).source
+    v, g = to_host(vg(x))
+    vi, gi = tk.jit(tk.value_and_grad(f), backend="interpret")(x)
     assert v == pytest.approx(vi, rel=1e-12)
     np.testing.assert_allclose(g, gi, rtol=1e-10, atol=1e-12)
 

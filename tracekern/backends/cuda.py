@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba.core.errors import NumbaError
 
-from .. import passes
+from .. import passes, schedule
 from ..errors import TracekernError
 from ..ir import Graph, Var
 from . import cache, cublas, cuda_math, fusion, render, scalar_rules, units
@@ -708,119 +708,111 @@ class _Renderer(ControlRenderer):
         """A scan whose body is only loops (elementwise, reductions, copies) runs as ONE kernel whose
         threads loop over the steps, the body's kernels as phases separated by grid-wide barriers
         (a cooperative launch): no host work per step. Other scans loop on the host (render.py)."""
-        body = e.params["body"]
-        plan = fusion.plan(passes.inline_calls(body))
-        if not _device_loop_ok(body, plan) or e.params["length"] == 0:
-            return super().control_scan(e, ops)
         p = e.params
+        body = p["body"]
+        plan = fusion.plan(passes.inline_calls(body))
+        if not _device_loop_ok(body, plan) or p["length"] == 0:
+            return super().control_scan(e, ops)
         nc, nk, n = p["num_consts"], p["num_carry"], p["length"]
         n_y = len(body.outputs) - nk
         tag = e.outputs[0].id
         consts, init, xs = ops[:nc], ops[nc:nc + nk], ops[nc + nk:]
         ys, recorded = e.outputs[nk:nk + n_y], e.outputs[nk + n_y:]
-        # the carries, double-buffered on the device: step s reads half s % 2 and writes the other
-        carries = [f"cb{tag}_{i}" for i in range(nk)]
-        for c, x, v in zip(carries, init, body.outputs[:nk]):
-            self.emit(1, f"{c} = {self.h_empty([2, *v.shape], v.dtype)}", eqn=e)
-            self.emit(1, self.h_assign(f"{c}[0:1].reshape({tuple(v.shape)})", x))
+        carries = self._double_buffers(e, tag, "cb", init, body.outputs[:nk])
         for v in list(ys) + list(recorded):
             self._new(v)
         seqs = [self._contiguous_as(x, f"q{tag}_{i}") for i, x in enumerate(xs)]
-        loop = _LoopBody(plan, self.module, tag)
-        loop.function()
-        for line in loop.host:   # the body's buffers, made once for every step
-            self.emit(1, line)
-        # what each body input and output is at step t
-        where = {}
-        for k in range(len(body.inputs)):
-            if k < nc:
-                where[f"a{k}"] = ("const", consts[k])
-            elif k < nc + nk:
-                where[f"a{k}"] = ("carry", k - nc)
-            else:
-                where[f"a{k}"] = ("row", k - nc - nk)
-        for k, v in enumerate(body.outputs):
-            where[loop.names[v]] = ("carry_out", k) if k < nk else ("y", k - nk)
-        params: dict[str, str] = {}   # host expression -> kernel parameter
-
-        def param(host: str) -> str:
-            return params.setdefault(host, f"p{len(params)}")
-
-        def resolve(host: str) -> tuple[str, str | None]:
-            """(the kernel's array for a phase's parameter, the index of its row there or None)."""
-            what, i = where.get(host, ("other", host))
-            if what == "const":
-                return param(i), None
-            if what == "carry":
-                return param(carries[i]), "cur"
-            if what == "carry_out":
-                return param(carries[i]), "nxt"
-            if what == "row":
-                return param(seqs[i]), "t"
-            if what == "y":
-                return param(f"b{ys[i].id}"), "t"
-            return param(i), None
-
-        lines = ["    g = cuda.cg.this_grid()", f"    for s in range({n}):",
-                 f"        t = {n - 1} - s" if p["reverse"] else "        t = s",
-                 "        cur = s % 2", "        nxt = 1 - cur"]
-        functions = []
-
-        def phase(body_lines: list[str], args: list[tuple[str, str | None]]) -> None:
-            """A phase: a device function over its arguments; an argument with a row index gets the
-            whole array and the index, and the phase's indexing of it gains the row first."""
-            j = len(functions)
-            names, call = [], []
-            text = "\n".join(body_lines)
-            for i, (base, index) in enumerate(args):
-                names.append(f"p{i}")
-                call.append(base)
-                if index is not None:
-                    names.append(f"p{i}_i")
-                    call.append(index)
-                    text = re.sub(rf"\bp{i}\[\(\)\]", f"p{i}[p{i}_i]", text)
-                    text = re.sub(rf"\bp{i}\[(?!p{i}_i\])", f"p{i}[p{i}_i, ", text)
-            functions.append("\n".join(["@cuda.jit(device=True)", f"def phase{j}({', '.join(names)}):", text, "", ""]))
-            lines.append(f"        phase{j}({', '.join(call)})")
-            lines.append("        g.sync()")
-
-        for j, v in enumerate(recorded):   # the carry each step starts from, for the backward pass
-            shape = tuple(v.shape[1:])
-            if _size(shape):
-                copy = _Kernel()
-                idx = [f"i{a}" for a in range(len(shape))]
-                copy.emit(1, f"for f in range(cuda.grid(1), {_size(shape)}, cuda.gridsize(1)):")
-                _unflatten(copy, "f", shape, idx, 2)
-                copy.emit(2, f"p1[{_index(idx)}] = p0[{_index(idx)}]")
-                phase(copy.lines, [(param(carries[j]), "cur"), (param(f"b{v.id}"), "t")])
-        for kn in loop.phases:
-            phase(kn.lines, [resolve(h) for h in kn.params])
-        text = "\n".join(functions + ["@cuda.jit(cache=True)", f"def kernel({', '.join(params.values())}):"] + lines)
-        sig_of = {h: self._aval_of(h, consts, carries, seqs, ys, recorded, body, loop) for h in params}
-        name = self.module.loop_kernel(text, [sig_of[h] for h in params])
-        self.emit(1, f"R.cooperative({name}, {self.launch.threads}, {', '.join(params)})  # {n} steps on the device",
-                  eqn=e)
+        loop = _DeviceLoop(self, tag)
+        loop.line(1, f"for s in range({n}):")
+        loop.line(2, f"t = {n - 1} - s" if p["reverse"] else "t = s")
+        loop.line(2, "cur = s % 2")
+        for c, v in zip(carries, recorded):   # the carry each step starts from, for the backward pass
+            loop.copy(2, (c, "cur"), (f"b{v.id}", "t"), tuple(v.shape[1:]), v.dtype)
+        loop.graph(2, body, plan, [(c, None) for c in consts] + [(c, "cur") for c in carries] + [(q, "t") for q in seqs],
+                   [(c, "1 - cur") for c in carries] + [(f"b{v.id}", "t") for v in ys])
+        loop.launch(e, f"{n} steps on the device")
         for i, v in enumerate(e.outputs[:nk]):
             self.names[v] = f"b{v.id}"
             self.emit(1, f"b{v.id} = {self.h_copy(f'{carries[i]}[{n % 2}:{n % 2 + 1}].reshape({tuple(v.shape)})')}")
 
-    def _aval_of(self, host: str, consts, carries, seqs, ys, recorded, body, loop) -> tuple:
-        """(dtype, ndim) of a device-loop kernel's parameter (for the PTX check)."""
-        for i, c in enumerate(carries):
-            if host == c:
-                v = body.outputs[i]
-                return (v.dtype.name, len(v.shape) + 1)
-        for q, x in zip(seqs, body.inputs[len(body.inputs) - len(seqs):]):
-            if host == q:
-                return (x.dtype.name, len(x.shape) + 1)
-        for v in list(ys) + list(recorded):
-            if host == f"b{v.id}":
-                return (v.dtype.name, len(v.shape))
-        for k, c in enumerate(consts):
-            if host == c:
-                v = body.inputs[k]
-                return (v.dtype.name, len(v.shape))
-        return loop.avals[host]
+    def control_scan_revolve(self, e, ops: list[str]) -> None:
+        """A checkpointed scan's schedule (tracekern.schedule) run on the device when its body and
+        its backward step are only loops: one cooperative kernel walks the actions (advance, store,
+        restore, backward step), with the carries, the cotangent state and the k snapshots on the
+        device. Else (and for a while loop's run-time schedule) on the host (render.py)."""
+        p = e.params
+        body, back, nc, nk, ns, n = p["body"], p["back"], p["num_consts"], p["num_carry"], p["num_state"], p["length"]
+        plans = None
+        if n is not None and n > 0:
+            plans = (fusion.plan(passes.inline_calls(body)), fusion.plan(passes.inline_calls(back)))
+        if plans is None or not _device_loop_ok(body, plans[0], outputs=nk) or not _device_loop_ok(back, plans[1]):
+            return super().control_scan_revolve(e, ops)
+        acts_host = np.ascontiguousarray(schedule.actions(n, p["checkpoint"]), np.int64)
+        k = max(1, int(p["checkpoint"]))
+        tag = e.outputs[0].id if e.outputs else 0
+        n_y = len(body.outputs) - nk
+        n_xs = len(ops) - nc - nk - ns - n_y
+        consts, init = ops[:nc], ops[nc:nc + nk]
+        xs, state0, ct_ys = ops[nc + nk:nc + nk + n_xs], ops[nc + nk + n_xs:nc + nk + n_xs + ns], ops[nc + nk + n_xs + ns:]
+        carries = self._double_buffers(e, tag, "cb", init, body.outputs[:nk])
+        states = self._double_buffers(e, tag, "sb", state0, back.outputs[:ns])
+        slots = [f"slot{tag}_{i}" for i in range(nk)]
+        for sl, v in zip(slots, body.outputs):
+            self.emit(1, f"{sl} = {self.h_empty([k, *v.shape], v.dtype)}")
+        acts = self.extra(acts_host)
+        self.module.on_device.add(len(self.module.extras) - 1)
+        grads = e.outputs[ns:]
+        for v in grads:
+            self._new(v)
+        seqs = [self._contiguous_as(x, f"q{tag}_{i}") for i, x in enumerate(xs)]
+        cseqs = [self._contiguous_as(x, f"cq{tag}_{i}") for i, x in enumerate(ct_ys)]
+        scratch = []   # the body's outputs besides the carries: not kept here (the forward scan kept them)
+        for j, v in enumerate(body.outputs[nk:]):
+            scratch.append(f"ys{tag}_{j}")
+            self.emit(1, f"ys{tag}_{j} = {self.h_empty(list(v.shape), v.dtype)}")
+        tindex = f"{n - 1} - pos" if p["reverse"] else "pos"
+        loop = _DeviceLoop(self, tag)
+        A = loop.param(acts, ("int64", 2))
+        loop.line(1, "pos = 0")
+        loop.line(1, "cc = 0")
+        loop.line(1, "sc = 0")
+        loop.line(1, f"at = cuda.local.array({k}, np.int64)")
+        loop.line(1, f"for a in range({len(acts_host)}):")
+        loop.line(2, f"op = {A}[a, 0]")
+        loop.line(2, f"arg = {A}[a, 1]")
+        loop.line(2, "if op == 0:   # advance")
+        loop.line(3, "for _ in range(arg):")
+        loop.line(4, f"t = {tindex}")
+        loop.graph(4, body, plans[0], [(c, None) for c in consts] + [(c, "cc") for c in carries] + [(q, "t") for q in seqs],
+                   [(c, "1 - cc") for c in carries] + [(y, None) for y in scratch])
+        loop.line(4, "cc = 1 - cc")
+        loop.line(4, "pos += 1")
+        loop.line(2, "elif op == 1:   # store")
+        for c, sl, v in zip(carries, slots, body.outputs):
+            loop.copy(3, (c, "cc"), (sl, "arg"), tuple(v.shape), v.dtype)
+        loop.line(3, "at[arg] = pos")
+        loop.line(2, "elif op == 2:   # restore")
+        for c, sl, v in zip(carries, slots, body.outputs):
+            loop.copy(3, (sl, "arg"), (c, "cc"), tuple(v.shape), v.dtype)
+        loop.line(3, "pos = at[arg]")
+        loop.line(2, "else:   # the backward step at the current position")
+        loop.line(3, f"t = {tindex}")
+        loop.graph(3, back, plans[1], [(c, None) for c in consts] + [(st, "sc") for st in states] + [(c, "cc") for c in carries]
+                   + [(q, "t") for q in seqs] + [(q, "t") for q in cseqs],
+                   [(st, "1 - sc") for st in states] + [(f"b{v.id}", "t") for v in grads])
+        loop.line(3, "sc = 1 - sc")
+        loop.launch(e, f"the checkpointed schedule of {n} steps on the device")
+        for i, v in enumerate(e.outputs[:ns]):   # n backward steps: the state is in half n % 2
+            self.names[v] = f"b{v.id}"
+            self.emit(1, f"b{v.id} = {self.h_copy(f'{states[i]}[{n % 2}:{n % 2 + 1}].reshape({tuple(v.shape)})')}")
+
+    def _double_buffers(self, e, tag: int, prefix: str, init: list[str], avals: list) -> list[str]:
+        """Device arrays of two halves (2, *shape) per value, the first filled from `init`."""
+        names = [f"{prefix}{tag}_{i}" for i in range(len(init))]
+        for c, x, v in zip(names, init, avals):
+            self.emit(1, f"{c} = {self.h_empty([2, *v.shape], v.dtype)}", eqn=e)
+            self.emit(1, self.h_assign(f"{c}[0:1].reshape({tuple(v.shape)})", x))
+        return names
 
     # -- control flow (render.py): loops on the host, sub-graphs as host functions ------------------
     def subcall(self, graph: Graph, args: list[str]) -> str:
@@ -845,15 +837,94 @@ class _Renderer(ControlRenderer):
         self.emit(1, f"{name} = R.upload(np.int64({n}))")
 
 
-def _device_loop_ok(body: Graph, plan: fusion.Plan) -> bool:
-    """Whether a scan body can run as phases of one device-side loop: only loops and copies (no
-    matmul, branch, nested loop or print), and every output made by the body itself (not an input
-    passed through, which needs a copy)."""
+def _device_loop_ok(body: Graph, plan: fusion.Plan, outputs: int | None = None) -> bool:
+    """Whether a loop body can run as phases of one device-side loop: only loops and copies (no
+    matmul, branch, nested loop or print), and each of its first `outputs` outputs (all by
+    default) made by the body itself, once (not an input passed through, which needs a copy)."""
     for k in plan.kernels:
         if isinstance(k, CallKernel) and k.eqn.primitive.name not in ("concatenate", "unslice"):
             return False
     made = {v for k in plan.kernels for v in (k.writes if isinstance(k, LoopKernel) else k.eqn.outputs)}
-    return all(v in made for v in body.outputs) and len(set(body.outputs)) == len(body.outputs)
+    outs = list(body.outputs)
+    return all(v in made for v in outs[:outputs]) and len(set(outs)) == len(outs)
+
+
+class _DeviceLoop:
+    """One cooperative kernel being written: its parameters (host expressions of the enclosing
+    host function), phase device functions, and the loop code that calls them, each phase
+    followed by a grid-wide barrier. A phase argument given with a row index (an expression of
+    the loop's variables) receives the whole array and the index, and its indexing gains the row
+    first, so one phase serves every step."""
+
+    def __init__(self, renderer: _Renderer, tag: int):
+        self.r = renderer
+        self.tag = tag
+        self.params: dict[str, str] = {}
+        self.avals: dict[str, tuple] = {}
+        self.functions: list[str] = []
+        self.lines = ["    g = cuda.cg.this_grid()"]
+
+    def param(self, host: str, aval: tuple | None = None) -> str:
+        if aval is not None:
+            self.avals.setdefault(host, aval)
+        return self.params.setdefault(host, f"p{len(self.params)}")
+
+    def line(self, depth: int, text: str) -> None:
+        self.lines.append("    " * depth + text)
+
+    def phase(self, depth: int, body_lines: list[str], args: list[tuple[str, str | None]]) -> None:
+        j = len(self.functions)
+        names, call = [], []
+        text = "\n".join(body_lines)
+        for i, (base, index) in enumerate(args):
+            names.append(f"p{i}")
+            call.append(base)
+            if index is not None:
+                names.append(f"p{i}_i")
+                call.append(index)
+                text = re.sub(rf"\bp{i}\[\(\)\]", f"p{i}[p{i}_i]", text)
+                text = re.sub(rf"\bp{i}\[(?!p{i}_i\])", f"p{i}[p{i}_i, ", text)
+        self.functions.append("\n".join(["@cuda.jit(device=True)", f"def phase{j}({', '.join(names)}):", text, "", ""]))
+        self.line(depth, f"phase{j}({', '.join(call)})")
+        self.line(depth, "g.sync()")
+
+    def copy(self, depth: int, src: tuple[str, str], dst: tuple[str, str], shape: tuple, dtype) -> None:
+        """A phase copying a row (of `shape` and `dtype`) of one array into a row of another."""
+        if not _size(shape):
+            return
+        aval = (np.dtype(dtype).name, len(shape) + 1)
+        kn = _Kernel()
+        idx = [f"i{a}" for a in range(len(shape))]
+        kn.emit(1, f"for f in range(cuda.grid(1), {_size(shape)}, cuda.gridsize(1)):")
+        _unflatten(kn, "f", shape, idx, 2)
+        kn.emit(2, f"p1[{_index(idx)}] = p0[{_index(idx)}]")
+        self.phase(depth, kn.lines, [(self.param(src[0], aval), src[1]), (self.param(dst[0], aval), dst[1])])
+
+    def graph(self, depth: int, graph: Graph, plan: fusion.Plan, inputs: list, outputs: list) -> None:
+        """Phases running one step of `graph` (its plan): input k is inputs[k], output k written to
+        outputs[k], each (host array, row index or None). Its other buffers are made on the host once."""
+        body = _LoopBody(plan, self.r.module, self.tag)
+        body.function()
+        for text in body.host:
+            self.r.emit(1, text)
+        where = {f"a{k}": x for k, x in enumerate(inputs)}
+        for k, v in enumerate(graph.outputs):
+            if v in body.names:
+                where[body.names[v]] = outputs[k]
+        for kn in body.phases:
+            args = []
+            for host, (_, what) in kn.params.items():
+                base, index = where.get(host, (host, None))
+                aval = (what.dtype.name, len(what.shape)) if isinstance(what, Var) else what
+                args.append((self.param(base, (aval[0], aval[1] + (index is not None))), index))
+            self.phase(depth, kn.lines, args)
+
+    def launch(self, e, comment: str) -> None:
+        text = "\n".join(self.functions + ["@cuda.jit(cache=True)", f"def kernel({', '.join(self.params.values())}):"]
+                         + self.lines)
+        sig = [self.avals.get(h, ("int64", 2)) for h in self.params]
+        name = self.r.module.loop_kernel(text, sig)
+        self.r.emit(1, f"R.cooperative({name}, {self.r.launch.threads}, {', '.join(self.params)})  # {comment}", eqn=e)
 
 
 def _row_arg(host: str, param) -> str:
