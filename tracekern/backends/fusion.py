@@ -169,7 +169,10 @@ class _Walker:
             return name
         elif e.primitive.fusion == "elementwise":
             args = tuple(self.value(a, tuple(broadcast_index(list(idx), a.shape, v.shape))) for a in e.inputs)
-            stmt = Compute(self._name(v), e, args, e.primitive.scalar_for([self._literal(a) for a in e.inputs]))
+            stmt = Compute(self._name(v), e, args,
+                           e.primitive.scalar_for([self._literal(a) for a in e.inputs], **e.params))
+        elif e.primitive.fusion == "index":   # a value made from its own position (iota): index arithmetic
+            stmt = Compute(self._name(v), e, (), e.primitive.index_scalar(idx, **e.params))
         else:
             raise IRError(f"fusion: {e.primitive.name} output {v} should have been materialized")
         self.body.append(stmt)
