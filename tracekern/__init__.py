@@ -18,6 +18,7 @@ from .errors import (
     CacheWarning,
     GradientCheckError,
     IRError,
+    MemoryBudgetError,
     ShapeError,
     TracekernError,
     TracerBoolError,
@@ -33,7 +34,7 @@ from .trace import Variable
 __version__ = "0.1.0"
 
 __all__ = [
-    "Aval", "CacheWarning", "Eqn", "Graph", "GradientCheckError", "IRError", "ShapeError", "SplitVJP", "Staged",
+    "Aval", "CacheWarning", "Eqn", "Graph", "GradientCheckError", "IRError", "MemoryBudgetError", "ShapeError", "SplitVJP", "Staged",
     "TracekernError", "TracerBoolError", "TracerLeakError", "Var", "Variable", "available_backends",
     "check_grad", "checkpoint", "cond", "custom_gradient", "default_backend", "fori_loop", "grad", "grad_pass_through", "jit",
     "make_ir", "numpy", "print", "random", "recompute", "recompute_grad", "reversible", "scan", "stop_gradient",

@@ -24,6 +24,12 @@ def available_backends() -> list[str]:
     return sorted(MODULES)
 
 
+def cost_table() -> dict:
+    """The memory planner's cost figures for this machine (remat.CostModel's fields), measured once
+    with the cpu backend's kernels and cached on disk (backends/calibrate.py)."""
+    return importlib.import_module("tracekern.backends.calibrate").cost_table()
+
+
 def get_compiler(name: str) -> Callable:
     """compile(graph) -> run(list of arrays) -> list of arrays, for backend `name`. Higher-order
     equations (annotations) are inlined first: backends see plain primitives only."""

@@ -36,6 +36,9 @@ class Primitive:
     # True for a "view" whose output is its first input unchanged (remat_barrier): a kernel that
     # takes whole buffers (matmul, call) is handed that input's buffer, not a copy
     aliases_input = False
+    # True for a "view" that marks the start of a recomputation (remat_barrier): work that reads
+    # through it is never planned into a kernel that runs before it (backends/fusion.py)
+    barrier = False
     scalar = ""  # elementwise primitives: the scalar expression renderers emit (see Elementwise)
 
     def __init__(self, name: str):
