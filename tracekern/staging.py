@@ -156,10 +156,12 @@ class Staged:
     on `backend` and runs it; called inside another trace, it emits into that trace (inlining)."""
 
     def __init__(self, fun: Callable, emit: Callable, *, backend: str | None = None,
-                 static_argnums: Sequence[int] | int = (), memory_budget: int | float | None = None):
+                 static_argnums: Sequence[int] | int = (), options: dict | None = None,
+                 memory_budget: int | float | None = None):
         self.fun = fun
         self.emit = emit
         self.backend = backend
+        self.options = dict(options or {})   # the backend's options (backends.OPTIONS)
         self.memory_budget = memory_budget   # (a gradient transform's: lower() reports its plan)
         self._device = (backend or backends.default_backend()) == "cuda"
         self.static_argnums = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
@@ -182,7 +184,8 @@ class Staged:
         bound = getattr(instance, "__dict__", {}).get(key)
         if bound is None:
             bound = Staged(functools.partial(self.fun, instance), functools.partial(self.emit, instance),
-                           backend=self.backend, static_argnums=tuple(i - 1 for i in self.static_argnums if i > 0),
+                           backend=self.backend, options=self.options,
+                           static_argnums=tuple(i - 1 for i in self.static_argnums if i > 0),
                            memory_budget=self.memory_budget)
             if hasattr(instance, "__dict__"):
                 instance.__dict__[key] = bound
@@ -208,7 +211,7 @@ class Staged:
         entry = self._cache.get(sig.key)
         if entry is None or not entry.variables_match():
             graph, out_td, variables = sig.make_graph()
-            compile_graph = backends.get_compiler(self.backend or backends.default_backend())
+            compile_graph = backends.get_compiler(self.backend or backends.default_backend(), **self.options)
             plan = getattr(self.emit, "plan", None) if self.memory_budget is not None else None
             entry = CompiledEntry(graph, out_td, compile_graph(graph), variables, plan)
             self._cache[sig.key] = entry
@@ -226,7 +229,7 @@ class Staged:
             residual, saved = split.residual_bytes, split.saved_bytes
         elif not kwargs and not self.static_argnums and not isinstance(self.fun, functools.partial):
             try:
-                staged = stage_vjp(self.fun, args, False, self.backend, self.memory_budget)[0]
+                staged = stage_vjp(self.fun, args, False, self.backend, self.options, self.memory_budget)[0]
             except MemoryBudgetError:
                 raise
             except TracekernError:   # no reverse mode for this function (e.g. the grad of a checkpointed loop)
@@ -347,13 +350,15 @@ _VJP_CACHE: weakref.WeakKeyDictionary[Callable, dict] = weakref.WeakKeyDictionar
 
 
 def stage_vjp(fun: Callable, args: tuple, has_aux: bool, backend: str | None = None,
-              memory_budget: int | float | None = None) -> tuple[StagedVJP, FlatArgs]:
+              options: dict | None = None, memory_budget: int | float | None = None) -> tuple[StagedVJP, FlatArgs]:
     """The tk.vjp of fun for the signature of args (traced, split and compiled once per signature),
     and args flattened (leaves as arrays). With memory_budget, the residuals are planned to fit it."""
     backend = backend or backends.default_backend()
     flat = flatten_call(fun, args, device=backend == "cuda")
+    options = dict(options or {})
     # (1 and 1.0 are equal keys, but one byte and the whole budget: the type is part of the key)
-    key = (flat.treedefs, flat.avals, flat.weak, has_aux, backend, type(memory_budget).__name__, memory_budget)
+    key = (flat.treedefs, flat.avals, flat.weak, has_aux, backend, tuple(sorted(options.items())),
+           type(memory_budget).__name__, memory_budget)
     try:
         per_fun = _VJP_CACHE.setdefault(fun, {})
     except TypeError:  # not weak-referenceable: no caching
@@ -369,7 +374,7 @@ def stage_vjp(fun: Callable, args: tuple, has_aux: bool, backend: str | None = N
         joint = autodiff.vjp(graph, active + (False,) * len(variables),
                              seeded=[i < n_out for i in range(len(graph.outputs))], zeros=True)
         split = plan_split(fun, passes.simplify(joint.graph), joint.num_primals, len(graph.outputs), memory_budget)
-        compiler = backends.get_compiler(backend)
+        compiler = backends.get_compiler(backend, **options)
         staged = StagedVJP(split, value_td, aux_td, active, compiler(split.forward), compiler(split.backward),
                            variables, tuple(v.aval for v in variables))
         per_fun[key] = staged
