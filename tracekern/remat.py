@@ -242,41 +242,53 @@ def _just_in_time(recomputed: Sequence[Eqn], bwd_eqns: Sequence[Eqn], outputs: S
 
 
 def rejoin(split: SplitVJP) -> Graph:
-    """One graph that runs `split`'s forward and then its backward, which reads the residuals the
+    """One graph that runs `split`'s forward and then its backward, which reads the values the
     forward made (inputs: primals then cotangents, outputs: primal outputs then input cotangents, as
-    the joint graph split came from). tk.grad runs this under a memory budget. The backward's
-    equations that remake forward values (noted "recomputed") read the residuals through a
-    remat_barrier whose token is the first cotangent, so that common-subexpression elimination
-    cannot merge them back into the forward's values and fusion does not run them before the
-    backward starts (backends/fusion.py)."""
+    the joint graph split came from). tk.grad runs this under a memory budget.
+
+    A forward equation the plan re-runs in the backward is re-run here only where that frees
+    memory in one fused step: when it is not cheap (a matmul, a reduction) or when a whole-array
+    kernel (a matmul) reads its result, which must then be an array. It reads the saved values
+    through a remat_barrier whose token is the first cotangent, so that common-subexpression
+    elimination cannot merge it back into the forward and fusion does not run it before the backward
+    starts (backends/fusion.py). A cheap elementwise re-run of values the forward already has is
+    left out: the backward reads the forward's value, and the fused loops recompute it from their
+    arrays anyway (re-running it next to the forward's would only do the work twice)."""
     fwd, bwd = split.forward, split.backward
     n_res = len(split.residuals)
     res_in, cts = bwd.inputs[:n_res], bwd.inputs[n_res:]
-    forward_value = dict(zip(res_in, fwd.outputs[split.num_outputs:]))
-    notes = bwd.eqn_notes or ("",) * len(bwd.eqns)
+    value = dict(zip(res_in, fwd.outputs[split.num_outputs:]))    # backward Var -> the Var it reads here
     defined = set(fwd.inputs) | {v for e in fwd.eqns for v in e.outputs}
+    consumers: dict[Var, list[Eqn]] = {}
+    for e in bwd.eqns:
+        for v in e.inputs:
+            consumers.setdefault(v, []).append(e)
     barrier: dict[Var, Var] = {}
     barriers: list[Eqn] = []
     eqns: list[Eqn] = []
-    renamed: dict[Var, Var] = {}     # a recomputed equation's outputs: new Vars beside the forward's
-    for e, note in zip(bwd.eqns, notes):
+    for e in bwd.eqns:
+        remakes = bool(e.outputs) and all(v in defined for v in e.outputs)   # a forward equation, re-run
+        if not remakes:
+            eqns.append(_rename_eqn(e, value))
+            continue
+        arrays = any(c.primitive.fusion in ("matmul", "call") for v in e.outputs for c in consumers.get(v, ()))
+        if cheap(e) and not arrays and all(value.get(v, v) in defined for v in e.inputs):
+            value.update((v, v) for v in e.outputs)    # the forward's own value
+            continue
         ins = []
         for v in e.inputs:
-            if v in forward_value and note == "recomputed" and cts:
-                if v not in barrier:
-                    barrier[v] = Var(v.aval)
-                    barriers.append(Eqn(remat_barrier, (forward_value[v], cts[0]), (barrier[v],), {}, e.source))
-                ins.append(barrier[v])
-            else:
-                ins.append(renamed.get(v, forward_value.get(v, v)))
-        outs = []
-        for v in e.outputs:
-            if v in defined:
-                renamed[v] = Var(v.aval)
-            outs.append(renamed.get(v, v))
-        eqns.append(Eqn(e.primitive, tuple(ins), tuple(outs), e.params, e.source))
-    outputs = fwd.outputs[:split.num_outputs] + tuple(renamed.get(v, forward_value.get(v, v)) for v in bwd.outputs)
-    return verify(Graph(fwd.inputs + cts, fwd.eqns + tuple(barriers) + tuple(eqns), outputs))
+            u = value.get(v, v)
+            if u in defined and cts:
+                if u not in barrier:
+                    barrier[u] = Var(u.aval)
+                    barriers.append(Eqn(remat_barrier, (u, cts[0]), (barrier[u],), {}, e.source))
+                u = barrier[u]
+            ins.append(u)
+        outs = tuple(Var(v.aval) for v in e.outputs)
+        value.update(zip(e.outputs, outs))
+        eqns.append(Eqn(e.primitive, tuple(ins), outs, e.params, e.source))
+    outputs = fwd.outputs[:split.num_outputs] + tuple(value.get(v, v) for v in bwd.outputs)
+    return verify(passes.dce(Graph(fwd.inputs + cts, fwd.eqns + tuple(barriers) + tuple(eqns), outputs)))
 
 
 def mark_recomputed(bwd: Graph, num_saved: int) -> Graph:
