@@ -398,7 +398,8 @@ def test_random_programs_under_random_budgets(program, fractions):
 def _row(label, kind, residual, time_s):
     return {"workload": "w", "tool": "tracekern", "kind": kind, "label": label, "residual_bytes": residual,
             "saved_state_bytes": residual, "peak_bytes": 2 * residual, "time_s": time_s, "time_min_s": time_s * 0.9,
-            "time_max_s": time_s * 1.1, "solver": "milp" if kind == "budget" else None, "recompute_cost_s": 0.0}
+            "time_max_s": time_s * 1.1, "cpu_s": time_s, "cpu_min_s": time_s, "cpu_max_s": time_s,
+            "solver": "milp" if kind == "budget" else None, "recompute_cost_s": 0.0}
 
 
 def test_the_budget_benchmark_plans_its_sweep_and_checks_its_targets(tmp_path):
@@ -415,13 +416,16 @@ def test_the_budget_benchmark_plans_its_sweep_and_checks_its_targets(tmp_path):
     # that is slower than a hand-placed strategy keeping no more memory
     good = [_row("none", "hand-placed", 100, 1.0), _row("b100", "budget", 100, 1.0), _row("b50", "budget", 50, 1.2)]
     notes = budget._targets(good, ["w"])
-    assert notes[0].startswith("w: the curve is monotone") and "at 1 of the 1 budgets" in notes[1]
-    assert "not at" not in notes[1]
+    assert notes[0] == "the targets compare the median CPU time per step"
+    assert notes[1].startswith("w: the curve is monotone") and "at 1 of the 1 budgets" in notes[2]
+    assert "not at" not in notes[2]
     bad = [_row("rec", "hand-placed", 40, 1.0), _row("b100", "budget", 100, 1.5), _row("b50", "budget", 60, 1.2),
            _row("b40", "budget", 40, 2.0)]
     notes = budget._targets(bad, ["w"])
-    assert "not monotone" in notes[0] and "b50 runs faster" in notes[0]
-    assert "at 0 of the 3 budgets" in notes[1] and "b40 2.00x rec" in notes[1]
+    assert "not monotone" in notes[1] and "b50 runs faster" in notes[1]
+    assert "at 0 of the 3 budgets" in notes[2] and "b40 2.00x rec" in notes[2]
+    assert budget._targets([dict(r, cpu_s=None) for r in bad], ["w"])[0].endswith("wall time per step")
     result = {"size": "test", "rows": bad, "notes": notes}
     assert "b40" in budget.table(result) and "| w | tracekern | b40 |" in budget.markdown(result)
+    assert budget.cpu_times({"f": lambda: sum(range(1000))}, 3)["f"]["cpu_s"] >= 0
     assert budget.plot(result, str(tmp_path / "budget.png")) and (tmp_path / "budget.png").stat().st_size > 0

@@ -44,6 +44,8 @@ def test_the_bits_are_jax_randoms():
     words = tk.random.split(tk.random.key(42), 3).view(np.uint64)
     assert [[int(w) >> 32, int(w) & M] for w in words] == [[1832780943, 270669613], [64467757, 2916123636],
                                                           [2465931498, 255383827]]
+    for same in (tk.random.split(tk.random.key(42), n=3), tk.random.split(tk.random.key(42), num=3)):   # SPEC's n, JAX's num
+        assert np.array_equal(same.view(np.uint64), words)
     assert tk.random.bernoulli(tk.random.key(3), 0.25, (16,)).astype(int).tolist() == \
         [1, 0, 0, 0, 0, 0, 1, 0, 1, 1, 0, 1, 0, 0, 0, 1]
     np.testing.assert_allclose(tk.random.normal(tk.random.key(1), (4,), np.float64),

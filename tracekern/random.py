@@ -91,10 +91,15 @@ def key(seed):
     return np.asarray(value - 2 ** 64 if value >= 2 ** 63 else value, INT64)
 
 
-def split(key, num=2):
-    """`num` new keys (an int, or a shape) from `key`: the key array split(key, num)[i] is key i."""
+def split(key, n=2, *, num=None):
+    """`n` new keys (an int, or a shape) from `key`: the key array split(key, n)[i] is key i.
+    `num=` (JAX's name for it) is the same argument."""
+    if num is not None:
+        if n != 2:
+            raise TypeError(f"tk.random.split: pass n or num, not both (got n={n!r}, num={num!r})")
+        n = num
     k = _key(key, "split")
-    return _bits(k, _shape(num, "split"), 64)
+    return _bits(k, _shape(n, "split"), 64)
 
 
 def fold_in(key, data):
