@@ -145,6 +145,8 @@ def test_lower_reports_the_plan():
     assert m.smallest_budget <= m.residual_bytes
     assert f.lower(ws, x).vjp.residual_bytes == m.residual_bytes           # the split the step runs
     assert "planned by milp under a budget" in str(f.lower(ws, x).vjp)
+    jitted = tk.jit(f, backend="interpret").lower(ws, x).memory                # tk.jit of it reports the same plan
+    assert (jitted.residual_bytes, jitted.solver, jitted.memory_budget) == (m.residual_bytes, m.solver, m.memory_budget)
 
 
 def test_a_budgeted_grad_step_runs_the_plan():

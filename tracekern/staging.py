@@ -212,7 +212,8 @@ class Staged:
         if entry is None or not entry.variables_match():
             graph, out_td, variables = sig.make_graph()
             compile_graph = backends.get_compiler(self.backend or backends.default_backend(), **self.options)
-            plan = getattr(self.emit, "plan", None) if self.memory_budget is not None else None
+            planned = self if self.memory_budget is not None else self.fun   # (tk.jit of a budgeted transform too)
+            plan = getattr(planned.emit, "plan", None) if getattr(planned, "memory_budget", None) is not None else None
             entry = CompiledEntry(graph, out_td, compile_graph(graph), variables, plan)
             self._cache[sig.key] = entry
         return entry
