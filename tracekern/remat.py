@@ -569,7 +569,11 @@ def plan_residuals(fwd_eqns: Sequence[Eqn], inputs: Sequence[Var], needed: Seque
         x2, optimal2 = problem.solve(problem.bytes, [(problem.bytes, budget), (cost, best + 0.5)])
         if x2 is not None:
             x, optimal = x2, optimal and optimal2
-        return problem.plan(x, "milp" if optimal else "milp (time limit)", budget, smallest)
+        plan = problem.plan(x, "milp" if optimal else "milp (time limit)", budget, smallest)
+        if plan.residual_bytes <= budget:
+            return plan
+        # (HiGHS's answer, rounded, over the budget: never seen; the fewest-bytes plan always fits)
+        return problem.plan(x_min, "milp (fewest bytes)", budget, smallest)
     ladder = [model.per_byte * 10.0 ** k for k in np.linspace(-3.0, 6.0, 28)]
     for penalty in ladder:   # the smallest multiplier whose plan fits: a fixed ladder, so smaller budgets never plan more bytes
         x, _ = problem.solve(problem.objective(penalty))
