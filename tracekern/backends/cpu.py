@@ -40,7 +40,7 @@ _FLAGS = "cache=True, error_model='numpy', nogil=True, no_cfunc_wrapper=True"
 
 @functools.cache
 def _salt() -> str:
-    return units.salt(cpu_math, vmath, scalar_rules, render)
+    return units.salt(cpu_math, vmath, scalar_rules, render, cpu_math.random_primitives)
 
 
 def _header(what: str) -> str:

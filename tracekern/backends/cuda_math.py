@@ -11,6 +11,7 @@ import threading
 import numpy as np
 from numba import config, cuda
 
+from ..primitives import random as random_primitives
 from ..schedule import actions as schedule_actions  # noqa: F401  (while loops' schedules, on the host)
 from . import scalar_rules
 from .render import CASTS  # noqa: F401
@@ -88,4 +89,8 @@ def functions(dtype: np.dtype) -> dict[str, str]:
                    radd="radd", rmul="rmul")
         return fns
     return {"pow": "pow_i", "abs": "abs", "sign": "sign_i", "maximum": "maximum_i", "minimum": "minimum_i",
-            "radd": "radd", "rmul": "rmul"}
+            "radd": "radd", "rmul": "rmul", "random_bits": "random_bits"}
+
+
+# counter-based random numbers: Threefry-2x32 on int64 words, written once in primitives/random.py
+random_bits = _device(random_primitives.threefry_bits)

@@ -44,6 +44,7 @@ from .elementwise import (
     tanh,
 )
 from .linalg import matmul
+from .random import iota, random_bits
 from .reductions import reduce_max, reduce_min, reduce_prod, reduce_sum
 from .shape import broadcast_to, concatenate, const, full, reshape, slice_, transpose, unslice
 
@@ -55,4 +56,6 @@ __all__ = [
     "logical_and", "logical_not", "logical_or", "lt", "matmul", "maximum", "minimum", "mul", "ne",
     "neg", "power", "reduce_max", "reduce_min", "reduce_prod", "reduce_sum", "reshape", "select",
     "sign", "sin", "slice_", "sqrt", "stop_gradient", "sub", "tan", "tanh", "transpose", "unslice",
+    # counter-based random numbers (primitives/random.py)
+    "iota", "random_bits",
 ]
