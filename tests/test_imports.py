@@ -67,7 +67,7 @@ def import_graph(package_dir: pathlib.Path):
                                     edges[module].add(parent)
                                 parent = parent.rsplit(".", 1)[0] if "." in parent else None
                 elif isinstance(child, ast.Constant) and isinstance(child.value, str) and "." in child.value \
-                        and child.value in known:
+                        and child.value in known and child.value != module:   # (a module naming itself: no edge)
                     edges[module].add(child.value)   # a module loaded by its dotted name (the backend registry)
                 visit(child, in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)))
 
