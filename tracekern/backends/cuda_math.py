@@ -87,6 +87,8 @@ def functions(dtype: np.dtype) -> dict[str, str]:
         fns.update(arctan="math.atan", abs="abs", sign="sign_f", maximum="maximum_f", minimum="minimum_f",
                    radd="radd", rmul="rmul")
         fns.update({f: f"{f}_{sfx}" for f in FLOAT_FUNCTIONS})   # (issue 19)
+        if SIMULATOR:
+            fns.update({f: f"simulated_{f}_{sfx}" for f in SIMULATED})
         return fns
     return {"pow": "pow_i", "abs": "abs", "sign": "sign_i", "maximum": "maximum_i", "minimum": "minimum_i",
             "radd": "radd", "rmul": "rmul", **integer_functions(name)}
@@ -142,3 +144,14 @@ def integer_functions(dtype_name: str) -> dict[str, str]:
     bits = "32" if dtype_name == "int32" else "64"
     return {"floordiv": "floordiv_i", "remainder": "remainder_i", "fmod": "fmod_i", "gcd": "gcd_i", "lcm": "lcm_i",
             "left_shift": f"left_shift_{bits}", "right_shift": f"right_shift_{bits}"}
+
+
+# On the simulator, math.* is Python's, which raises outside its domain (sqrt(-1), log(0)) where a GPU
+# gives NaN or inf as NumPy does: the simulator runs NumPy's instead.
+SIMULATED = {"exp": (np.exp, 1), "log": (np.log, 1), "log1p": (np.log1p, 1), "expm1": (np.expm1, 1), "sin": (np.sin, 1),
+             "cos": (np.cos, 1), "tan": (np.tan, 1), "tanh": (np.tanh, 1), "sqrt": (np.sqrt, 1), "arctan": (np.arctan, 1),
+             "pow": (np.power, 2)}
+if SIMULATOR:
+    for _name, (_np_fn, _nargs) in SIMULATED.items():
+        for _T in (f32, f64):
+            globals()[f"simulated_{_name}_{CASTS[np.dtype(_T).name]}"] = _libm_by_dtype(None, _np_fn, _T, _nargs)

@@ -47,9 +47,14 @@ def matmul(a, b, /, out=None, **kwargs):
     return reshape(y, out_shape)
 
 
+def _not_weak(x):
+    """np.dot, inner and vdot read a Python number as an array (float64), not as a weak scalar."""
+    return np.asarray(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else x
+
+
 def dot(a, b, out=None):
     _reject("dot", out=out)
-    a, b = _array(a, "dot"), _array(b, "dot")
+    a, b = _not_weak(_array(a, "dot")), _not_weak(_array(b, "dot"))
     sa, sb = _shape(a), _shape(b)
     if not sa or not sb:
         return multiply(a, b)
@@ -63,7 +68,7 @@ def vdot(a, b, /):
 
 
 def inner(a, b, /):
-    a, b = _array(a, "inner"), _array(b, "inner")
+    a, b = _not_weak(_array(a, "inner")), _not_weak(_array(b, "inner"))
     if not _shape(a) or not _shape(b):
         return multiply(a, b)
     return tensordot(a, b, axes=([len(_shape(a)) - 1], [len(_shape(b)) - 1]))
@@ -278,8 +283,9 @@ def einsum(*operands, out=None, dtype=None, order="K", casting="safe", optimize=
         x, lx = picked[0]
         if len(picked) == 1:
             x, lx = _sum_out(x, lx, keep)
-        for y, ly in picked[1:]:
-            rest = set("".join(t for _, t in picked[picked.index((y, ly)) + 1:]))
+        for k in range(1, len(picked)):
+            y, ly = picked[k]
+            rest = set("".join(t for _, t in picked[k + 1:]))
             x, lx = _pair(x, lx, y, ly, keep | rest, sizes)
         current.append((x, lx))
     (x, lx), = current

@@ -108,7 +108,7 @@ def logspace(start, stop, num=50, endpoint=True, base=10.0, dtype=None, axis=0):
 
 def geomspace(start, stop, num=50, endpoint=True, dtype=None, axis=0):
     """Log-spaced from start to stop (both of one sign), the ends exactly start and stop."""
-    dt = _result_dtype("geomspace", start, stop, float(num))
+    dt = _result_dtype("geomspace", start, stop, float(num), np.zeros((), np.float64))   # (NumPy's: at least float64)
     start_, stop_ = _cast(start, dt), _cast(stop, dt)
     y = multiply(sign(start_), power(10.0, linspace(log10(absolute(start_)), log10(absolute(stop_)), num, endpoint)))
     shape = _shape(y)[1:]

@@ -349,7 +349,7 @@ def _update(x, idx, values, mode: str):
         return where(mask, _combine(x, placed, mode), x)
     entries = [np.asarray(e) if isinstance(e, list) else e for e in idx]
     arrays = [k for k, e in enumerate(entries) if _is_array_index(e)]
-    single = (len(arrays) == 1 and _dtype(entries[arrays[0]]) != np.bool_ and Ellipsis not in entries[:1]
+    single = (len(arrays) == 1 and _dtype(entries[arrays[0]]) != np.bool_
               and all(isinstance(e, slice) and e == slice(None) for k, e in enumerate(entries) if k != arrays[0]))
     if single:   # x[..., idx, ...] with full slices elsewhere: a scatter along that axis, parallel across the others
         axis = arrays[0]

@@ -241,7 +241,7 @@ def nanvar(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=
     _reject("nanvar", out=out, where=where, mean=mean)
     a = _inexact(_array(a, "nanvar"), "nanvar") if dtype is None else astype(a, dtype)
     m = nanmean(a, axis, keepdims=True)
-    d = where(isnan(a), 0, subtract(a, m))
+    d = _where(isnan(a), 0, subtract(a, m))
     n = _cast(_valid(a, axis, keepdims), _dtype(a))
     return divide(sum(multiply(d, d), axis, keepdims=keepdims), subtract(n, ddof if correction is None else correction))
 
@@ -270,13 +270,13 @@ def average(a, axis=None, weights=None, returned=False, *, keepdims=False):
 
 def cov(m, y=None, rowvar=True, bias=False, ddof=None, fweights=None, aweights=None, *, dtype=None):
     _reject("cov", fweights=fweights, aweights=aweights)
-    x = _inexact(_array(m, "cov"), "cov")
+    x = _cast(_array(m, "cov"), np.result_type(_dtype(m), np.float64))   # (NumPy's: at least float64)
     if len(_shape(x)) == 1:
         x = reshape(x, (1, -1))
     elif not rowvar:
         x = transpose(x)
     if y is not None:
-        yy = _inexact(_array(y, "cov"), "cov")
+        yy = _cast(_array(y, "cov"), _dtype(x))
         yy = reshape(yy, (1, -1)) if len(_shape(yy)) == 1 else (yy if rowvar else transpose(yy))
         x = concatenate([x, yy], axis=0)
     if dtype is not None:

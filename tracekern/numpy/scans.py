@@ -277,6 +277,7 @@ def _gather1(v, idx):
 def vander(x, N=None, increasing=False):
     """Columns x**0, x**1, ... as running products (exact, as NumPy's multiply.accumulate)."""
     x = ravel(_array(x, "vander"))
+    x = _cast(x, np.promote_types(_dtype(x), np.int64))   # (NumPy's dtype: float32 -> float64)
     n = _shape(x)[0] if N is None else int(N)
     cols = broadcast_to(reshape(x, (-1, 1)), (_shape(x)[0], builtins.max(n - 1, 0)))
     ones = bind(P.full, shape=(_shape(x)[0], 1), dtype=_dtype(x), value=np.asarray(1, _dtype(x)).item())

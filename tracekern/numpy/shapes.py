@@ -125,6 +125,25 @@ def broadcast_arrays(*args, subok=False):
     return tuple(broadcast_to(a, shape) for a in args)
 
 
+def meshgrid(*xi, copy=True, sparse=False, indexing="xy"):
+    """Coordinate arrays as views: each vector reshaped along its own axis and broadcast."""
+    if indexing not in ("xy", "ij"):
+        raise ValueError(with_location("meshgrid: indexing must be 'xy' or 'ij'"))
+    xs = [ravel(_array(x, "meshgrid")) for x in xi]
+    n = len(xs)
+    axes = list(range(n))
+    if indexing == "xy" and n > 1:
+        axes[0], axes[1] = 1, 0
+    full_shape = [0] * n
+    for x, ax in zip(xs, axes):
+        full_shape[ax] = _shape(x)[0]
+    out = []
+    for x, ax in zip(xs, axes):
+        y = reshape(x, tuple(-1 if i == ax else 1 for i in range(n)))
+        out.append(y if sparse else broadcast_to(y, tuple(full_shape)))
+    return tuple(out)
+
+
 def expand_dims(a, axis):
     a = _array(a, "expand_dims")
     shape = _shape(a)
@@ -514,13 +533,6 @@ def triu(m, k=0):
 
 def copy(a, order="K", subok=False):
     return a
-
-
-def ascontiguousarray(a, dtype=None, *, like=None):
-    return a if dtype is None else astype(a, dtype)
-
-
-asfortranarray = ascontiguousarray
 
 
 def tril_indices_from(arr, k=0):

@@ -9,7 +9,7 @@ import math
 import numpy as np
 
 from ..ir import is_float
-from ._core import P, Tracer, _array, _axes, _axis, _cast, _dtype, _inexact, _promote, _shape, bind, with_location
+from ._core import P, Tracer, _array, _axes, _axis, _cast, _dtype, _inexact, _promote, _result_dtype, _shape, bind, with_location
 from .indexing import take, take_along_axis
 from .reductions import sum as _sum
 from .shapes import moveaxis, ravel, reshape
@@ -123,16 +123,19 @@ def _at_positions(s, pos, method: str, count=None):
     return _lerp(a, b, subtract(pos, lo))
 
 
-def _quantile(a, q, axis, method, keepdims, fname, skip_nan):
+def _quantile(a, q, axis, method, keepdims, fname, skip_nan, percent=False):
     if method not in _METHODS:
         raise NotImplementedError(with_location(f"np.{fname}: method {method!r} is not supported while tracing; "
                                                 f"supported: {', '.join(_METHODS)}"))
     x, kept, rest = _prepare(a, axis, fname)
     n = _shape(x)[-1]
-    s = bind(P.sort, x)
     q = _array(q, fname)
+    dt = _result_dtype(fname, x, q)   # (NumPy's: a list of quantiles is float64; a Python number is weak)
+    s = bind(P.sort, _cast(x, dt))
     q_shape = _shape(q)
-    q = _cast(q, _dtype(s)) if isinstance(q, Tracer) else np.asarray(q, _dtype(s))
+    q = _cast(q, dt) if isinstance(q, Tracer) else np.asarray(q, dt)
+    if percent:
+        q = divide(q, 100)
     if not isinstance(q, Tracer) and (np.any(q < 0) or np.any(q > 1)):
         raise ValueError(with_location(f"np.{fname}: quantiles must be in the range [0, 1]"))
     qf = reshape(q, (1,) * len(rest) + (math.prod(q_shape),))
@@ -159,7 +162,7 @@ def quantile(a, q, axis=None, out=None, overwrite_input=False, method="linear", 
 def percentile(a, q, axis=None, out=None, overwrite_input=False, method="linear", keepdims=False, *, weights=None,
                interpolation=None):
     _check_out(out, weights, "percentile")
-    return _quantile(a, _percent(q), axis, interpolation or method, keepdims, "percentile", skip_nan=False)
+    return _quantile(a, q, axis, interpolation or method, keepdims, "percentile", skip_nan=False, percent=True)
 
 
 def nanquantile(a, q, axis=None, out=None, overwrite_input=False, method="linear", keepdims=False, *, weights=None,
@@ -171,12 +174,7 @@ def nanquantile(a, q, axis=None, out=None, overwrite_input=False, method="linear
 def nanpercentile(a, q, axis=None, out=None, overwrite_input=False, method="linear", keepdims=False, *, weights=None,
                   interpolation=None):
     _check_out(out, weights, "nanpercentile")
-    return _quantile(a, _percent(q), axis, interpolation or method, keepdims, "nanpercentile", skip_nan=True)
-
-
-def _percent(q):
-    q = _array(q, "percentile")
-    return divide(q, 100) if isinstance(q, Tracer) else np.asarray(q, np.float64) / 100
+    return _quantile(a, q, axis, interpolation or method, keepdims, "nanpercentile", skip_nan=True, percent=True)
 
 
 def _check_out(out, weights, fname):
