@@ -1,16 +1,19 @@
-"""CPU backend benchmark: W1 (16-layer elementwise chain) and W2 (8 x 1024 MLP), value_and_grad.
+"""CPU backend benchmark: W1 (kernels/chain.py, a 16-layer elementwise chain) and W2
+(kernels/mlp.py, an 8 x 1024 MLP), value_and_grad, against hand-written NumPy, a naive hand-fused
+Numba kernel, JAX jit, PyTorch eager and torch.compile, and a roofline.
 
     python -m bench.cpu [--quick] [--json PATH]
 
-Prints a table of medians (>= 7 runs after warm-up) and ratios measured in this one run, and writes
-JSON. Peers (JAX, PyTorch) run when importable and are skipped with a note otherwise."""
+Every time is a median of interleaved rounds (all tools of a workload take turns, so that the
+machine's load hits each alike), printed with its min to max; every ratio is from this one run.
+Peers run when importable and are skipped with a note otherwise. The hand-written NumPy versions
+are what a competent person writes: they keep the layer outputs the backward pass needs (W1's tanh
+and Gaussian layers differentiate from their outputs; only sin's cos is computed in the backward)
+and work in place where they can."""
 from __future__ import annotations
 
-import argparse
-import json
 import math
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -19,57 +22,57 @@ import timeit
 
 import numpy as np
 
+import kernels
 import tracekern as tk
+from bench.harness import ROOT, Timing, interleaved, median_time, script
+from kernels import chain, mlp, peers
 
-LAYERS = 16
-
-
-def median_time(fn, runs: int) -> float:
-    fn()  # warm-up (compiles)
-    times = []
-    for _ in range(runs):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return float(np.median(times))
+LAYERS = chain.LAYERS
+w1_loss = chain.loss       # the workloads themselves live in kernels/
+w2_loss = mlp.loss
 
 
 # -- W1: elementwise chain ----------------------------------------------------------------------
-def w1_loss(x):
+def w1_numpy(x):
+    """Hand-written NumPy forward and backward. It keeps every layer's output (the next layer's
+    input): tanh' = 1 - y², the Gaussian's derivative is -2 x y, so only sin's cos is computed in
+    the backward pass; temporaries are reused in place."""
+    f32 = np.float32
+    outs = [x]
     for k in range(LAYERS):
         kind = k % 4
         if kind == 0:
-            x = np.tanh(x)
+            y = np.tanh(x)
         elif kind == 1:
-            x = np.sin(x)
+            y = np.sin(x)
         elif kind == 2:
-            x = x * 0.9 + 0.1
+            y = x * f32(0.9)
+            y += f32(0.1)
         else:
-            x = np.exp(-x * x)
-    return np.sum(x)
-
-
-def w1_numpy(x):
-    """Hand-written NumPy forward and backward (saves each layer's input)."""
-    saved = []
-    for k in range(LAYERS):
-        saved.append(x)
-        kind = k % 4
-        x = np.tanh(x) if kind == 0 else np.sin(x) if kind == 1 else x * np.float32(0.9) + np.float32(0.1) if kind == 2 else np.exp(-x * x)
+            y = np.square(x)
+            np.negative(y, out=y)
+            np.exp(y, out=y)
+        outs.append(y)
+        x = y
     loss = x.sum()
     g = np.ones_like(x)
+    t = np.empty_like(x)
     for k in reversed(range(LAYERS)):
-        xi = saved[k]
+        xi, yi = outs[k], outs[k + 1]
         kind = k % 4
         if kind == 0:
-            t = np.tanh(xi)
-            g = g * (1 - t * t)
+            np.square(yi, out=t)
+            np.subtract(f32(1), t, out=t)
+            g *= t
         elif kind == 1:
-            g = g * np.cos(xi)
+            np.cos(xi, out=t)
+            g *= t
         elif kind == 2:
-            g = g * np.float32(0.9)
+            g *= f32(0.9)
         else:
-            g = g * (np.float32(-2) * xi * np.exp(-xi * xi))
+            np.multiply(xi, yi, out=t)
+            t *= f32(-2)
+            g *= t
     return loss, g
 
 
@@ -93,14 +96,8 @@ def _naive_numba_kernel():
 
 
 # -- W2: MLP ------------------------------------------------------------------------------------
-def w2_loss(ws, x, y):
-    h = x
-    for w in ws:
-        h = np.tanh(h @ w)
-    return np.mean((h - y) ** 2)
-
-
 def w2_numpy(ws, x, y):
+    """Hand-written NumPy: keeps each layer's output; tanh' = 1 - h²."""
     hs = [x]
     h = x
     for w in ws:
@@ -111,7 +108,7 @@ def w2_numpy(ws, x, y):
     g = (2.0 / d.size) * d
     grads = []
     for i in reversed(range(len(ws))):
-        g = g * (1 - hs[i + 1] * hs[i + 1])
+        g *= 1 - hs[i + 1] * hs[i + 1]
         grads.append(hs[i].T @ g)
         g = g @ ws[i].T
     return loss, grads[::-1]
@@ -146,79 +143,21 @@ def sgemm_rate(n=1024, m=256) -> float:
     return 2 * m * n * n / t
 
 
-def peers_w2(ws, x, y, runs):
+def peer_steps(name: str, size: str) -> tuple[dict, list]:
+    """The peers' value_and_grad of a workload (kernels/peers), as {label: run}, and notes."""
     out, notes = {}, []
-    try:
-        import jax
-        import jax.numpy as jnp
-
-        def jl(ws, x, y):
-            h = x
-            for w in ws:
-                h = jnp.tanh(h @ w)
-            return jnp.mean((h - y) ** 2)
-        f = jax.jit(jax.value_and_grad(jl))
-        wj, xj, yj = [jnp.asarray(w) for w in ws], jnp.asarray(x), jnp.asarray(y)
-        out["jax_jit"] = median_time(lambda: jax.block_until_ready(f(wj, xj, yj)), runs)
-    except ImportError:
-        notes.append("JAX not installed: W2 peer skipped")
-    try:
-        import torch
-
-        wt = [torch.from_numpy(w) for w in ws]
-        xt, yt = torch.from_numpy(x), torch.from_numpy(y)
-
-        def eager():
-            params = [w.clone().requires_grad_(True) for w in wt]
-            h = xt
-            for w in params:
-                h = torch.tanh(h @ w)
-            ((h - yt) ** 2).mean().backward()
-        out["torch_eager"] = median_time(eager, runs)
-    except ImportError:
-        notes.append("PyTorch not installed: W2 peer skipped")
-    return out, notes
-
-
-def peers_w1(x, runs):
-    out, notes = {}, []
-    try:
-        import jax
-        import jax.numpy as jnp
-
-        def jl(x):
-            for k in range(LAYERS):
-                x = [jnp.tanh, jnp.sin, lambda v: v * 0.9 + 0.1, lambda v: jnp.exp(-v * v)][k % 4](x)
-            return jnp.sum(x)
-        f = jax.jit(jax.value_and_grad(jl))
-        xj = jnp.asarray(x)
-        out["jax_jit"] = median_time(lambda: jax.block_until_ready(f(xj)), runs)
-    except ImportError:
-        notes.append("JAX not installed: skipped")
-    try:
-        import torch
-
-        def tl(x):
-            for k in range(LAYERS):
-                x = [torch.tanh, torch.sin, lambda v: v * 0.9 + 0.1, lambda v: torch.exp(-v * v)][k % 4](x)
-            return x.sum()
-        xt = torch.from_numpy(x)
-
-        def eager():
-            xx = xt.clone().requires_grad_(True)
-            tl(xx).backward()
-        out["torch_eager"] = median_time(eager, runs)
+    for tool, label, options in (("jax", "jax_jit", {}), ("torch", "torch_eager", {}),
+                                 ("torch", "torch_compile", {"compiled": True})):
+        if not peers.available(tool):
+            if label != "torch_compile":
+                notes.append(f"{peers.TOOLS[tool][1]} not installed: {label} skipped ({peers.TOOLS[tool][2]} adds it)")
+            continue
         try:
-            comp = torch.compile(tl)
-
-            def compiled():
-                xx = xt.clone().requires_grad_(True)
-                comp(xx).backward()
-            out["torch_compile"] = median_time(compiled, runs)
-        except Exception as e:  # noqa: BLE001 (a missing C compiler etc.)
-            notes.append(f"torch.compile failed: {type(e).__name__}")
-    except ImportError:
-        notes.append("PyTorch not installed: skipped")
+            p = peers.make(tool, name, size, "none", **options)
+            p.run()
+            out[label] = p.run
+        except Exception as e:  # noqa: BLE001 (torch.compile without a C compiler etc.)
+            notes.append(f"{label} failed: {type(e).__name__}: {str(e)[:160]}")
     return out, notes
 
 
@@ -229,29 +168,28 @@ def startup_times() -> dict:
     """Cold compile of W1's value_and_grad (fresh tracekern cache; tracekern's own math functions
     are cached by Numba after their first use on a machine, which first_use_compile_s includes) and
     warm start from the disk cache, each in a new process; all exclude importing numba and
-    tracekern and the step's own run time. The warm
-    start is also given beyond Numba's own start-up, measured by loading a one-line cached njit
-    function first (Numba initialises its CPU target on the first call of any compiled function)."""
+    tracekern and the step's own run time. The warm start is also given beyond Numba's own
+    start-up, measured by loading a one-line cached njit function first (Numba initialises its CPU
+    target on the first call of any compiled function)."""
     prog = (
         "import sys, time, numpy as np\n"
         "import numba, tracekern as tk\n"
-        "from bench.cpu import w1_loss\n"
+        "from kernels.chain import loss\n"
         "probe_first = len(sys.argv) > 1\n"
         "x = np.linspace(-1, 1, 1 << 22, dtype=np.float32)\n"
         "t = time.perf_counter()\n"
         "if probe_first:\n"
         "    sys.path.insert(0, sys.argv[1]); from tk_probe import probe; probe(1)\n"
-        "t1 = time.perf_counter(); tk.value_and_grad(w1_loss)(x); t2 = time.perf_counter()\n"
+        "t1 = time.perf_counter(); tk.value_and_grad(loss)(x); t2 = time.perf_counter()\n"
         "print(t1 - t, t2 - t1)\n"
     )
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     with tempfile.TemporaryDirectory() as d:
-        env = dict(os.environ, TRACEKERN_CACHE_DIR=d)
+        env = dict(os.environ, TRACEKERN_CACHE_DIR=d, PYTHONPATH=ROOT)
         with open(os.path.join(d, "tk_probe.py"), "w") as fh:
             fh.write(_NUMBA_PROBE)
 
         def run(*extra):
-            out = subprocess.run([sys.executable, "-c", prog, *extra], env=env, capture_output=True, text=True, cwd=root)
+            out = subprocess.run([sys.executable, "-c", prog, *extra], env=env, capture_output=True, text=True, cwd=ROOT)
             return [float(v) for v in out.stdout.strip().splitlines()[-1].split()]
 
         with tempfile.TemporaryDirectory() as numba_cache:
@@ -286,7 +224,7 @@ def per_call_overhead() -> dict:
     res = {"jit_us": min(timeit.repeat(lambda: f(x), number=n, repeat=5)) / n * 1e6,
            "value_and_grad_us": min(timeit.repeat(lambda: g(x), number=n, repeat=5)) / n * 1e6,
            "numpy_us": min(timeit.repeat(lambda: np.tanh(x) * 2 + 1, number=n, repeat=5)) / n * 1e6}
-    try:
+    if peers.available("jax"):
         import jax
         import jax.numpy as jnp
 
@@ -294,90 +232,80 @@ def per_call_overhead() -> dict:
         xj = jnp.asarray(x)
         jax.block_until_ready(jf(xj))
         res["jax_jit_us"] = min(timeit.repeat(lambda: jax.block_until_ready(jf(xj)), number=n, repeat=5)) / n * 1e6
-    except ImportError:
-        pass
     return res
 
 
-def main(argv=None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="smaller inputs, fewer runs")
-    ap.add_argument("--json", default=os.path.join(os.path.dirname(__file__), "results", "cpu.json"))
-    args = ap.parse_args(argv)
-    runs = 7
-    n = 1 << (20 if args.quick else 22)
-    rng = np.random.default_rng(0)
-    result: dict = {"machine": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-                    "date": time.strftime("%Y-%m-%d"), "quick": args.quick, "notes": []}
+def run(args) -> dict:
+    size = "quick" if args.quick else "full"
+    min_runs, min_seconds = (7, 0.5) if args.quick else (15, 3.0)
+    result: dict = {"quick": args.quick, "notes": []}
 
     # W1
-    x = rng.uniform(-1, 1, n).astype(np.float32)
+    w = kernels.make("chain", size, "none")
+    (x,) = w.args
     vg = tk.value_and_grad(w1_loss)
     naive = _naive_numba_kernel()
     grad_buf = np.empty_like(x)
-    w1 = {"tracekern_cpu": median_time(lambda: vg(x), runs),
-          "numpy": median_time(lambda: w1_numpy(x), runs),
-          "naive_numba": median_time(lambda: naive(x, grad_buf), runs)}
-    peer, notes = peers_w1(x, runs)
-    w1.update(peer)
+    fns = {"tracekern_cpu": lambda: vg(x), "numpy": lambda: w1_numpy(x), "naive_numba": lambda: naive(x, grad_buf)}
+    peer, notes = peer_steps("chain", size)
+    fns.update(peer)
     result["notes"] += notes
-    w1["roofline"] = 2 * x.nbytes / copy_bandwidth(x.nbytes)
-    v, g = vg(x)
-    lv, lg = w1_numpy(x)
+    for fn in fns.values():
+        fn()
+    w1 = interleaved(fns, min_runs, min_seconds)
+    w1["roofline"] = Timing(*(2 * x.nbytes / copy_bandwidth(x.nbytes),) * 3, 9)
+    _, g = vg(x)
+    _, lg = w1_numpy(x)
     assert np.allclose(g, lg, rtol=1e-3, atol=1e-4), "W1 gradients differ from the NumPy reference"
-    result["W1"] = w1
+    result["W1"] = {k: t.as_dict() for k, t in w1.items()}
 
     # W2
-    width, depth, batch = (512, 8, 128) if args.quick else (1024, 8, 256)
-    ws = [(rng.standard_normal((width, width)) / np.sqrt(width)).astype(np.float32) for _ in range(depth)]
-    xb = rng.standard_normal((batch, width)).astype(np.float32)
-    yb = rng.standard_normal((batch, width)).astype(np.float32)
+    w = kernels.make("mlp", size, "none")
+    ws, xb, yb = w.args
+    depth, width, batch = mlp.SIZES[size]
     vg2 = tk.value_and_grad(w2_loss)
-    w2 = {"tracekern_cpu": median_time(lambda: vg2(ws, xb, yb), runs),
-          "numpy": median_time(lambda: w2_numpy(ws, xb, yb), runs),
-          "gemms_only": median_time(lambda: w2_gemms(ws, xb), runs)}
+    fns = {"tracekern_cpu": lambda: vg2(ws, xb, yb), "numpy": lambda: w2_numpy(ws, xb, yb),
+           "gemms_only": lambda: w2_gemms(ws, xb)}
+    peer, notes = peer_steps("mlp", size)
+    fns.update(peer)
+    result["notes"] += notes
+    for fn in fns.values():
+        fn()
+    w2 = interleaved(fns, min_runs, min_seconds)
     flops = depth * 3 * 2 * batch * width * width
     # the best of 3: right after other threaded work the first measurement can run at half speed
-    w2["roofline"] = flops / max(sgemm_rate(width, batch) for _ in range(3))
-    peer2, notes2 = peers_w2(ws, xb, yb, runs)
-    w2.update(peer2)
-    result["notes"] += notes2
+    w2["roofline"] = Timing(*(flops / max(sgemm_rate(width, batch) for _ in range(3)),) * 3, 9)
     g2 = vg2(ws, xb, yb)[1]
     assert all(np.allclose(a, b, rtol=1e-3, atol=1e-5) for a, b in zip(g2, w2_numpy(ws, xb, yb)[1]))
-    result["W2"] = w2
+    result["W2"] = {k: t.as_dict() for k, t in w2.items()}
 
     result["startup"] = startup_times() if not args.quick else {}
     result["overhead"] = per_call_overhead()
-    report(result)
-    save(result, args.json)
     return result
 
 
-def save(result: dict, path: str) -> None:
-    """Write a benchmark's figures as JSON (what a later run compares with)."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as f:
-        json.dump(result, f, indent=2)
-    print(f"\nwrote {path}")
-
-
-def report(r: dict) -> None:
-    for w in ("W1", "W2"):
-        base = r[w]["tracekern_cpu"]
-        print(f"\n{w}: value_and_grad, median ms (ratio = time / tracekern)")
+def report(r: dict) -> str:
+    lines = []
+    for w, what in (("W1", "16-layer elementwise chain"), ("W2", "8-layer MLP")):
+        base = r[w]["tracekern_cpu"]["time_s"]
+        lines.append(f"\n{w} ({what}): value_and_grad, median ms (min-max), ratio = time / tracekern")
         for k, t in r[w].items():
-            print(f"  {k:16s} {t * 1e3:9.2f} ms  {t / base:6.2f}x")
+            spread = "" if k == "roofline" else f"({t['time_min_s'] * 1e3:.1f}-{t['time_max_s'] * 1e3:.1f}, {t['runs']} runs)"
+            lines.append(f"  {k:16s} {t['time_s'] * 1e3:9.2f} ms {spread:26s} {t['time_s'] / base:6.2f}x")
     if r.get("startup"):
         s = r["startup"]
-        print(f"\ncold compile (W1 value_and_grad): {s['cold_compile_s']:.2f} s "
-              f"({s['first_use_compile_s']:.2f} s on first use after install); warm start from disk cache: "
-              f"{s['warm_start_s']:.3f} s, of which Numba's own start-up {s['numba_startup_s']:.3f} s "
-              f"and tracekern {s['warm_start_beyond_numba_startup_s']:.3f} s")
+        lines.append(f"\ncold compile (W1 value_and_grad): {s['cold_compile_s']:.2f} s "
+                     f"({s['first_use_compile_s']:.2f} s on first use after install); warm start from disk cache: "
+                     f"{s['warm_start_s']:.3f} s, of which Numba's own start-up {s['numba_startup_s']:.3f} s "
+                     f"and tracekern {s['warm_start_beyond_numba_startup_s']:.3f} s")
     o = r["overhead"]
-    print(f"per-call overhead, 8 elements: jit {o['jit_us']:.1f} us, value_and_grad {o['value_and_grad_us']:.1f} us "
-          f"(plain NumPy {o['numpy_us']:.1f} us" + (f", JAX jit {o['jax_jit_us']:.1f} us" if "jax_jit_us" in o else "") + ")")
-    for note in r["notes"]:
-        print("note:", note)
+    lines.append(f"per-call overhead, 8 elements: jit {o['jit_us']:.1f} us, value_and_grad {o['value_and_grad_us']:.1f} us "
+                 f"(plain NumPy {o['numpy_us']:.1f} us" + (f", JAX jit {o['jax_jit_us']:.1f} us" if "jax_jit_us" in o else "") + ")")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> dict:
+    return script("python -m bench.cpu", __doc__, run, report, "cpu.json", argv)
 
 
 if __name__ == "__main__":

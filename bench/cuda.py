@@ -1,23 +1,40 @@
-"""CUDA backend benchmark on a real GPU: W1 (16-layer elementwise chain, 2**26 float32) and W2
-(8 x 1024 MLP, batch 4096), value_and_grad, with inputs already on the device.
+"""CUDA backend benchmark on a real GPU, value_and_grad with the inputs already on the device:
+W1 (the 16-layer elementwise chain, 2**26 float32), W2 (the 8 x 1024 MLP, batch 4096), the
+4-block transformer of kernels/ (sequence 256, width 256) and the 1000-step RNN of kernels/ (2**16
+units; every step kept, and checkpoint=32).
 
     python -m bench.cuda [--quick] [--json PATH]
 
-Peers when importable: PyTorch eager and torch.compile, JAX jit (on the GPU). Roofline: W1 moves
-its input in and its gradient out, so the device-to-device copy of one array is its floor; W2's
-target is PyTorch's cuBLAS-backed step. Targets (issue 6): W1 within 1.5x of the roofline and no
-slower than torch.compile; W2 within 1.3x of PyTorch. Medians of 7 after warm-up, every ratio from
-this one run. Under NUMBA_ENABLE_CUDASIM=1 it runs (use --quick) but its times mean nothing."""
+Matmuls in float32 ("highest") and with TF32 tensor cores allowed ("tf32") are separate rows, for
+every tool that has the switch: tracekern's matmul_precision, PyTorch's
+torch.backends.cuda.matmul.allow_tf32, JAX's default_matmul_precision. Peers when importable with
+a GPU: PyTorch eager and torch.compile, JAX jit. W1's roofline is a device-to-device copy of its
+input. tracekern's cold compile on the GPU (a fresh process, an empty cache) is measured for each
+workload. Targets (issue 16, on an H100): W2 at most 1.1x PyTorch eager in float32 and at most 1.1x
+JAX with TF32; W1 and the transformer no slower than torch.compile; the RNN within 1.5x of JAX.
+Times are medians of interleaved rounds with their min-max, every ratio from this one run. Under
+NUMBA_ENABLE_CUDASIM=1 it runs with --quick, but its times mean nothing."""
 from __future__ import annotations
 
-import argparse
-import os
-import time
+import contextlib
+import json
+import sys
+import tempfile
 
 import numpy as np
 
+import kernels
 import tracekern as tk
-from bench.cpu import LAYERS, median_time, save, w1_loss, w2_loss
+from bench.harness import in_process, interleaved, script
+
+WORKLOADS = {   # name -> (kernels module, inputs at full size, at quick size, whether it has matmuls)
+    "W1": ("chain", (1 << 26,), (1 << 10,), False),
+    "W2": ("mlp", (8, 1024, 4096), (2, 16, 8), True),
+    "transformer": ("transformer", (4, 256, 256), (1, 4, 8), True),
+    "rnn": ("rnn", (1000, 1 << 16), (6, 64), False),
+}
+LABEL_TOOL = {"tracekern": "tracekern cuda", "torch_eager": "torch eager", "torch_compile": "torch.compile",
+              "jax_jit": "JAX jit"}
 
 
 def _sync():
@@ -26,152 +43,173 @@ def _sync():
     cuda.synchronize()
 
 
-def timed(fn, runs: int) -> float:
-    def call():
-        fn()
-        _sync()
-    return median_time(call, runs)
-
-
-def copy_time(nbytes: int, runs: int) -> float:
+def _device(tree):
     from numba import cuda
 
-    a = cuda.to_device(np.ones(nbytes // 4, np.float32))
-    b = cuda.device_array_like(a)
-    return timed(lambda: b.copy_to_device(a), runs)
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(_device(t) for t in tree)
+    return cuda.to_device(np.ascontiguousarray(tree))
 
 
-def peers(x, ws, xb, yb, runs) -> tuple[dict, dict, list]:
-    w1, w2, notes = {}, {}, []
-    try:
+def _inputs(name: str, sizes: tuple) -> tuple:
+    return kernels.MODULES[name].inputs(*sizes)
+
+
+def _losses(name: str) -> dict:
+    """strategy -> the tracekern loss (the rnn's two strategies; the others have no annotation here)."""
+    module = kernels.MODULES[name]
+    if name != "rnn":
+        return {"none": module.loss}
+    return {s: (lambda a, xs, k=k: module.loss(a, xs, checkpoint=k)) for s, k in (("none", None), ("checkpoint32", 32))}
+
+
+def _on_gpu(tool: str) -> bool:
+    if tool == "torch":
         import torch
 
-        if not torch.cuda.is_available():
-            raise ImportError
-        dev = torch.device("cuda")
-        xt = torch.from_numpy(x).to(dev)
-        wt = [torch.from_numpy(w).to(dev) for w in ws]
-        xbt, ybt = torch.from_numpy(xb).to(dev), torch.from_numpy(yb).to(dev)
+        return torch.cuda.is_available()
+    import jax
 
-        def t1(v):
-            for k in range(LAYERS):
-                v = [torch.tanh, torch.sin, lambda u: u * 0.9 + 0.1, lambda u: torch.exp(-u * u)][k % 4](v)
-            return v.sum()
+    return jax.default_backend() == "gpu"
 
-        def t2(params):
-            h = xbt
-            for w in params:
-                h = torch.tanh(h @ w)
-            return ((h - ybt) ** 2).mean()
 
-        def run1(f):
-            v = xt.clone().requires_grad_(True)
-            f(v).backward()
-            torch.cuda.synchronize()
+@contextlib.contextmanager
+def _precision(tool: str, precision: str):
+    """The peer's own switch for TF32 matmuls, set for the block (traced and run inside it)."""
+    if tool == "torch":
+        import torch
 
-        def run2(f):
-            params = [w.clone().requires_grad_(True) for w in wt]
-            f(params).backward()
-            torch.cuda.synchronize()
-        w1["torch_eager"] = median_time(lambda: run1(t1), runs)
-        w2["torch_eager"] = median_time(lambda: run2(t2), runs)
+        before = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
         try:
-            c1, c2 = torch.compile(t1), torch.compile(t2)
-            w1["torch_compile"] = median_time(lambda: run1(c1), runs)
-            w2["torch_compile"] = median_time(lambda: run2(c2), runs)
-        except Exception as e:  # noqa: BLE001 (no Triton, no compiler)
-            notes.append(f"torch.compile failed: {type(e).__name__}: {str(e)[:120]}")
-    except ImportError:
-        notes.append("PyTorch with CUDA not installed: its columns are skipped")
-    try:
+            yield
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = before
+    else:
         import jax
-        import jax.numpy as jnp
 
-        if jax.default_backend() != "gpu":
-            raise ImportError
-
-        def j1(v):
-            for k in range(LAYERS):
-                v = [jnp.tanh, jnp.sin, lambda u: u * 0.9 + 0.1, lambda u: jnp.exp(-u * u)][k % 4](v)
-            return jnp.sum(v)
-
-        def j2(params, xv, yv):
-            h = xv
-            for w in params:
-                h = jnp.tanh(h @ w)
-            return jnp.mean((h - yv) ** 2)
-        f1, f2 = jax.jit(jax.value_and_grad(j1)), jax.jit(jax.value_and_grad(j2))
-        xj, wj, xbj, ybj = jnp.asarray(x), [jnp.asarray(w) for w in ws], jnp.asarray(xb), jnp.asarray(yb)
-        w1["jax_jit"] = median_time(lambda: jax.block_until_ready(f1(xj)), runs)
-        w2["jax_jit"] = median_time(lambda: jax.block_until_ready(f2(wj, xbj, ybj)), runs)
-    except ImportError:
-        notes.append("JAX with a GPU backend not installed: its columns are skipped")
-    return w1, w2, notes
+        with jax.default_matmul_precision("tensorfloat32" if precision == "tf32" else "float32"):
+            yield
 
 
-def main(argv=None) -> dict:
+def _peer_steps(name: str, strategy: str, args, precision: str, notes: list) -> dict:
+    from kernels import peers
+
+    steps = {}
+    for tool, label, options in (("torch", "torch_eager", {"device": "cuda"}),
+                                 ("torch", "torch_compile", {"device": "cuda", "compiled": True}), ("jax", "jax_jit", {})):
+        if not peers.available(tool) or not _on_gpu(tool):
+            notes.append(f"{LABEL_TOOL[label]}: {peers.TOOLS[tool][1]} with a GPU is not installed: skipped")
+            continue
+        try:
+            step = peers.make(tool, name, "full", strategy, args=args, **options)
+
+            def run(step=step, tool=tool):
+                with _precision(tool, precision):
+                    out = step.run()
+                if tool == "jax":
+                    import jax
+
+                    jax.block_until_ready(out)
+            run()
+            steps[label] = run
+        except Exception as e:  # noqa: BLE001 (no Triton, no compiler: a note, not a failure)
+            notes.append(f"{LABEL_TOOL[label]} ({name}/{strategy}) failed: {type(e).__name__}: {str(e)[:120]}")
+    return steps
+
+
+def _cold_compile(name: str, sizes: tuple, strategy: str, precision: str) -> float | None:
+    """tracekern's cold compile of the workload on the GPU: a fresh process with an empty cache."""
+    with tempfile.TemporaryDirectory() as cache:
+        try:
+            got = in_process("bench.cuda", "--compile", name, json.dumps(list(sizes)), strategy, precision,
+                             env={"TRACEKERN_CACHE_DIR": cache})
+        except RuntimeError:
+            return None
+    return got["compile_s"]
+
+
+def compile_child(name: str, sizes: tuple, strategy: str, precision: str) -> dict:
+    import time
+
+    args = _device(_inputs(name, sizes))
+    tk.jit(lambda x: x + 1, backend="cuda")(np.ones(2, np.float32))   # the CUDA context and the math library
+    _sync()
+    f = tk.jit(tk.value_and_grad(_losses(name)[strategy]), backend="cuda", matmul_precision=precision)
+    t0 = time.perf_counter()
+    f(*args)
+    _sync()
+    t1 = time.perf_counter()
+    f(*args)
+    _sync()
+    t2 = time.perf_counter()
+    return {"compile_s": max((t1 - t0) - (t2 - t1), 0.0)}
+
+
+def run(args) -> dict:
     from numba import cuda
 
     from tracekern.backends.cuda import launch_config
 
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="tiny inputs, 3 runs (a smoke test; also on the simulator)")
-    ap.add_argument("--json", default=os.path.join(os.path.dirname(__file__), "results", "cuda.json"))
-    args = ap.parse_args(argv)
     launch = launch_config()
-    runs = 3 if args.quick else 7
-    n = 1 << (10 if args.quick else 26)
-    width, depth, batch = (16, 2, 8) if args.quick else (1024, 8, 4096)
-    rng = np.random.default_rng(0)
+    quick = args.quick
     gpu = "Numba CUDA simulator" if launch.simulator else cuda.get_current_device().name
     gpu = gpu.decode() if isinstance(gpu, bytes) else gpu
-    result: dict = {"device": gpu, "date": time.strftime("%Y-%m-%d"), "quick": args.quick, "launch": str(launch), "notes": []}
+    notes = []
     if launch.simulator:
-        result["notes"].append("simulator: the times below measure Python threads, not a GPU")
+        notes.append("simulator: the times below measure Python threads, not a GPU; peers and compile times skipped")
+    if not launch.cublas:
+        notes.append("cuBLAS (nvmath-python) is not installed or not usable here: matmuls run on the tiled kernel")
+    rows = []
+    for label, (name, full, small, matmuls) in WORKLOADS.items():
+        sizes = small if quick else full
+        host = _inputs(name, sizes)
+        dev = _device(host)
+        for strategy, loss in _losses(name).items():
+            want = tk.value_and_grad(loss)(*host) if quick else None    # correct before fast (on the CPU)
+            for precision in (("highest", "tf32") if matmuls else ("highest",)):
+                f = tk.jit(tk.value_and_grad(loss), backend="cuda", matmul_precision=precision)
+                value, _ = f(*dev)
+                if want is not None:
+                    assert np.allclose(value.copy_to_host(), want[0], rtol=1e-3), f"{label} differs from the cpu backend"
 
-    x = rng.uniform(-1, 1, n).astype(np.float32)
-    ws = [(rng.standard_normal((width, width)) / np.sqrt(width)).astype(np.float32) for _ in range(depth)]
-    xb = rng.standard_normal((batch, width)).astype(np.float32)
-    yb = rng.standard_normal((batch, width)).astype(np.float32)
-    xd, wd, xbd, ybd = cuda.to_device(x), [cuda.to_device(w) for w in ws], cuda.to_device(xb), cuda.to_device(yb)
-
-    vg1 = tk.jit(tk.value_and_grad(w1_loss), backend="cuda")
-    vg2 = tk.jit(tk.value_and_grad(w2_loss), backend="cuda")
-    # correct before fast: against the cpu backend
-    v1, g1 = vg1(xd)
-    c1, cg1 = tk.value_and_grad(w1_loss)(x)
-    assert np.allclose(g1.copy_to_host(), cg1, rtol=1e-3, atol=1e-4), "W1 gradients differ from the cpu backend"
-    v2, g2 = vg2(wd, xbd, ybd)
-    _, cg2 = tk.value_and_grad(w2_loss)(ws, xb, yb)
-    assert all(np.allclose(a.copy_to_host(), b, rtol=1e-3, atol=1e-5) for a, b in zip(g2, cg2)), "W2 gradients differ"
-
-    w1 = {"tracekern_cuda": timed(lambda: vg1(xd), runs)}
-    w2 = {"tracekern_cuda": timed(lambda: vg2(wd, xbd, ybd), runs)}
-    p1, p2, notes = peers(x, ws, xb, yb, runs) if not launch.simulator else ({}, {}, ["peers skipped on the simulator"])
-    w1.update(p1)
-    w2.update(p2)
-    w1["roofline_copy"] = copy_time(x.nbytes, runs)
-    result.update(W1=w1, W2=w2)
-    result["notes"] += notes
-    report(result)
-    save(result, args.json)
-    return result
+                def ours(f=f):
+                    f(*dev)
+                    _sync()
+                steps = {"tracekern": ours}
+                if not launch.simulator:
+                    steps.update(_peer_steps(name, strategy, host, precision, notes))
+                if label == "W1" and precision == "highest":
+                    copy = cuda.device_array_like(dev[0])
+                    steps["roofline_copy"] = lambda copy=copy: (copy.copy_to_device(dev[0]), _sync())
+                timings = interleaved(steps, *((3, 0.0) if quick else (10, 1.0)))
+                base = timings["tracekern"].median
+                compile_s = None if launch.simulator or quick else _cold_compile(name, sizes, strategy, precision)
+                for tool, t in timings.items():
+                    rows.append({"workload": label, "strategy": strategy, "precision": precision, "tool": tool,
+                                 **t.as_dict(), "ratio_to_tracekern": t.median / base,
+                                 "compile_s": compile_s if tool == "tracekern" else None})
+    return {"device": gpu, "quick": quick, "launch": str(launch), "rows": rows, "notes": notes}
 
 
-def report(r: dict) -> None:
-    print(f"device: {r['device']} ({r['launch']})")
-    for w in ("W1", "W2"):
-        base = r[w]["tracekern_cuda"]
-        print(f"\n{w}: value_and_grad on the device, median ms (ratio = other / tracekern)")
-        for k, t in r[w].items():
-            print(f"  {k:16s} {t * 1e3:9.3f} ms  {t / base:6.2f}x")
-    w1, w2 = r["W1"], r["W2"]
-    print(f"\nW1 / roofline: {w1['tracekern_cuda'] / w1['roofline_copy']:.2f}x (target <= 1.5x)"
-          + (f"; / torch.compile: {w1['tracekern_cuda'] / w1['torch_compile']:.2f}x (target <= 1x)" if "torch_compile" in w1 else ""))
-    if "torch_eager" in w2:
-        print(f"W2 / PyTorch (cuBLAS): {w2['tracekern_cuda'] / w2['torch_eager']:.2f}x (target <= 1.3x)")
-    for note in r["notes"]:
-        print("note:", note)
+def report(r: dict) -> str:
+    lines = [f"device: {r['device']} ({r['launch']})",
+             f"{'workload':12s} {'strategy':13s} {'matmul':8s} {'tool':16s} {'median ms':>10s} {'min-max ms':>17s} "
+             f"{'/ tracekern':>11s} {'compile s':>9s}"]
+    for x in r["rows"]:
+        spread = f"{x['time_min_s'] * 1e3:.3f}-{x['time_max_s'] * 1e3:.3f}"
+        comp = "-" if x["compile_s"] is None else f"{x['compile_s']:.1f}"
+        lines.append(f"{x['workload']:12s} {x['strategy']:13s} {x['precision']:8s} {LABEL_TOOL.get(x['tool'], x['tool']):16s} "
+                     f"{x['time_s'] * 1e3:10.3f} {spread:>17s} {x['ratio_to_tracekern']:11.2f} {comp:>9s}")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> dict | None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--compile"]:
+        print(json.dumps(compile_child(argv[1], tuple(json.loads(argv[2])), argv[3], argv[4])))
+        return None
+    return script("python -m bench.cuda", __doc__, run, report, "cuda.json", argv)
 
 
 if __name__ == "__main__":

@@ -9,27 +9,16 @@ once each. The data is persisted on the cluster before timing (each chunk lives 
 way a user's loaded data would); the parameters travel with every call. Times are medians."""
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
-import numpy as np
-
-from bench.cpu import median_time
-
-HERE = os.path.dirname(os.path.abspath(__file__))
+from bench.harness import median_time, script
+from kernels import mlp
 
 
 def mlp_loss(params, batch):
-    x, y = batch
-    h = x
-    for w in params:
-        h = np.tanh(h @ w)
-    return np.mean((h - y) ** 2)
-
-
-def _data(n, width, rng):
-    return (rng.standard_normal((n, width)).astype(np.float32), rng.standard_normal((n, width)).astype(np.float32))
+    """kernels/mlp.py's loss on one chunk (x, y) of the data."""
+    return mlp.loss(params, *batch)
 
 
 def _loop(params, x, y, rows):
@@ -48,18 +37,17 @@ def _loop(params, x, y, rows):
     return run
 
 
-def run(quick: bool) -> dict:
+def run(args) -> dict:
     import dask.array as da
     from distributed import Client, LocalCluster
 
     import tracekern.dask as tkd
 
+    quick = args.quick
     samples, chunks, width, depth = (1 << 16, 16, 256, 4) if not quick else (1 << 12, 16, 64, 2)
     tiny_rows = 64 if not quick else 16
     runs = 5 if not quick else 3
-    rng = np.random.default_rng(0)
-    params = [(rng.standard_normal((width, width)) / np.sqrt(width)).astype(np.float32) for _ in range(depth)]
-    x, y = _data(samples, width, rng)
+    params, x, y = mlp.inputs(depth, width, samples)
     rows = samples // chunks
     result = {"samples": samples, "chunks": chunks, "width": width, "depth": depth, "cores": os.cpu_count(),
               "rows": [], "overhead": []}
@@ -108,17 +96,7 @@ def table(result: dict) -> str:
 
 
 def main(argv=None) -> dict:
-    ap = argparse.ArgumentParser(prog="python -m bench.dask", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--json", default=os.path.join(HERE, "results", "dask.json"))
-    args = ap.parse_args(argv)
-    result = run(args.quick)
-    print(table(result))
-    from bench.cpu import save
-
-    save(result, args.json)
-    return result
+    return script("python -m bench.dask", __doc__, run, table, "dask.json", argv)
 
 
 if __name__ == "__main__":

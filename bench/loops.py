@@ -10,16 +10,11 @@ backward pass runs again; `revolve` is Griewank and Walther's bound for the same
 carries (the first forward sweep included)."""
 from __future__ import annotations
 
-import argparse
-import os
-import time
-
 import numpy as np
 
 import tracekern as tk
+from bench.harness import median_time, script
 from tracekern import schedule
-
-from .cpu import median_time, save
 
 DECAY = np.float32(0.999)
 
@@ -68,17 +63,13 @@ def jax_scan(x0, xs, runs):
     return out, ["JAX cannot reverse-differentiate lax.while_loop: the while_loop case has no JAX column"]
 
 
-def main(argv=None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="200 steps on 2**12 values instead of 1000 on 2**16")
-    ap.add_argument("--json", default=os.path.join(os.path.dirname(__file__), "results", "loops.json"))
-    args = ap.parse_args(argv)
+def run(args) -> dict:
     n, size, runs = (200, 1 << 12, 3) if args.quick else (1000, 1 << 16, 5)
     rng = np.random.default_rng(0)
     x0 = rng.uniform(-1, 1, size).astype(np.float32)
     xs = (rng.standard_normal((n, size)) * 0.01).astype(np.float32)
     carry = x0.nbytes
-    result: dict = {"date": time.strftime("%Y-%m-%d"), "steps": n, "values": size, "scan": {}, "while": {}, "notes": []}
+    result: dict = {"steps": n, "values": size, "scan": {}, "while": {}, "notes": []}
 
     want = None
     for k in (None, 32, 10):
@@ -106,28 +97,31 @@ def main(argv=None) -> dict:
             "snapshot_bytes": int(2 * carry * stored),   # position and velocity per stored carry
             "rerun": schedule.reruns(trips, stored),
             "revolve": schedule.revolve_bound(trips, stored)}
-    report(result)
-    save(result, args.json)
     return result
 
 
-def report(r: dict) -> None:
-    print(f"\nscan: {r['steps']} steps on {r['values']} float32 values, value_and_grad")
+def main(argv=None) -> dict:
+    return script("python -m bench.loops", __doc__, run, report, "loops.json", argv)
+
+
+def report(r: dict) -> str:
+    lines = []
+    lines.append(f"\nscan: {r['steps']} steps on {r['values']} float32 values, value_and_grad")
     base = r["scan"]["None"]["time_s"]
-    print(f"  {'checkpoint':26s} {'time':>10s} {'ratio':>7s} {'snapshots':>12s} {'vjp saves':>10s} {'rerun':>7s} {'revolve':>8s}")
+    lines.append(f"  {'checkpoint':26s} {'time':>10s} {'ratio':>7s} {'snapshots':>12s} {'vjp saves':>10s} {'rerun':>7s} {'revolve':>8s}")
     for k, row in r["scan"].items():
         extra = ("" if "snapshot_bytes" not in row else
                  f" {row['snapshot_bytes'] / 1e6:9.2f} MB {row['saved_bytes'] / 1e6:7.2f} MB {row['rerun']:7d} {row['revolve']:8d}")
-        print(f"  {k:26s} {row['time_s'] * 1e3:8.1f} ms {row['time_s'] / base:6.2f}x{extra}")
-    print(f"\nwhile_loop: a simulation that stops on a data-dependent condition, value_and_grad "
+        lines.append(f"  {k:26s} {row['time_s'] * 1e3:8.1f} ms {row['time_s'] / base:6.2f}x{extra}")
+    lines.append(f"\nwhile_loop: a simulation that stops on a data-dependent condition, value_and_grad "
           f"({r['while']['None']['trips']} iterations)")
     base = r["while"]["None"]["time_s"]
     for k, row in r["while"].items():
-        print(f"  checkpoint={k:5s} {row['time_s'] * 1e3:8.1f} ms {row['time_s'] / base:6.2f}x "
+        lines.append(f"  checkpoint={k:5s} {row['time_s'] * 1e3:8.1f} ms {row['time_s'] / base:6.2f}x "
               f"{row['snapshot_bytes'] / 1e6:9.2f} MB in the backward, rerun {row['rerun']}, "
               f"revolve bound {row['revolve']}")
-    for note in r["notes"]:
-        print("note:", note)
+    return "\n".join(lines)
+
 
 
 if __name__ == "__main__":

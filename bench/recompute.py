@@ -1,340 +1,275 @@
-"""The recompute-overhead benchmark: for every workload in kernels/ and every strategy it can be
-built with, the time of value_and_grad, its ratio to no annotation, the residual bytes tk.vjp keeps
-between forward and backward, and the measured peak memory of the step. Each configuration runs in
-a process of its own, so one does not pollute the next one's memory.
+"""The recompute-overhead benchmark, the main job's first section: for every workload in kernels/
+and every strategy it can be built with, the time of value_and_grad (median, and min to max), its
+ratio to the same tool without annotation, the cold compile time, the residual bytes tk.vjp keeps
+between forward and backward, what a loop's backward keeps at run time, and the measured peak
+memory of the step; the same workloads in JAX, TensorFlow and PyTorch (kernels/peers) where they
+are installed, side by side.
 
-    python -m bench [--quick] [--only NAME ...] [--json PATH] [--plot PATH]
+    python -m bench [--quick] [--only WORKLOAD ...] [--tools TOOL ...] [--json PATH] [--plot PATH]
     python -m bench --compare OLD.json NEW.json
 
-JSON (bench/results/recompute.json): {"date", "machine", "cores", "size", "notes": [...],
-"rows": [{"workload", "strategy", "time_s", "ratio", "vs_tracekern", "residual_bytes",
-"saved_bytes", "peak_bytes", "planned_peak_bytes", "runs", "peer": null | "jax"}]}. time_s is the
-median of `runs` calls after a warm-up; ratio is time_s over the same workload's "none" row of the
-same tool, in this run; vs_tracekern (peers only) is time_s over tracekern's row of the same
-workload and strategy; saved_bytes is the part of residual_bytes that is not the function's own
-inputs; peak_bytes is the highest resident memory sampled during those calls above the level before
-them (None where /proc is missing)."""
+How it runs: tracekern's configurations are compiled first, one process each, two at a time on
+two cores (their first call is the cold compile time; the kernels land in the disk cache). Then,
+workload by workload, one process per tool times all of that workload's strategies in interleaved
+rounds (so that the machine's load hits each alike), and samples the peak memory of a few more
+calls of each. A peer's compile time is its first call minus a later one, after its runtime has
+started (a trivial function compiled first); tracekern's is the same, measured in the compile phase.
+
+JSON: the section "recompute" holds {"size", "notes", "rows": [{"workload", "strategy", "tool",
+"how", "time_s", "time_min_s", "time_max_s", "runs", "ratio", "vs_tracekern", "compile_s",
+"compiled", "residual_bytes", "saved_bytes", "kept_at_run_time_bytes", "kept_at_run_time",
+"planned_peak_bytes", "peak_bytes", "unsupported"}]}. ratio is time_s over the same tool's "none"
+row of the workload; vs_tracekern is time_s over tracekern's row of the same workload and strategy;
+compiled is false where tracekern's first call loaded the kernels from its disk cache instead of
+compiling them (then compile_s is a load time); byte counts are null where a tool does not report
+them; unsupported is the reason where a tool cannot run that strategy (its other fields are null)."""
 from __future__ import annotations
 
 import argparse
 import json
 import os
-import platform
-import subprocess
 import sys
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from bench.cpu import median_time
+from bench.harness import Section, first_call, in_process, interleaved, main_job, mb, ms, peer_tools, sampled_peak
+from bench.plot import plot
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-
-
-class PeakSampler:
-    """Samples this process's resident memory (Linux /proc/self/statm) every 0.2 ms in a thread.
-
-    Entering it tells glibc to return freed blocks of 16 KiB or more to the system at once (mmap,
-    no trimming threshold), so that resident memory follows the live arrays; this stays set for
-    the rest of the process, so time calls before sampling (it made allocation-heavy steps, such
-    as a scan's per-step buffers, up to 2.5x slower)."""
-
-    def __init__(self):
-        self.page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-        self.ok = os.path.exists("/proc/self/statm")
-        self.peak = 0
-        self._stop = threading.Event()
-
-    def rss(self) -> int:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * self.page
-
-    def __enter__(self):
-        try:
-            import ctypes
-
-            libc = ctypes.CDLL("libc.so.6")
-            libc.mallopt(-3, 16384)     # M_MMAP_THRESHOLD
-            libc.mallopt(-1, 0)         # M_TRIM_THRESHOLD
-            libc.malloc_trim(0)
-        except (OSError, AttributeError):
-            pass                         # not glibc: peaks may lag behind freed memory
-        if self.ok:
-            self.base = self.rss()
-            self.peak = self.base
-            self._thread = threading.Thread(target=self._run, daemon=True)
-            self._thread.start()
-        return self
-
-    def _run(self):
-        while not self._stop.is_set():
-            self.peak = max(self.peak, self.rss())
-            time.sleep(0.0002)
-
-    def __exit__(self, *exc):
-        if self.ok:
-            self._stop.set()
-            self._thread.join()
-            self.peak = max(self.peak, self.rss())
-
-    @property
-    def above_base(self):
-        return self.peak - self.base if self.ok else None
+TOOLS = ("tracekern", "jax", "tensorflow", "torch")
+LABELS = {"tracekern": "tracekern", "jax": "JAX", "tensorflow": "TensorFlow", "torch": "PyTorch"}
+# runs of each strategy: at least this many, and at least this many seconds, in 3 interleaved rounds
+RUNS = {"quick": (15, 0.6), "full": (10, 2.0), "test": (2, 0.0)}
 
 
-def measure_one(name: str, strategy: str, size: str, runs: int) -> dict | None:
-    """One configuration, in this process: median time, residual bytes, planned and measured peak."""
+# -- in the measuring processes --------------------------------------------------------------------
+def _start_tracekern():
+    """Numba's own start-up and tracekern's math library, before any compile is timed."""
+    import numpy as np
+
+    import tracekern as tk
+
+    tk.value_and_grad(lambda x: np.sum(np.tanh(x)))(np.ones(8, np.float32))
+
+
+def _compiled() -> int:
+    """How many kernels and drivers this process compiled (in it or in its compile workers) rather
+    than loaded from the disk cache."""
+    from tracekern.backends import units
+
+    return sum(units.compiled().values())
+
+
+def compile_one(name: str, strategy: str, size: str) -> dict:
+    """tracekern's first call of one configuration in a fresh process (its cold compile time when
+    the disk cache does not have it), minus a second call."""
     import tracekern as tk
     from kernels import make
 
+    _start_tracekern()
+    before = _compiled()
     w = make(name, size, strategy)
     step = tk.jit(tk.value_and_grad(w.loss))
-    lowered = tk.jit(w.loss).lower(*w.args)
-    if runs == 0:                                     # compile only (fills the disk cache)
-        step(*w.args)
-        return None
-    seconds = median_time(lambda: step(*w.args), runs)   # (its first, untimed call compiles)
-    with PeakSampler() as sampler:
-        for _ in range(min(runs, 3)):
-            step(*w.args)
-    planned = step.lower(*w.args).memory.peak_bytes["step"]
-    return {"workload": name, "strategy": strategy, "time_s": seconds, "runs": runs,
-            "residual_bytes": lowered.memory.residual_bytes, "saved_bytes": lowered.memory.saved_bytes,
-            "planned_peak_bytes": planned,
-            "peak_bytes": sampler.above_base, "peer": None}
+    first, second = first_call(lambda: step(*w.args))
+    # what time_tracekern reads besides the step (tk.vjp's split and the memory plans), so that the
+    # timing process finds all of it in the disk cache
+    _ = tk.jit(w.loss).lower(*w.args).memory.residual_bytes, step.lower(*w.args).memory.peak_bytes
+    return {"compile_s": max(first - second, 0.0), "compiled": _compiled() > before}
 
 
-def measure_jax(name: str, strategy: str, size: str, runs: int) -> dict | None:
-    """The same workload and strategy in JAX (jax.checkpoint with the matching policy), where a JAX
-    version exists: chain, mlp and rnn."""
-    import jax
-    import jax.numpy as jnp
+def _kept(name, size, strategy):
+    import kernels
 
-    from kernels import make
-
-    w = make(name, size, "none")
-    policy = {"recompute": jax.checkpoint_policies.nothing_saveable,
-              "dots": jax.checkpoint_policies.dots_saveable}.get(strategy)
-    if name == "chain":
-        from kernels.chain import LAYERS
-
-        def layer(x, k):
-            return [jnp.tanh, jnp.sin, lambda v: v * 0.9 + 0.1, lambda v: jnp.exp(-v * v)][k % 4](x)
-        layers = [lambda x, k=k: layer(x, k) for k in range(LAYERS)]
-
-        def loss(x):
-            for f in layers:
-                x = (jax.checkpoint(f, policy=policy) if policy else f)(x)
-            return jnp.sum(x)
-        args = tuple(jnp.asarray(a) for a in w.args)
-    elif name == "mlp":
-        def layer(h, wt):
-            return jnp.tanh(h @ wt)
-        f = jax.checkpoint(layer, policy=policy) if policy else layer
-
-        def loss(ws, x, y):
-            h = x
-            for wt in ws:
-                h = f(h, wt)
-            return jnp.mean((h - y) ** 2)
-        ws, x, y = w.args
-        args = ([jnp.asarray(a) for a in ws], jnp.asarray(x), jnp.asarray(y))
-    elif name == "rnn":
-        loss = _jax_rnn(strategy)
-        args = tuple(jnp.asarray(a) for a in w.args)
-    else:
-        return None
-    step = jax.jit(jax.value_and_grad(loss))
-    seconds = median_time(lambda: jax.block_until_ready(step(*args)), runs)
-    with PeakSampler() as sampler:
-        for _ in range(min(runs, 3)):
-            jax.block_until_ready(step(*args))
-    return {"workload": name, "strategy": strategy, "time_s": seconds, "runs": runs,
-            "residual_bytes": None, "saved_bytes": None, "planned_peak_bytes": None,
-            "peak_bytes": sampler.above_base, "peer": "jax"}
+    fn = getattr(kernels.MODULES[name], "kept_at_run_time", None)
+    return fn(size, strategy) if fn else (None, None)
 
 
-def _jax_rnn(strategy: str):
-    """kernels/rnn.py in JAX. checkpointK: JAX has no binomial checkpointing, so the usual two-level
-    scheme: an outer lax.scan over s segments (s the largest divisor of the step count <= K, so at
-    most K snapshots), each segment an inner lax.scan under jax.checkpoint."""
-    import jax
-    import jax.numpy as jnp
+def time_tracekern(name: str, size: str) -> list[dict]:
+    import kernels
+    import tracekern as tk
 
-    k = None if strategy == "none" else int(strategy.removeprefix("checkpoint"))
-
-    def loss(a, xs):
-        def step(h, x):
-            h = jnp.tanh(a * h + x)
-            return h, jnp.mean(h)
-        h0 = jnp.zeros_like(a)
-        if k is None:
-            h, ys = jax.lax.scan(step, h0, xs)
-        else:
-            steps = xs.shape[0]
-            outer = max(d for d in range(1, min(k, steps) + 1) if steps % d == 0)
-
-            @jax.checkpoint
-            def segment(h, xseg):
-                return jax.lax.scan(step, h, xseg)
-            h, ys = jax.lax.scan(segment, h0, xs.reshape(outer, steps // outer, -1))
-        return jnp.mean(h * h) + jnp.mean(ys)
-    return loss
+    _start_tracekern()
+    steps, lowered, rows = {}, {}, []
+    for strategy in kernels.MODULES[name].STRATEGIES:
+        w = kernels.make(name, size, strategy)
+        step = tk.jit(tk.value_and_grad(w.loss))
+        steps[strategy] = (lambda step=step, w=w: step(*w.args))
+        steps[strategy]()                                   # loads from the disk cache
+        lowered[strategy] = (tk.jit(w.loss).lower(*w.args).memory, step.lower(*w.args).memory)
+    timings = interleaved(steps, *RUNS[size])
+    for strategy, fn in steps.items():
+        plain, joint = lowered[strategy]
+        kept, what = _kept(name, size, strategy)
+        rows.append(dict(_row(name, strategy, "tracekern", "tk annotations" if strategy != "none" else "no annotation"),
+                         **timings[strategy].as_dict(), residual_bytes=plain.residual_bytes,
+                         saved_bytes=plain.saved_bytes, kept_at_run_time_bytes=kept, kept_at_run_time=what,
+                         planned_peak_bytes=joint.peak_bytes["step"], peak_bytes=sampled_peak(fn)))
+    return rows
 
 
-def _in_process(name, strategy, size, runs, peer) -> dict | None:
-    cmd = [sys.executable, "-m", "bench.recompute", "--one", name, strategy, size, str(runs)] + (["--peer", peer] if peer else [])
-    env = dict(os.environ, PYTHONPATH=ROOT)
-    out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
-    if out.returncode != 0:
-        raise RuntimeError(f"{name}/{strategy} ({peer or 'tracekern'}) failed:\n{out.stderr[-2000:]}")
-    line = out.stdout.strip().splitlines()[-1]
-    return None if line == "null" else json.loads(line)
+def time_peer(tool: str, name: str, size: str) -> list[dict]:
+    import kernels
+    from kernels import peers
+
+    peers.make(tool, "chain", "test", "none").run()          # the tool's runtime starts before any timing
+    built, rows, compile_s = {}, {}, {}
+    for strategy in kernels.MODULES[name].STRATEGIES:
+        try:
+            built[strategy] = p = peers.make(tool, name, size, strategy)
+        except peers.Unsupported as e:
+            rows[strategy] = dict(_row(name, strategy, tool, None), unsupported=str(e))
+            continue
+        first, second = first_call(p.run)
+        compile_s[strategy] = max(first - second, 0.0)
+    timings = interleaved({s: p.run for s, p in built.items()}, *RUNS[size])
+    for strategy, p in built.items():
+        # TensorFlow keeps freed memory in its own allocator: resident memory does not show its peak
+        rows[strategy] = dict(_row(name, strategy, tool, p.how), **timings[strategy].as_dict(), compile_s=compile_s[strategy],
+                              peak_bytes=None if tool == "tensorflow" else sampled_peak(p.run))
+    return [rows[s] for s in kernels.MODULES[name].STRATEGIES]
 
 
-def _have(module: str) -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec(module) is not None
-
-
-JAX_PEERS = ("chain", "mlp", "rnn")
+def _row(name, strategy, tool, how) -> dict:
+    return {"workload": name, "strategy": strategy, "tool": tool, "how": how, "time_s": None, "time_min_s": None,
+            "time_max_s": None, "runs": 0, "compile_s": None, "compiled": None, "residual_bytes": None,
+            "saved_bytes": None, "kept_at_run_time_bytes": None, "kept_at_run_time": None,
+            "planned_peak_bytes": None, "peak_bytes": None, "unsupported": None}
 
 
-def run(quick: bool, only: list[str] | None = None) -> dict:
-    from kernels import MODULES
+# -- the section -----------------------------------------------------------------------------------
+def run(options: argparse.Namespace) -> dict:
+    import kernels
 
-    size, runs = ("quick", 20) if quick else ("full", 5)
-    notes = []
-    peers = ["jax"] if _have("jax") else []
-    if not peers:
-        notes.append("JAX not installed: its rows are skipped")
-    for mod, what in (("torch", "PyTorch (torch.utils.checkpoint)"), ("tensorflow", "TensorFlow (tf.recompute_grad)")):
-        if not _have(mod):
-            notes.append(f"{what} not installed: its rows are skipped")
-        else:
-            notes.append(f"{what} is installed but has no version of these workloads yet")
-    configs = [(name, s, None) for name, m in MODULES.items() if not only or name in only for s in m.STRATEGIES]
-    configs += [(name, s, p) for p in peers for name, s, _ in list(configs) if name in JAX_PEERS]
-    rows = []
+    size = "quick" if options.quick else "full"
+    present, notes = peer_tools()
+    tools = [t for t in ("tracekern", *present) if not options.tools or t in options.tools]
+    names = [n for n in kernels.MODULES if not options.only or n in options.only]
     start = time.perf_counter()
-    # compile every tracekern configuration first, a process per core: the kernels land in the disk
-    # cache, and the timed processes below (one at a time) load them
-    ours = [(name, s) for name, s, peer in configs if peer is None]
-    workers = max(1, min(os.cpu_count() or 1, len(ours)))
-    print(f"compiling {len(ours)} configurations on {workers} processes (cached after the first run) ...",
-          end="", flush=True, file=sys.stderr)
-    with ThreadPoolExecutor(workers) as pool:
-        list(pool.map(lambda c: _in_process(c[0], c[1], size, 0, None), ours))
-    print(f" {time.perf_counter() - start:.0f} s", file=sys.stderr)
-    for i, (name, strategy, peer) in enumerate(configs, 1):
-        label = f"{name} / {strategy}" + (f" ({peer})" if peer else "")
-        print(f"[{i}/{len(configs)}] {label} ...", end="", flush=True, file=sys.stderr)
-        row = _in_process(name, strategy, size, runs, peer)
-        if row is not None:
-            rows.append(row)
-            print(f" {row['time_s'] * 1e3:.1f} ms  ({time.perf_counter() - start:.0f} s so far)", file=sys.stderr)
-        else:
-            print(" (no version)", file=sys.stderr)
+
+    def progress(text, end="\n"):
+        print(text, end=end, flush=True, file=sys.stderr)
+
+    compiled = {}
+    if "tracekern" in tools:
+        # configurations of different workloads side by side, each workload's "none" first
+        configs = [(n, s) for depth in range(3) for n in names for s in kernels.MODULES[n].STRATEGIES[depth:depth + 1]]
+        workers = max(1, min(os.cpu_count() or 1, len(configs)))
+        progress(f"compiling {len(configs)} tracekern configurations, {workers} at a time ...", end="")
+        with ThreadPoolExecutor(workers) as pool:
+            for (n, s), r in zip(configs, pool.map(lambda c: in_process("bench.recompute", "--compile", c[0], c[1], size),
+                                                   configs)):
+                compiled[n, s] = r
+        progress(f" {time.perf_counter() - start:.0f} s")
+    rows = []
+    for name in names:
+        for tool in tools:
+            progress(f"{name} ({LABELS[tool]}) ...", end="")
+            got = in_process("bench.recompute", "--time", tool, name, size)
+            for r in got:
+                r.update(compiled.get((name, r["strategy"]), {}) if tool == "tracekern" else {})
+            rows += got
+            progress(" " + ", ".join(f"{r['strategy']} {ms(r['time_s'])} ms" if r["time_s"] else f"{r['strategy']} -"
+                                     for r in got) + f"  ({time.perf_counter() - start:.0f} s)")
     for row in rows:
-        base = next(r for r in rows if r["workload"] == row["workload"] and r["peer"] == row["peer"] and r["strategy"] == "none")
-        row["ratio"] = row["time_s"] / base["time_s"]
-        ours = next((r for r in rows if r["workload"] == row["workload"] and r["peer"] is None
-                     and r["strategy"] == row["strategy"]), None)
-        row["vs_tracekern"] = row["time_s"] / ours["time_s"] if row["peer"] and ours else None
-    return {"date": time.strftime("%Y-%m-%d"), "machine": platform.processor() or platform.machine(),
-            "cores": os.cpu_count(), "size": size, "notes": notes, "rows": rows}
+        base = next((r for r in rows if r["workload"] == row["workload"] and r["tool"] == row["tool"]
+                     and r["strategy"] == "none" and r["time_s"]), None)
+        row["ratio"] = row["time_s"] / base["time_s"] if row["time_s"] and base else None
+        ours = next((r for r in rows if r["workload"] == row["workload"] and r["tool"] == "tracekern"
+                     and r["strategy"] == row["strategy"] and r["time_s"]), None)
+        row["vs_tracekern"] = row["time_s"] / ours["time_s"] if row["tool"] != "tracekern" and row["time_s"] and ours else None
+    if any(r["compiled"] is False for r in rows):
+        notes.append("compile s in parentheses: loaded from tracekern's disk cache, not compiled; for cold figures, "
+                     "run with TRACEKERN_CACHE_DIR set to an empty folder")
+    for r in rows:
+        if r["unsupported"]:
+            notes.append(f"{r['workload']} / {r['strategy']} ({LABELS[r['tool']]}): no row, as a result: {r['unsupported']}")
+        if r["kept_at_run_time"]:
+            notes.append(f"{r['workload']} / {r['strategy']} (tracekern): at run time its backward keeps "
+                         f"{r['kept_at_run_time']}: {mb(r['kept_at_run_time_bytes'])} MB beyond the residuals; "
+                         f"measured peak {mb(r['peak_bytes'])} MB")
+    if "tensorflow" in tools:
+        notes.append("TensorFlow has no peak MB: it keeps freed memory in its own allocator, so resident memory "
+                     "does not show its peak")
+    return {"size": size, "notes": notes, "rows": rows, "wall_s": time.perf_counter() - start}
 
 
-def _mb(b) -> str:
-    return "-" if b is None else f"{b / 2**20:.1f}"
+def _compile_text(r) -> str:
+    if r["compile_s"] is None:
+        return "-"
+    return f"{r['compile_s']:.2f}" if r["compiled"] is not False else f"({r['compile_s']:.2f})"
 
 
 def table(result: dict) -> str:
-    lines = [f"{'workload':12s} {'strategy':13s} {'tool':9s} {'time ms':>9s} {'ratio':>6s} {'/ tk':>6s} {'residual MB':>12s} "
-             f"{'beyond in MB':>12s} {'peak MB':>8s} {'planned MB':>10s}"]
+    head = (f"{'workload':12s} {'strategy':13s} {'tool':10s} {'time ms':>8s} {'min-max ms':>13s} {'ratio':>6s} "
+            f"{'/ tk':>5s} {'compile s':>9s} {'residual MB':>11s} {'beyond in':>9s} {'run-time':>8s} "
+            f"{'peak MB':>8s} {'planned':>8s}")
+    lines = [head]
     for r in result["rows"]:
-        vs = "-" if r.get("vs_tracekern") is None else f"{r['vs_tracekern']:.2f}"
-        lines.append(f"{r['workload']:12s} {r['strategy']:13s} {r['peer'] or 'tracekern':9s} {r['time_s'] * 1e3:9.1f} "
-                     f"{r['ratio']:6.2f} {vs:>6s} {_mb(r['residual_bytes']):>12s} {_mb(r.get('saved_bytes')):>12s} "
-                     f"{_mb(r['peak_bytes']):>8s} {_mb(r['planned_peak_bytes']):>10s}")
+        label = LABELS[r["tool"]]
+        if r["unsupported"]:
+            lines.append(f"{r['workload']:12s} {r['strategy']:13s} {label:10s} {'unsupported (see the notes)':>28s}")
+            continue
+        spread = f"{ms(r['time_min_s'])}-{ms(r['time_max_s'])}"
+        vs = "-" if r["vs_tracekern"] is None else f"{r['vs_tracekern']:.2f}"
+        lines.append(f"{r['workload']:12s} {r['strategy']:13s} {label:10s} {ms(r['time_s']):>8s} {spread:>13s} "
+                     f"{r['ratio']:6.2f} {vs:>5s} {_compile_text(r):>9s} {mb(r['residual_bytes']):>11s} "
+                     f"{mb(r['saved_bytes']):>9s} {mb(r['kept_at_run_time_bytes']):>8s} {mb(r['peak_bytes']):>8s} "
+                     f"{mb(r['planned_peak_bytes']):>8s}")
+    hows: dict[tuple, list] = {}
+    for r in result["rows"]:
+        if r["tool"] != "tracekern" and r["how"] and r["strategy"] != "none":
+            hows.setdefault((r["tool"], r["how"]), []).append(f"{r['workload']}/{r['strategy']}")
+    if hows:
+        lines.append("\nhow the peers run each strategy (\"none\": the same program without annotation):")
+        lines += [f"  {LABELS[tool]:10s} {', '.join(which)}: {how}" for (tool, how), which in hows.items()]
+    lines.append("\nresidual MB: what tk.vjp keeps between forward and backward; beyond in: the part that is not the "
+                 "function's inputs; run-time: carries a loop's backward keeps at run time (not in the residuals); "
+                 "peak MB: measured resident memory above the level before the calls; planned: tracekern's buffer plan")
     return "\n".join(lines)
 
 
-def compare(old_path: str, new_path: str) -> str:
+def markdown(result: dict) -> str:
+    """The table as Markdown, for the README (python -m bench --markdown RESULT.json)."""
+    lines = ["| workload | strategy | tool | time ms | min-max ms | ratio | / tracekern | compile s | residual MB | "
+             "beyond inputs MB | run-time MB | peak MB | planned MB |", "|" + "---|" * 13]
+    for r in result["rows"]:
+        cells = [r["workload"], r["strategy"], LABELS[r["tool"]]]
+        if r["unsupported"]:
+            cells += ["unsupported (notes)"] + ["-"] * 9
+        else:
+            cells += [ms(r["time_s"]), f"{ms(r['time_min_s'])}-{ms(r['time_max_s'])}", f"{r['ratio']:.2f}",
+                      "-" if r["vs_tracekern"] is None else f"{r['vs_tracekern']:.2f}", _compile_text(r),
+                      mb(r["residual_bytes"]), mb(r["saved_bytes"]), mb(r["kept_at_run_time_bytes"]),
+                      mb(r["peak_bytes"]), mb(r["planned_peak_bytes"])]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def compare(old: dict, new: dict) -> str:
     """new / old for the time and peak memory of every row both runs have."""
-    old, new = (json.load(open(p)) for p in (old_path, new_path))
-    key = lambda r: (r["workload"], r["strategy"], r["peer"])  # noqa: E731
+    key = lambda r: (r["workload"], r["strategy"], r.get("tool") or r.get("peer") or "tracekern")  # noqa: E731
     before = {key(r): r for r in old["rows"]}
-    lines = [f"{'workload':12s} {'strategy':13s} {'tool':9s} {'time new/old':>12s} {'peak new/old':>12s}"]
+    lines = [f"{'workload':12s} {'strategy':13s} {'tool':10s} {'time new/old':>12s} {'peak new/old':>12s}"]
     for r in new["rows"]:
         o = before.get(key(r))
-        if o is None:
+        if o is None or not r.get("time_s") or not o.get("time_s"):
             continue
-        peak = f"{r['peak_bytes'] / o['peak_bytes']:.2f}" if r["peak_bytes"] and o["peak_bytes"] else "-"
-        lines.append(f"{r['workload']:12s} {r['strategy']:13s} {r['peer'] or 'tracekern':9s} "
-                     f"{r['time_s'] / o['time_s']:12.2f} {peak:>12s}")
+        peak = f"{r['peak_bytes'] / o['peak_bytes']:.2f}" if r.get("peak_bytes") and o.get("peak_bytes") else "-"
+        lines.append(f"{r['workload']:12s} {r['strategy']:13s} {key(r)[2]:10s} {r['time_s'] / o['time_s']:12.2f} {peak:>12s}")
     return "\n".join(lines)
 
 
-def plot(result: dict, path: str) -> str | None:
-    """Time ratio against measured peak memory, a panel per workload; None if matplotlib is missing."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return None
-    names = list(dict.fromkeys(r["workload"] for r in result["rows"]))
-    cols = min(4, len(names))
-    rows = -(-len(names) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 3.2 * rows), squeeze=False)
-    for ax in axes.flat[len(names):]:
-        ax.set_visible(False)
-    for ax, name in zip(axes.flat, names):
-        for r in (r for r in result["rows"] if r["workload"] == name):
-            label = r["strategy"] + (f" ({r['peer']})" if r["peer"] else "")
-            ax.scatter((r["peak_bytes"] or 0) / 2**20, r["ratio"], marker="s" if r["peer"] else "o")
-            ax.annotate(label, ((r["peak_bytes"] or 0) / 2**20, r["ratio"]), fontsize=7)
-        ax.set_title(name)
-        ax.set_xlabel("peak MB")
-    for row in axes:
-        row[0].set_ylabel("time / no annotation")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    return path
+SECTION = Section("recompute", run, table, plot=plot, compare=compare, markdown=markdown)
 
 
-def main(argv=None) -> dict | None:
-    ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="small sizes, 20 runs each (about a minute)")
-    ap.add_argument("--only", nargs="+", help="workloads to run (default: all)")
-    ap.add_argument("--json", default=os.path.join(HERE, "results", "recompute.json"))
-    ap.add_argument("--plot", default=os.path.join(HERE, "results", "recompute.png"))
-    ap.add_argument("--compare", nargs=2, metavar=("OLD", "NEW"))
-    ap.add_argument("--one", nargs=4, help=argparse.SUPPRESS)
-    ap.add_argument("--peer", help=argparse.SUPPRESS)
-    args = ap.parse_args(argv)
-    if args.compare:
-        print(compare(*args.compare))
-        return None
-    if args.one:
-        name, strategy, size, runs = args.one
-        row = (measure_jax if args.peer == "jax" else measure_one)(name, strategy, size, int(runs))
-        print(json.dumps(row))
-        return None
-    result = run(args.quick, args.only)
-    print(table(result))
-    for note in result["notes"]:
-        print("note:", note)
-    from bench.cpu import save
-
-    save(result, args.json)
-    png = plot(result, args.plot)
-    print(f"wrote {png}" if png else "note: matplotlib not installed (pip install -e '.[plot]'): no plot")
-    return result
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--compile"]:
+        print(json.dumps(compile_one(*argv[1:4])))
+    elif argv[:1] == ["--time"]:
+        tool, name, size = argv[1:4]
+        print(json.dumps(time_tracekern(name, size) if tool == "tracekern" else time_peer(tool, name, size)))
+    else:
+        return main_job([SECTION], argv, prog="python -m bench.recompute", doc=__doc__)
 
 
 if __name__ == "__main__":

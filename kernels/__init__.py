@@ -3,8 +3,9 @@ as examples and as the subjects of `python -m bench`.
 
 Each module has NAME, a docstring, STRATEGIES (the annotation choices it can be built with; "none"
 first) and make(size, strategy) -> Workload: a scalar loss and its arguments, differentiated with
-respect to the first. Sizes: "full" (the benchmark's), "quick" (about a second a step or less),
-"test" (tiny)."""
+respect to the first. Sizes: "full" (the benchmark's), "quick" (each step at least about 20 ms on
+2 cores, with loops small enough to compile quickly), "test" (tiny). kernels/peers has the same
+workloads in JAX, TensorFlow and PyTorch."""
 from __future__ import annotations
 
 from collections.abc import Callable

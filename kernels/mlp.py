@@ -7,24 +7,32 @@ import tracekern as tk
 
 NAME = "mlp"
 STRATEGIES = ("none", "recompute", "dots")
-SIZES = {"full": (8, 1024, 256), "quick": (8, 256, 64), "test": (3, 8, 4)}
+SIZES = {"full": (8, 1024, 256), "quick": (8, 512, 256), "test": (3, 8, 4)}   # depth, width, batch
 
 
-def make(size: str, strategy: str):
-    depth, width, batch = SIZES[size]
+def layer(h, w):
+    return np.tanh(h @ w)
+
+
+def loss(ws, x, y, layer=layer):
+    """The unannotated MLP (bench.cpu's W2); `layer` may be an annotated version of `layer`."""
+    h = x
+    for w in ws:
+        h = layer(h, w)
+    return np.mean((h - y) ** 2)
+
+
+def inputs(depth: int, width: int, batch: int):
     rng = np.random.default_rng(0)
     ws = [(rng.standard_normal((width, width)) / np.sqrt(width)).astype(np.float32) for _ in range(depth)]
     x = rng.standard_normal((batch, width)).astype(np.float32)
     y = rng.standard_normal((batch, width)).astype(np.float32)
+    return ws, x, y
 
-    def layer(h, w):
-        return np.tanh(h @ w)
-    if strategy != "none":
-        layer = tk.recompute(layer, policy="dots" if strategy == "dots" else "nothing")
 
-    def loss(ws, x, y):
-        h = x
-        for w in ws:
-            h = layer(h, w)
-        return np.mean((h - y) ** 2)
-    return loss, (ws, x, y)
+def make(size: str, strategy: str):
+    args = inputs(*SIZES[size])
+    if strategy == "none":
+        return loss, args
+    annotated = tk.recompute(layer, policy="dots" if strategy == "dots" else "nothing")
+    return (lambda ws, x, y: loss(ws, x, y, annotated)), args

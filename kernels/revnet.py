@@ -7,26 +7,35 @@ import tracekern as tk
 
 NAME = "revnet"
 STRATEGIES = ("none", "reversible")
-SIZES = {"full": (16, 512, 256), "quick": (8, 128, 64), "test": (3, 8, 4)}   # blocks, width, batch
+SIZES = {"full": (16, 512, 256), "quick": (8, 256, 192), "test": (3, 8, 4)}   # blocks, width, batch
 
 
-def make(size: str, strategy: str):
-    depth, width, batch = SIZES[size]
+def block(a, b, wf, wg):
+    y1 = a + np.tanh(b @ wf)
+    return y1, b + np.tanh(y1 @ wg)
+
+
+def reversible_block(a, b, wf, wg):
+    return tk.reversible(lambda v: np.tanh(v @ wf), lambda v: np.tanh(v @ wg))(a, b)
+
+
+def loss(ws, x1, x2, block=block):
+    a, b = x1, x2
+    for wf, wg in ws:
+        a, b = block(a, b, wf, wg)
+    return np.mean(a * a) + np.mean(b * b)
+
+
+def inputs(depth: int, width: int, batch: int):
     rng = np.random.default_rng(0)
     ws = [((rng.standard_normal((width, width)) / np.sqrt(width)).astype(np.float32),
            (rng.standard_normal((width, width)) / np.sqrt(width)).astype(np.float32)) for _ in range(depth)]
     x1, x2 = (rng.standard_normal((batch, width)).astype(np.float32) for _ in range(2))
+    return ws, x1, x2
 
-    def plain(a, b, wf, wg):
-        y1 = a + np.tanh(b @ wf)
-        return y1, b + np.tanh(y1 @ wg)
 
-    def loss(ws, x1, x2):
-        a, b = x1, x2
-        for wf, wg in ws:
-            if strategy == "reversible":
-                a, b = tk.reversible(lambda v, wf=wf: np.tanh(v @ wf), lambda v, wg=wg: np.tanh(v @ wg))(a, b)
-            else:
-                a, b = plain(a, b, wf, wg)
-        return np.mean(a * a) + np.mean(b * b)
-    return loss, (ws, x1, x2)
+def make(size: str, strategy: str):
+    args = inputs(*SIZES[size])
+    if strategy == "none":
+        return loss, args
+    return (lambda ws, x1, x2: loss(ws, x1, x2, reversible_block)), args

@@ -7,7 +7,7 @@ import tracekern as tk
 
 NAME = "softplus"
 STRATEGIES = ("none", "custom")
-SIZES = {"full": (1 << 16, 256), "quick": (1 << 12, 64), "test": (16, 4)}   # samples, features
+SIZES = {"full": (1 << 18, 256), "quick": (1 << 17, 256), "test": (16, 4)}   # samples, features
 
 
 @tk.custom_gradient
@@ -20,14 +20,24 @@ def log1pexp(x):
     return value, grad
 
 
-def make(size: str, strategy: str):
-    n, d = SIZES[size]
+def naive_log1pexp(z):
+    return np.log(1 + np.exp(z))
+
+
+def loss(w, X, y, f=naive_log1pexp):
+    return np.mean(f(-y * (X @ w)))
+
+
+def inputs(n: int, d: int):
     rng = np.random.default_rng(0)
     X = rng.standard_normal((n, d)).astype(np.float32)
     y = np.sign(rng.standard_normal(n)).astype(np.float32)
     w = (rng.standard_normal(d) * 0.1).astype(np.float32)
-    f = log1pexp if strategy == "custom" else (lambda z: np.log(1 + np.exp(z)))
+    return w, X, y
 
-    def loss(w, X, y):
-        return np.mean(f(-y * (X @ w)))
-    return loss, (w, X, y)
+
+def make(size: str, strategy: str):
+    args = inputs(*SIZES[size])
+    if strategy == "none":
+        return loss, args
+    return (lambda w, X, y: loss(w, X, y, log1pexp)), args

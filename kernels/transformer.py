@@ -8,7 +8,7 @@ import tracekern.numpy as tnp
 
 NAME = "transformer"
 STRATEGIES = ("none", "recompute", "dots")
-SIZES = {"full": (4, 256, 256), "quick": (2, 64, 64), "test": (2, 4, 8)}   # blocks, sequence, width
+SIZES = {"full": (4, 256, 256), "quick": (4, 32, 384), "test": (2, 4, 8)}   # blocks, sequence, width
 
 
 def layernorm(x, gain, bias):
@@ -27,8 +27,14 @@ def block(x, p):
     return x + tnp.gelu(h @ w1) @ w2
 
 
-def make(size: str, strategy: str):
-    blocks, seq, width = SIZES[size]
+def loss(params, x, block=block):
+    """The unannotated stack; `block` may be an annotated version of `block`."""
+    for p in params:
+        x = block(x, p)
+    return np.mean(x * x)
+
+
+def inputs(blocks: int, seq: int, width: int):
     rng = np.random.default_rng(0)
 
     def mat(a, b):
@@ -37,10 +43,12 @@ def make(size: str, strategy: str):
     params = [(mat(width, width), mat(width, width), mat(width, width), mat(width, width),
                mat(width, 4 * width), mat(4 * width, width), one, zero, one, zero) for _ in range(blocks)]
     x = rng.standard_normal((seq, width)).astype(np.float32)
-    fn = block if strategy == "none" else tk.recompute(block, policy="dots" if strategy == "dots" else "nothing")
+    return params, x
 
-    def loss(params, x):
-        for p in params:
-            x = fn(x, p)
-        return np.mean(x * x)
-    return loss, (params, x)
+
+def make(size: str, strategy: str):
+    args = inputs(*SIZES[size])
+    if strategy == "none":
+        return loss, args
+    annotated = tk.recompute(block, policy="dots" if strategy == "dots" else "nothing")
+    return (lambda params, x: loss(params, x, annotated)), args

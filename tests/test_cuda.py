@@ -21,6 +21,10 @@ from tracekern.backends import cuda as tkcuda
 
 TOL = {np.float32: dict(rtol=2e-5, atol=1e-5), np.float64: dict(rtol=1e-11, atol=1e-12)}
 SIMULATOR = tkcuda.launch_config().simulator
+# a row long enough that a block folds it in several chunks on this device (the simulator's launch
+# has 2 blocks of 32 threads; a GPU's 256 threads that fold at least 8 elements each)
+_L = tkcuda.launch_config()
+LONG_ROW = 2 * _L.threads * _L.min_chunk + 6
 
 
 def both(fun, *args):
@@ -30,10 +34,10 @@ def both(fun, *args):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64])
 @pytest.mark.parametrize("op", ["sum", "max", "min", "prod"])
 def test_reductions_over_every_axis_combination(op, dtype):
-    """Shapes that fold by block (last axis reduced) and by thread, in one chunk and in several
-    (the simulator's launch has 2 blocks of 32 threads: 70 and 150 elements need chunks)."""
+    """Shapes that fold by block (last axis reduced) and by thread, in one chunk and in several, on
+    this device's launch sizes (LONG_ROW and 150 elements need chunks)."""
     rng = np.random.default_rng(0)
-    for shape in ((3, 4, 5), (2, 5, 70), (150, 2, 1)):
+    for shape in ((3, 4, 5), (2, 5, LONG_ROW), (150, 2, 1)):
         if dtype == np.int64:
             x = rng.integers(-3, 4, shape).astype(dtype)
             fun_of = lambda axes: lambda a: getattr(np, op)(a * 2 - 1, axis=axes)  # noqa: E731
@@ -50,7 +54,7 @@ def test_reductions_over_every_axis_combination(op, dtype):
 
 def test_chunked_reductions_are_planned_with_several_partials():
     """The shapes above do reach the two-pass path (a fold kernel), in both layouts."""
-    x = np.ones((2, 5, 70))
+    x = np.ones((2, 5, LONG_ROW))
     by_block = tk.jit(lambda a: a.sum(), backend="cuda").lower(x).source
     by_thread = tk.jit(lambda a: a.sum(axis=0), backend="cuda").lower(np.ones((150, 2, 1))).source
     for source in (by_block, by_thread):
@@ -168,6 +172,80 @@ def test_generated_modules_are_written_once(tmp_path):
     second = run()
     assert second.stdout == first.stdout
     assert sorted(tmp_path.glob("tk_*.py")) == paths and [p.stat().st_mtime_ns for p in paths] == stamps
+
+
+# -- loops on the device -------------------------------------------------------------------------------
+
+def _scans():
+    rng = np.random.default_rng(7)
+    a, xs = rng.uniform(0.5, 0.9, 8), rng.standard_normal((6, 8)) * 0.3
+    w = rng.standard_normal((8, 8)) / 3
+
+    def rnn(a, xs):                       # the RNN of kernels/: a vector carry, a 0-d output per step
+        h, ys = tk.scan(lambda h, x: (np.tanh(a * h + x), np.mean(np.tanh(a * h + x))), np.zeros_like(a), xs)
+        return np.mean(h * h) + np.mean(ys)
+
+    def two_carries(a, xs):               # a 0-d carry beside a vector one, reversed, a closed-over constant
+        c = np.arange(8.0) / 8
+        (h, s), ys = tk.scan(lambda cr, x: ((np.sin(cr[0] * x) + c, cr[1] + np.sum(x * cr[0])), cr[0] * cr[1]),
+                             (a, np.float64(0.5)), xs, reverse=True)
+        return np.sum(h) + s + np.sum(ys)
+
+    def with_matmul(a, xs):               # a body with a matmul: the loop stays on the host
+        h, _ = tk.scan(lambda h, x: (np.tanh(h @ w + x), None), a, xs)
+        return np.sum(h * h)
+    return [(rnn, (a, xs), True), (two_carries, (a, xs), True), (with_matmul, (a, xs), False)]
+
+
+@pytest.mark.parametrize("case", [0, 1, 2])
+def test_scans_whose_body_is_only_loops_run_on_the_device(case):
+    """One cooperative kernel runs every step (the body's kernels are its phases); forward and
+    backward scans alike, with values and gradients equal to the interpreter's."""
+    f, args, on_device = _scans()[case]
+    vg = tk.jit(tk.value_and_grad(f, argnums=(0, 1)), backend="cuda")
+    launches = vg.lower(*args).source.count("R.cooperative(")
+    assert (launches >= 2) == on_device, launches      # the forward scan and the backward scan
+    v, g = to_host(vg(*args))
+    vi, gi = tk.jit(tk.value_and_grad(f, argnums=(0, 1)), backend="interpret")(*args)
+    assert v == pytest.approx(vi, rel=1e-12)
+    for a, b in zip(g, gi):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("k", [1, 2, 6])
+def test_checkpointed_scans_run_their_schedule_on_the_device(k):
+    """The binomial schedule's actions (advance, store, restore, backward step) walked by one
+    cooperative kernel, with k snapshots on the device: gradients equal the interpreter's for
+    every k (1: one snapshot; 6: one per step)."""
+    f, args, _ = _scans()[0]
+    a, xs = args
+
+    def checkpointed(a, xs):
+        h, ys = tk.scan(lambda h, x: (np.tanh(a * h + x), np.mean(h)), np.zeros_like(a), xs, checkpoint=k)
+        return np.mean(h * h) + np.mean(ys)
+    vg = tk.jit(tk.value_and_grad(checkpointed), backend="cuda")
+    source = vg.lower(a, xs).source
+    assert ("checkpointed schedule" in source) == (k < len(xs)) and "R.cooperative(" in source   # (k >= n: a plain scan)
+    v, g = to_host(vg(a, xs))
+    vi, gi = tk.jit(tk.value_and_grad(checkpointed), backend="interpret")(a, xs)
+    assert v == pytest.approx(vi, rel=1e-12)
+    np.testing.assert_allclose(g, gi, rtol=1e-10, atol=1e-12)
+
+
+def test_while_loops_and_checkpointed_loops_with_matmuls_stay_on_the_host():
+    rng = np.random.default_rng(3)
+    x, w = rng.standard_normal(8), rng.standard_normal((8, 8)) / 3
+
+    def f(x):
+        h = tk.while_loop(lambda h: np.sum(h * h) < 50.0, lambda h: h * 1.3 + 0.1, x)
+        g, _ = tk.scan(lambda c, r: (np.tanh(c @ w + r), None), h, np.stack([x, x, x]), checkpoint=2)
+        return np.sum(g * g)
+    vg = tk.jit(tk.value_and_grad(f), backend="cuda")
+    assert "R.cooperative(" not in vg.lower(x).source
+    v, g = to_host(vg(x))
+    vi, gi = tk.jit(tk.value_and_grad(f), backend="interpret")(x)
+    assert v == pytest.approx(vi, rel=1e-12)
+    np.testing.assert_allclose(g, gi, rtol=1e-10, atol=1e-12)
 
 
 def test_lower_shows_the_kernels_and_the_launcher():

@@ -239,7 +239,7 @@ def test_local_cluster_mlp_and_chain_gradients_equal_one_process(cluster):
     assert len(modules) == 2 and all(modules.values())
     # what a worker executes: only the steps this client exported, each the source whose hash names
     # its file, in the worker's checked, private cache directory
-    exported = {cache.source_digest(e._entry.run.source) for per in tkd._EXPORTED.values() for e in per.values()}
+    exported = {cache.source_digest(s) for per in tkd._EXPORTED.values() for e in per.values() for s in e._entry.run.modules}
     for worker, ran in client.run(_what_ran).items():
         assert ran and set(ran) <= exported, worker
         assert all(ok == (True, True, True, 0o600) for ok in ran.values()), (worker, ran)

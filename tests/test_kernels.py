@@ -1,7 +1,9 @@
-"""kernels/ (the ready-made workloads) and the recompute benchmark's harness (bench/recompute.py).
+"""kernels/ (the ready-made workloads), their peer versions (kernels/peers) and the benchmark's
+harness (bench/harness.py, bench/recompute.py).
 
 Every strategy of a workload is the same function: its value and gradient must equal the
-unannotated version's (on the interpreter, and on cpu for the cheaper ones)."""
+unannotated version's (on the interpreter, and on cpu for the cheaper ones), and so must every
+peer's version of it (JAX, TensorFlow, PyTorch: each where installed)."""
 import json
 
 import numpy as np
@@ -9,7 +11,8 @@ import pytest
 
 import kernels
 import tracekern as tk
-from bench import recompute
+from bench import harness, recompute
+from kernels import heat, peers
 
 CONFIGS = [(name, s) for name, m in kernels.MODULES.items() for s in m.STRATEGIES]
 CPU_TOO = {"chain", "mlp", "revnet", "softplus", "rnn", "heat"}   # (the transformer compiles for ~20 s)
@@ -63,15 +66,116 @@ def test_softplus_custom_gradient_is_finite_where_the_naive_one_is_not():
     assert not np.all(np.isfinite(naive))
 
 
-def test_measure_one_reports_time_residuals_and_peak():
-    row = recompute.measure_one("chain", "none", "test", runs=3)
-    assert row["time_s"] > 0 and row["runs"] == 3 and row["peer"] is None
-    assert row["residual_bytes"] == 64 * 4            # the chain saves only x (recomputed backward)
-    assert row["planned_peak_bytes"] >= 64 * 4
+# -- the peers (kernels/peers): the same function in JAX, TensorFlow and PyTorch ------------------------
+# what each tool cannot express; any other strategy must run and agree with tracekern
+UNSUPPORTED = {"jax": {("heat", "none"), ("heat", "checkpoint16")},
+               "tensorflow": {("mlp", "dots"), ("transformer", "dots"), ("heat", "checkpoint16")},
+               "torch": {("heat", "checkpoint16")}}
+
+
+@pytest.mark.parametrize("tool", sorted(peers.TOOLS))
+def test_every_peer_version_computes_tracekerns_value_and_gradient(tool):
+    pytest.importorskip(peers.TOOLS[tool][0])
+    unsupported = set()
+    for name, strategy in CONFIGS:
+        want_v, want_g = _value_and_grad(kernels.make(name, "test", "none"), "interpret")
+        try:
+            p = peers.make(tool, name, "test", strategy)
+        except peers.Unsupported as e:
+            assert peers.TOOLS[tool][1] in str(e)          # the reason names the tool: it is printed as a result
+            unsupported.add((name, strategy))
+            continue
+        v, g = p.to_numpy(p.run())
+        want = tk.tree_flatten(want_g)[0]
+        assert len(g) == len(want), (name, strategy)      # the same leaves, before their values
+        assert v == pytest.approx(float(want_v), rel=1e-4, abs=1e-6), (name, strategy)
+        for a, b in zip(g, want):
+            assert a.shape == b.shape, (name, strategy)
+            np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-5, err_msg=f"{tool} {name} {strategy}")
+        assert p.how
+    assert unsupported == UNSUPPORTED[tool]
+
+
+def test_peer_options_are_checked():
+    with pytest.raises(ValueError, match="strategies"):
+        peers.make("jax", "mlp", "test", "reversible")
+    with pytest.raises(TypeError, match="torch only"):
+        peers.make("jax", "mlp", "test", "none", compiled=True)
+
+
+def test_the_heat_trip_count_and_what_its_backward_keeps():
+    """kept_at_run_time counts one carry per iteration of the loop tracekern runs."""
+    w = kernels.make("heat", "test", "none")
+    cells, threshold = heat.SIZES["test"]
+
+    def counted(u0):
+        return tk.while_loop(lambda s: np.max(s[0]) > threshold, lambda s: (heat.step(s[0]), s[1] + 1), (u0, np.int64(0)))[1]
+    trips = int(tk.jit(counted, backend="interpret")(*w.args))
+    assert trips == heat.trip_count("test") > 1
+    assert heat.kept_at_run_time("test", "none")[0] == trips * cells * 4
+    assert heat.kept_at_run_time("test", "checkpoint16")[0] == min(16, trips) * cells * 4
+
+
+# -- the bench harness --------------------------------------------------------------------------------
+def test_bench_imports_its_workloads_from_kernels():
+    from bench import cpu, dask
+
+    assert cpu.w1_loss is kernels.chain.loss and cpu.w2_loss is kernels.mlp.loss
+    assert "mlp" in dask.mlp_loss.__code__.co_names           # a chunk's loss is kernels/mlp.py's
+    ws, x, y = kernels.mlp.inputs(2, 4, 3)
+    assert dask.mlp_loss(ws, (x, y)) == kernels.mlp.loss(ws, x, y)
+
+
+def test_hand_written_numpy_baselines_are_right():
+    from bench import cpu
+
+    (x,) = kernels.chain.inputs(1000)
+    v, g = tk.jit(tk.value_and_grad(kernels.chain.loss), backend="interpret")(x)
+    nv, ng = cpu.w1_numpy(x)
+    assert nv == pytest.approx(float(v), rel=1e-5)
+    np.testing.assert_allclose(ng, g, rtol=1e-4, atol=1e-6)
+    args = kernels.mlp.inputs(3, 8, 4)
+    v, g = tk.jit(tk.value_and_grad(kernels.mlp.loss), backend="interpret")(*args)
+    nv, ng = cpu.w2_numpy(*args)
+    assert nv == pytest.approx(float(v), rel=1e-5) and len(ng) == len(g) == 3
+    for a, b in zip(ng, g):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-7)
+
+
+def test_time_tracekern_reports_time_spread_residuals_and_peak():
+    rows = recompute.time_tracekern("chain", "test")
+    assert [r["strategy"] for r in rows] == list(kernels.chain.STRATEGIES)
+    for r in rows:
+        assert r["tool"] == "tracekern" and r["runs"] >= 2 and r["unsupported"] is None
+        assert 0 < r["time_min_s"] <= r["time_s"] <= r["time_max_s"]
+        assert r["residual_bytes"] == 64 * 4            # the chain saves only x (recomputed backward)
+        assert r["planned_peak_bytes"] >= 64 * 4
+
+
+def test_time_peer_reports_unsupported_strategies_as_rows():
+    pytest.importorskip("jax")
+    rows = recompute.time_peer("jax", "heat", "test")
+    assert [r["strategy"] for r in rows] == ["none", "checkpoint16"]
+    assert all(r["time_s"] is None and "while_loop" in r["unsupported"] for r in rows)
+
+
+def test_compile_one_reports_a_compile_time():
+    r = recompute.compile_one("softplus", "custom", "test")
+    assert r["compile_s"] >= 0 and isinstance(r["compiled"], bool)
+
+
+def test_interleaved_timing_runs_each_function_enough():
+    calls = {"a": 0, "b": 0}
+
+    def bump(k):
+        calls[k] += 1
+    t = harness.interleaved({k: (lambda k=k: bump(k)) for k in calls}, min_runs=7, min_seconds=0.0)
+    assert all(t[k].runs >= 7 and calls[k] == t[k].runs + 1 for k in calls)   # + the estimate
+    assert all(t[k].low <= t[k].median <= t[k].high for k in calls)
 
 
 def test_the_peak_sampler_sees_a_large_allocation():
-    with recompute.PeakSampler() as s:
+    with harness.PeakSampler() as s:
         a = np.ones(50 * 2**20 // 8)
         a += 1
         del a
@@ -80,13 +184,45 @@ def test_the_peak_sampler_sees_a_large_allocation():
     assert s.above_base >= 40 * 2**20
 
 
-def test_table_compare_and_json(tmp_path):
-    rows = [dict(workload="mlp", strategy=s, time_s=t, ratio=t / 0.01, residual_bytes=100, peak_bytes=2**20,
-                 planned_peak_bytes=2**20, runs=3, peer=None) for s, t in (("none", 0.01), ("dots", 0.0105))]
-    old = {"rows": rows}
-    new = {"rows": [dict(r, time_s=r["time_s"] * 2, peak_bytes=2**19) for r in rows]}
-    (tmp_path / "old.json").write_text(json.dumps(old))
-    (tmp_path / "new.json").write_text(json.dumps(new))
-    text = recompute.compare(str(tmp_path / "old.json"), str(tmp_path / "new.json"))
-    assert text.count("2.00") == 2 and text.count("0.50") == 2
-    assert "dots" in recompute.table(dict(old, notes=[])) and "1.05" in recompute.table(dict(old, notes=[]))
+def test_the_peak_sampler_sees_memory_a_step_that_holds_the_gil_frees_again():
+    """A compiled step holds the GIL: the peak must come from the kernel, not from a Python thread."""
+    step = tk.jit(lambda x: np.sum(np.concatenate([x, x]) * 2.0))
+    x = np.ones(2**22)
+    step(x)
+    with harness.PeakSampler() as s:
+        step(x)
+    if s.above_base is None or not s.exact:
+        pytest.skip("no /proc/self/clear_refs here")
+    assert s.above_base >= 2**22 * 8    # the concatenated intermediate (64 MiB), freed before returning
+
+
+def _rows():
+    def row(strategy, tool, t, **kw):
+        return dict(recompute._row("mlp", strategy, tool, "how"), time_s=t, time_min_s=t and t * 0.9,
+                    time_max_s=t and t * 1.2, runs=3, residual_bytes=100, peak_bytes=2**20, planned_peak_bytes=2**20,
+                    ratio=t and t / 0.01, vs_tracekern=None, compile_s=1.5, compiled=True, **kw)
+    return [row("none", "tracekern", 0.01), row("dots", "tracekern", 0.0105),
+            row("none", "tensorflow", 0.02), row("dots", "tensorflow", None, **{"unsupported": "no dots"})]
+
+
+def test_table_compare_json_and_plot(tmp_path):
+    rows = _rows()
+    rows[1]["unsupported"] = None
+    old = {"rows": rows, "notes": []}
+    text = recompute.table(old)
+    assert "dots" in text and "1.05" in text and "unsupported" in text and "9.0-12.0" in text
+    md = recompute.markdown(old)
+    assert "| mlp | dots | tracekern | 10.5 | 9.4-12.6 | 1.05 |" in md and "| mlp | dots | TensorFlow | unsupported" in md
+    new = {"rows": [dict(r, time_s=r["time_s"] and r["time_s"] * 2, peak_bytes=2**19) for r in rows]}
+    text = recompute.compare(old, new)
+    assert text.count("2.00") == 3 and text.count("0.50") == 3      # the unsupported row has no ratio
+    # a result file from before sections (rows at the top, "peer" instead of "tool") still compares
+    legacy = {"rows": [dict(workload="mlp", strategy="none", peer=None, time_s=0.005, peak_bytes=2**20)]}
+    (tmp_path / "old.json").write_text(json.dumps(legacy))
+    (tmp_path / "new.json").write_text(json.dumps({"sections": {"recompute": new}}))
+    harness.main_job([recompute.SECTION], ["--compare", str(tmp_path / "old.json"), str(tmp_path / "new.json")])
+    pytest.importorskip("matplotlib")
+    from bench.plot import plot
+
+    path = plot(dict(old, size="test"), str(tmp_path / "p.png"))
+    assert path and (tmp_path / "p.png").stat().st_size > 10_000

@@ -22,8 +22,7 @@ from tracekern.backends import cuda as tkcuda
 def _step(fn, args):
     """The cpu backend's compiled step (not run) for value_and_grad(fn) on the tuple args."""
     f = tk.value_and_grad(fn)
-    key, _, make_graph = f._signature(args, {})
-    return f._compile(key, make_graph).run
+    return f._entry(f._signature(args, {})).run
 
 
 def _mlp(depth):
@@ -272,13 +271,30 @@ def test_processes_compiling_into_one_cache_at_once_all_get_right_results(tmp_pa
 
 # -- drivers ------------------------------------------------------------------------------------------
 
-def test_small_steps_have_an_njit_driver_and_large_ones_a_python_one():
+def test_drivers_are_njit_only_where_loops_would_otherwise_run_in_python():
     x = np.linspace(0, 1, 8)
-    small = _step(lambda x: np.sum(np.tanh(x)), (x,))
-    assert small.jitted and "@njit" in small.driver.split("def step")[0].splitlines()[-1]
-    large = _step(*_transformer(2))
-    assert not large.jitted and "@njit" not in large.driver.split("def step")[0].splitlines()[-1]
-    assert large.driver.count("# kernel ") > tkcpu.NJIT_DRIVER_CALLS
+    straight = _step(lambda x: np.sum(np.tanh(x)), (x,))
+    assert not straight.jitted and "@njit" not in straight.driver.split("def step")[0].splitlines()[-1]
+    looped = _step(lambda x: np.sum(tk.fori_loop(0, 50, lambda i, v: np.sin(v) * 0.9, x)), (x,))
+    assert looped.jitted and "@njit" in looped.driver.split("def step")[0].splitlines()[-1]
+    body = looped.driver.split("def sub0(")[0].splitlines()[-1]
+    assert "@njit" in body, "a small loop body is compiled: the loop does not run in Python"
+    big_body = _step(lambda x: np.sum(tk.fori_loop(0, 3, lambda i, v: _transformer_body(v), x)), (np.ones((6, 8)),))
+    assert not big_body.jitted
+    for f, args in ((lambda x: np.sum(np.tanh(x)), (x,)),
+                    (lambda x: np.sum(tk.fori_loop(0, 50, lambda i, v: np.sin(v) * 0.9, x)), (x,))):
+        v, g = tk.value_and_grad(f)(*args)
+        vi, gi = tk.jit(tk.value_and_grad(f), backend="interpret")(*args)
+        np.testing.assert_allclose(v, vi, rtol=1e-12)
+        np.testing.assert_allclose(g, gi, rtol=1e-10, atol=1e-12)
+
+
+def _transformer_body(v):
+    rng = np.random.default_rng(1)
+    p = (rng.standard_normal((8, 8)) / 3, rng.standard_normal((8, 8)) / 3, np.ones(8))
+    for _ in range(3):
+        v = _block(v, p)
+    return v
 
 
 def test_cuda_kernels_are_units_shared_across_depth():
@@ -287,7 +303,6 @@ def test_cuda_kernels_are_units_shared_across_depth():
     for depth in (4, 8):
         loss, args = _transformer(depth)
         f = tk.jit(tk.value_and_grad(loss), backend="cuda")
-        key, _, make_graph = f._signature(args, {})
-        step = f._compile(key, make_graph).run
+        step = f._entry(f._signature(args, {})).run
         counts.append((len(step.modules) - 1, len(step.kernels)))
     assert counts[0][0] == counts[1][0] and counts[1][1] > counts[0][1], counts

@@ -25,16 +25,23 @@ from .trace import FlatArgs, Tracer, Variable, _read, aval_of, current_builder
 # ----------------------------------------------------------------------------- jit
 
 
-def jit(fun: Callable | None = None, *, backend: str | None = None, static_argnums: Sequence[int] | int = ()):
+def jit(fun: Callable | None = None, *, backend: str | None = None, static_argnums: Sequence[int] | int = (),
+        matmul_precision: str | None = None):
     """Compile `fun` per argument signature (shapes, dtypes, pytree structure, static args).
 
     backend: "interpret" (NumPy), "cpu" or "cuda"; default tracekern.backends.default_backend().
+    matmul_precision (backend="cuda" only): "highest" (the default: full float32) or "tf32" (float32
+    matmuls may use TF32 tensor cores, with inputs rounded to 10-bit mantissas: about 1e-3 relative
+    error instead of 1e-6, and several times faster on an A100 or H100).
     Usable bare (@tk.jit) or with arguments (@tk.jit(backend="interpret"))."""
     if fun is None:
-        return lambda f: jit(f, backend=backend, static_argnums=static_argnums)
-    if backend is not None:
-        backends.get_compiler(backend)  # fail now, not at the first call
-    return Staged(fun, fun, backend=backend, static_argnums=static_argnums)
+        return lambda f: jit(f, backend=backend, static_argnums=static_argnums, matmul_precision=matmul_precision)
+    options = backends.check_options(backend or backends.default_backend(), {"matmul_precision": matmul_precision})
+    if backend is not None or options:
+        backends.get_compiler(backend or backends.default_backend(), **options)  # fail now, not at the first call
+    if matmul_precision is not None and matmul_precision not in ("highest", "tf32"):
+        raise ValueError(f"matmul_precision must be 'highest' or 'tf32', got {matmul_precision!r}")
+    return Staged(fun, fun, backend=backend, static_argnums=static_argnums, options=options)
 
 
 # ----------------------------------------------------------------------------- grad
@@ -216,10 +223,11 @@ def vjp(fun: Callable, *args, has_aux: bool = False, backend: str | None = None)
     backend: where both halves run; default: fun's if it is a tk.jit function, else the default."""
     if current_builder() is not None:
         return _vjp_in_trace(fun, args, has_aux)
-    if backend is None:
-        backend = getattr(fun, "backend", None) if isinstance(fun, Staged) else None
+    options = {}
+    if backend is None and isinstance(fun, Staged):
+        backend, options = fun.backend, fun.options
     backend = backend or backends.default_backend()
-    staged, flat = stage_vjp(fun, args, has_aux, backend)
+    staged, flat = stage_vjp(fun, args, has_aux, backend, options)
     results = staged.forward(list(flat.leaves) + [v._value for v in staged.variables])
     n_out = staged.value_treedef.num_leaves
     n_all = staged.split.num_outputs

@@ -147,10 +147,11 @@ class Staged:
     on `backend` and runs it; called inside another trace, it emits into that trace (inlining)."""
 
     def __init__(self, fun: Callable, emit: Callable, *, backend: str | None = None,
-                 static_argnums: Sequence[int] | int = ()):
+                 static_argnums: Sequence[int] | int = (), options: dict | None = None):
         self.fun = fun
         self.emit = emit
         self.backend = backend
+        self.options = dict(options or {})   # the backend's options (backends.OPTIONS)
         self._device = (backend or backends.default_backend()) == "cuda"
         self.static_argnums = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
         self._cache: dict[Any, CompiledEntry] = {}
@@ -172,7 +173,7 @@ class Staged:
         bound = getattr(instance, "__dict__", {}).get(key)
         if bound is None:
             bound = Staged(functools.partial(self.fun, instance), functools.partial(self.emit, instance),
-                           backend=self.backend,
+                           backend=self.backend, options=self.options,
                            static_argnums=tuple(i - 1 for i in self.static_argnums if i > 0))
             if hasattr(instance, "__dict__"):
                 instance.__dict__[key] = bound
@@ -198,7 +199,7 @@ class Staged:
         entry = self._cache.get(sig.key)
         if entry is None or not entry.variables_match():
             graph, out_td, variables = sig.make_graph()
-            compile_graph = backends.get_compiler(self.backend or backends.default_backend())
+            compile_graph = backends.get_compiler(self.backend or backends.default_backend(), **self.options)
             entry = CompiledEntry(graph, out_td, compile_graph(graph), variables)
             self._cache[sig.key] = entry
         return entry
@@ -212,7 +213,7 @@ class Staged:
         residual, saved, split = None, None, None
         if not kwargs and not self.static_argnums and not isinstance(self.fun, functools.partial):
             try:
-                staged = stage_vjp(self.fun, args, False, self.backend)[0]
+                staged = stage_vjp(self.fun, args, False, self.backend, self.options)[0]
             except TracekernError:   # no reverse mode for this function (e.g. the grad of a checkpointed loop)
                 staged = None
             if staged is not None:
@@ -328,12 +329,14 @@ class StagedVJP:
 _VJP_CACHE: weakref.WeakKeyDictionary[Callable, dict] = weakref.WeakKeyDictionary()
 
 
-def stage_vjp(fun: Callable, args: tuple, has_aux: bool, backend: str | None = None) -> tuple[StagedVJP, FlatArgs]:
+def stage_vjp(fun: Callable, args: tuple, has_aux: bool, backend: str | None = None,
+              options: dict | None = None) -> tuple[StagedVJP, FlatArgs]:
     """The tk.vjp of fun for the signature of args (traced, split and compiled once per signature),
     and args flattened (leaves as arrays)."""
     backend = backend or backends.default_backend()
     flat = flatten_call(fun, args, device=backend == "cuda")
-    key = (flat.treedefs, flat.avals, flat.weak, has_aux, backend)
+    options = dict(options or {})
+    key = (flat.treedefs, flat.avals, flat.weak, has_aux, backend, tuple(sorted(options.items())))
     try:
         per_fun = _VJP_CACHE.setdefault(fun, {})
     except TypeError:  # not weak-referenceable: no caching
@@ -349,7 +352,7 @@ def stage_vjp(fun: Callable, args: tuple, has_aux: bool, backend: str | None = N
         joint = autodiff.vjp(graph, active + (False,) * len(variables),
                              seeded=[i < n_out for i in range(len(graph.outputs))], zeros=True)
         split = remat.split_joint(passes.simplify(joint.graph), joint.num_primals, len(graph.outputs))
-        compiler = backends.get_compiler(backend)
+        compiler = backends.get_compiler(backend, **options)
         staged = StagedVJP(split, value_td, aux_td, active, compiler(split.forward), compiler(split.backward),
                            variables, tuple(v.aval for v in variables))
         per_fun[key] = staged

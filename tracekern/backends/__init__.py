@@ -24,10 +24,27 @@ def available_backends() -> list[str]:
     return sorted(MODULES)
 
 
-def get_compiler(name: str) -> Callable:
-    """compile(graph) -> run(list of arrays) -> list of arrays, for backend `name`. Higher-order
-    equations (annotations) are inlined first: backends see plain primitives only."""
+# options a backend takes (tk.jit's keywords that name a backend's choice), with who takes them
+OPTIONS = {"matmul_precision": ("cuda",)}
+
+
+def check_options(name: str, options: dict) -> dict:
+    """The options given for backend `name` (None values dropped), or a ValueError naming those it
+    does not take."""
+    options = {k: v for k, v in options.items() if v is not None}
+    for key in options:
+        if name not in OPTIONS.get(key, ()):
+            raise ValueError(f"{key}= applies to backend {' or '.join(repr(b) for b in OPTIONS.get(key, ()))}, not "
+                             f"{name!r} (on the CPU, BLAS has no reduced-precision mode: float32 is float32)")
+    return options
+
+
+def get_compiler(name: str, **options) -> Callable:
+    """compile(graph) -> run(list of arrays) -> list of arrays, for backend `name` with its options
+    (check_options). Higher-order equations (annotations) are inlined first: backends see plain
+    primitives only."""
     if name not in MODULES:
         raise ValueError(f"unknown backend {name!r}; available: {available_backends()}")
+    options = check_options(name, options)
     compile_graph = importlib.import_module(MODULES[name]).compile_graph
-    return lambda graph: compile_graph(passes.inline_calls(graph))
+    return lambda graph: compile_graph(passes.inline_calls(graph), **options)

@@ -34,7 +34,8 @@ _IMPORTS = """import numpy as np
 from numba import njit, objmode, prange
 from tracekern.backends.cpu_math import *  # noqa: F403
 """
-_FLAGS = "cache=True, error_model='numpy', nogil=True"
+# (no_cfunc_wrapper: nothing calls a kernel through a C pointer; the wrapper cost ~7% of its compile)
+_FLAGS = "cache=True, error_model='numpy', nogil=True, no_cfunc_wrapper=True"
 
 
 @functools.cache
@@ -327,9 +328,12 @@ def _matmul(t: _Text, ops: list[str], C0: str, out: Var, e) -> None:
 
 # ----------------------------------------------------------------------------- steps
 
-# A driver with at most this many kernel calls is itself an njit function (its compile time grows
-# by about 10 ms a call, and it re-optimises every kernel it links); a larger one is plain Python,
-# where a kernel call costs about half a microsecond. See the README's design notes.
+# A driver is plain Python, where a kernel call costs about half a microsecond, except where its
+# loops would run in Python: a loop's body (a control-flow sub-graph) with at most this many kernel
+# calls is an njit function, and so is a step whose loops' bodies all are, with at most this many
+# calls itself. An njit driver's compile time grows by about 10 ms a call, and Numba optimises
+# every kernel it links once more; for a straight-line step it buys nothing measurable (a step of
+# one kernel on 8 elements: 3.3 us a call either way). See the README's design notes.
 NJIT_DRIVER_CALLS = 8
 
 
@@ -418,6 +422,9 @@ class CompiledStep:
         if jobs:
             workers.compile_all([([self.modules[i]], "kernel", [sig]) for i, sig in jobs],
                                 lambda j: modules[jobs[j][0]].kernel.compile(jobs[j][1]))
+            units.count_compiled(kernels=len(jobs))
+        if self.jitted and cache.module_path(self.driver).stem not in have:
+            units.count_compiled(drivers=1)
 
     def __call__(self, args: Sequence[np.ndarray]) -> list:
         try:
@@ -543,7 +550,8 @@ class _Renderer(ControlRenderer):
         for item in self.items:
             if isinstance(item, _Call):
                 module.alias(item.unit)
-        self.jitted = sum(isinstance(i, _Call) for i in self.items) <= NJIT_DRIVER_CALLS
+        loops = any(isinstance(k, CallKernel) and k.eqn.primitive.name in CONTROL for k in plan.kernels)
+        self.jitted = (sub or loops) and sum(isinstance(i, _Call) for i in self.items) <= NJIT_DRIVER_CALLS
 
     def flag_needed(self) -> bool:
         return self.has_trig() or self.module.used
@@ -605,7 +613,7 @@ class _Renderer(ControlRenderer):
         # (nogil: other threads may run meanwhile; not with an objmode block (tk.print, a while loop's
         # schedule), which holds it)
         if self.jitted:
-            self.emit(0, f"@njit(cache=True, error_model='numpy'{'' if prints else ', nogil=True'})")
+            self.emit(0, f"@njit(cache=True, error_model='numpy', no_cfunc_wrapper=True{'' if prints else ', nogil=True'})")
         self.emit(0, f"def {name}({', '.join(args)}):")
         if flag:
             self.emit(1, "any_big = False  # a sin/cos/tan argument >= TRIG_LIMIT somewhere")

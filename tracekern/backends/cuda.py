@@ -20,10 +20,10 @@ from dataclasses import dataclass
 import numpy as np
 from numba.core.errors import NumbaError
 
-from .. import passes
+from .. import passes, schedule
 from ..errors import TracekernError
 from ..ir import Graph, Var
-from . import cache, cuda_calls, cuda_math, fusion, render, scalar_rules, units
+from . import cache, cublas, cuda_calls, cuda_math, fusion, render, scalar_rules, units
 from .fusion import CallKernel, Literal, LoopKernel, Read
 from .render import CASTS, CONTROL, ControlRenderer, identity_literal, literal
 from .units import Unit
@@ -43,6 +43,7 @@ class Launch:
     tile: int          # matmul tiles are tile x tile
     min_chunk: int     # elements a thread folds at least before a reduction splits into partials
     simulator: bool
+    cublas: bool = False   # float matmuls on cuBLAS (nvmath-python installed; never on the simulator)
 
 
 @functools.cache
@@ -56,7 +57,8 @@ def launch_config() -> Launch:
                              "On a machine without one, set NUMBA_ENABLE_CUDASIM=1 before numba is imported to "
                              "run on Numba's CUDA simulator (slow; for tests), or use backend='cpu'.")
     dev = cuda.get_current_device()
-    return Launch(threads=256, max_blocks=dev.MULTIPROCESSOR_COUNT * 8, tile=16, min_chunk=8, simulator=False)
+    return Launch(threads=256, max_blocks=dev.MULTIPROCESSOR_COUNT * 8, tile=16, min_chunk=8, simulator=False,
+                  cublas=cublas.library() is not None)
 
 
 def _header(what: str, launch: Launch) -> str:
@@ -82,6 +84,7 @@ class Runtime:
 
         self.cuda = cuda
         self.stream = cuda.default_stream()
+        self._grids: dict = {}
 
     def empty(self, shape, dtype):
         return self.cuda.device_array(tuple(int(s) for s in shape), np.dtype(dtype), stream=self.stream)
@@ -117,6 +120,62 @@ class Runtime:
 
     def print(self, items: list, sep: str) -> None:
         print(*[self.host(x) if hasattr(x, "copy_to_host") else x for x in items], sep=sep, flush=True)
+
+    # -- cuBLAS (backends/cublas.py) ----------------------------------------------------------
+    def pointer(self, x) -> int:
+        """A device array's address (on the simulator: its host memory's, for a cuBLAS stand-in)."""
+        return x.ctypes.data if cuda_math.SIMULATOR else x.device_ctypes_pointer.value
+
+    def stream_handle(self) -> int:
+        h = getattr(self.stream, "handle", None)
+        if h is None:
+            return 0
+        try:
+            return int(h)
+        except TypeError:
+            return int(getattr(h, "value", 0) or 0)
+
+    def workspace(self, nbytes: int):
+        buf = self.empty((nbytes,), np.uint8)
+        return _Memory(buf, self.pointer(buf), nbytes)
+
+    def cooperative(self, kernel, block: int, *args) -> None:
+        """Launch a kernel that synchronises its whole grid (a device loop): as many blocks as can be
+        resident at once on this GPU (one block on the simulator, which runs blocks one by one)."""
+        if cuda_math.SIMULATOR:
+            kernel[1, block, self.stream](*args)
+            return
+        key = (id(kernel), tuple(kernel.typeof_pyval(a) for a in args))
+        grid = self._grids.get(key)
+        if grid is None:
+            compiled = kernel.compile(key[1])
+            grid = self._grids[key] = max(1, compiled.max_cooperative_grid_blocks(block))
+        kernel[grid, block, self.stream](*args)
+
+    @staticmethod
+    def dense(*arrays) -> bool:
+        """Whether every array is C-contiguous (cuBLAS needs a leading dimension; an input on the
+        device may be any strided view, which the tiled kernel takes instead)."""
+        return all(a.flags["C_CONTIGUOUS"] if hasattr(a, "flags") else a.is_c_contiguous() for a in arrays)
+
+    def gemm(self, a, a_t: bool, b, b_t: bool, c, tf32: bool) -> None:
+        """c = op(a) @ op(b) on cuBLAS, on this stream (asynchronous)."""
+        plan = _gemm_plan(tuple(a.shape), a_t, tuple(b.shape), b_t)
+        device = 0 if cuda_math.SIMULATOR else self.cuda.get_current_device().id
+        cublas.blas(device, self.workspace).gemm(self.stream_handle(), np.dtype(c.dtype), plan, self.pointer(a),
+                                                 self.pointer(b), self.pointer(c), tf32)
+
+
+@dataclass(frozen=True)
+class _Memory:
+    array: object
+    pointer: int
+    nbytes: int
+
+
+@functools.lru_cache(maxsize=1024)
+def _gemm_plan(a_shape, a_t, b_shape, b_t):
+    return cublas.gemm_plan(a_shape, a_t, b_shape, b_t)
 
 
 @functools.cache
@@ -174,9 +233,13 @@ class CompiledStep:
         return self._module
 
 
-def compile_graph(graph: Graph) -> CompiledStep:
+def compile_graph(graph: Graph, matmul_precision: str = "highest") -> CompiledStep:
+    """The step for `graph`. matmul_precision: "highest" (full float32) or "tf32" (float32 matmuls on
+    cuBLAS may use TF32 tensor cores: inputs rounded to 10-bit mantissas)."""
+    if matmul_precision not in cublas.PRECISIONS:
+        raise ValueError(f"matmul_precision must be one of {cublas.PRECISIONS}, got {matmul_precision!r}")
     plan = fusion.plan(graph)
-    module = _Module(launch_config())
+    module = _Module(launch_config(), tf32=matmul_precision == "tf32")
     renderer = _Renderer(plan, module)
     host, host_lines = renderer.render()
     consts = [renderer.const_value(v) for v in plan.consts]
@@ -190,8 +253,9 @@ class _Module:
     from its module: backends/units.py), a host function per control-flow sub-graph, and the
     constant arrays those read (the tuple X every host function receives)."""
 
-    def __init__(self, launch: Launch):
+    def __init__(self, launch: Launch, tf32: bool = False):
         self.launch = launch
+        self.tf32 = tf32
         self.host_lines: list[str] = []
         self.units: dict[str, Unit] = {}
         self.aliases: dict[str, str] = {}
@@ -212,6 +276,16 @@ class _Module:
             self.units[unit.digest] = unit
             self.aliases[unit.digest] = f"K{len(self.units) - 1}"
         self.kernels.append((text, sig))
+        return self.aliases[unit.digest]
+
+    def loop_kernel(self, text: str, sig: list[tuple[str, int]]) -> str:
+        """A device-loop kernel (its phase device functions and the kernel) as a unit of its own."""
+        head = _header("one device loop", self.launch) + "\n"
+        unit = Unit(head + text + "\n")
+        if unit.digest not in self.aliases:
+            self.units[unit.digest] = unit
+            self.aliases[unit.digest] = f"K{len(self.units) - 1}"
+        self.kernels.append((unit.source, sig))
         return self.aliases[unit.digest]
 
     def imports(self) -> list[str]:
@@ -272,6 +346,7 @@ def _load_tile(kn: _Kernel, d: int, tile: str, src: str, pre: str, row0: str, co
 class _Renderer(ControlRenderer):
     Kernel = _Kernel              # (what cuda_calls' kernels are written with)
     unflatten = staticmethod(_unflatten)
+    one_block_size = False   # every kernel uses launch.threads a block (the phases of a device loop)
 
     def __init__(self, plan: fusion.Plan, module: _Module, sub: bool = False):
         super().__init__(plan, module, sub)
@@ -310,10 +385,10 @@ class _Renderer(ControlRenderer):
         self.emit(1, f"return ({', '.join(outs)},)" if outs else "return ()")
 
     # -- buffers and launches ---------------------------------------------------------------
-    def launch_kernel(self, kn: _Kernel, comment: str, grid, block, eqn=None) -> None:
+    def launch_kernel(self, kn: _Kernel, comment: str, grid, block, eqn=None, depth: int = 1) -> None:
         params = [(n, what) for n, what in kn.params.values()]
         name = self.module.kernel(params, kn.lines, kn.line_eqn)
-        self.emit(1, f"{name}[{grid}, {block}, R.stream]({', '.join(kn.params)})  # {comment}", eqn=eqn)
+        self.emit(depth, f"{name}[{grid}, {block}, R.stream]({', '.join(kn.params)})  # {comment}", eqn=eqn)
 
     def blocks(self, work: int, per_block: int) -> int:
         return max(1, min(self.launch.max_blocks, -(-work // per_block)))
@@ -406,7 +481,7 @@ class _Renderer(ControlRenderer):
         idx = fusion.identity_index(D)
         by_block = len(D) - 1 in axes
         T = L.threads
-        while T > 1 and T // 2 >= R:   # (small reductions: fewer threads; T stays a power of two)
+        while T > 1 and T // 2 >= R and not self.one_block_size:   # (small reductions: fewer threads; a power of two)
             T //= 2
         if by_block:
             P = max(1, min(-(-L.max_blocks // M), -(-R // (T * L.min_chunk))))
@@ -565,11 +640,11 @@ class _Renderer(ControlRenderer):
         self.launch_kernel(kn, f"fill {out.aval}", self.blocks(size, T), T, eqn=e)
 
     def matmul(self, k: CallKernel, out: Var) -> None:
-        """C = A @ B in t x t tiles through shared memory; a transposed operand (the plan passes the
-        value whose last-two-axes transpose it is) is loaded with its rows along threadIdx.x, so
-        neighbouring threads read neighbouring addresses either way (_load_tile)."""
+        """C = A @ B: on cuBLAS for floats on a GPU (backends/cublas.py), else in t x t tiles through
+        shared memory. A transposed operand (the plan passes the value whose last-two-axes transpose
+        it is) is a cuBLAS operation, or in the tiled kernel loaded with its rows along threadIdx.x,
+        so neighbouring threads read neighbouring addresses either way (_load_tile)."""
         e = k.eqn
-        t = self.launch.tile
         (a_var, a_t), (b_var, b_t) = k.operands
         batch = out.shape[:-2]
         m, n = out.shape[-2:]
@@ -577,6 +652,28 @@ class _Renderer(ControlRenderer):
         nb = _size(batch)
         if m * n * nb == 0:
             return
+        depth = 1
+        if self.launch.cublas and out.dtype.kind == "f" and K > 0:
+            A, B, C = self.names[a_var], self.names[b_var], self.names[out]
+            call = f"R.gemm({A}, {a_t}, {B}, {b_t}, {C}, {self.module.tf32})"
+            strided = [x for v, x in ((a_var, A), (b_var, B)) if v in self.graph.inputs]
+            if not strided:   # (buffers made here are C-contiguous)
+                self.emit(1, f"{call}  # matmul -> {out.aval} on cuBLAS", eqn=e)
+                return
+            self.emit(1, f"if R.dense({', '.join(strided)}):", eqn=e)
+            self.emit(2, f"{call}  # matmul -> {out.aval} on cuBLAS", eqn=e)
+            self.emit(1, "else:   # a strided input: the tiled kernel")
+            depth = 2
+        self.tiled_matmul(k, out, depth)
+
+    def tiled_matmul(self, k: CallKernel, out: Var, depth: int) -> None:
+        e = k.eqn
+        t = self.launch.tile
+        (a_var, a_t), (b_var, b_t) = k.operands
+        batch = out.shape[:-2]
+        m, n = out.shape[-2:]
+        K = e.inputs[0].shape[-1]
+        nb = _size(batch)
         acc_dtype = np.dtype(out.dtype.name if out.dtype.kind == "f" else cuda_math.ACCUMULATOR[out.dtype.name])
         acc = CASTS[acc_dtype.name]
         kn = _Kernel()
@@ -608,7 +705,118 @@ class _Renderer(ControlRenderer):
         gx = min(-(-n // t), 65535, cap)
         gy = min(-(-m // t), 65535, max(1, cap // gx))
         grid = (gx, gy, min(nb, 65535, max(1, cap // (gx * gy))))
-        self.launch_kernel(kn, f"matmul -> {out.aval}", grid, (t, t), eqn=e)
+        self.launch_kernel(kn, f"matmul -> {out.aval}", grid, (t, t), eqn=e, depth=depth)
+
+    # -- loops on the device -------------------------------------------------------------------------
+    def control_scan(self, e, ops: list[str]) -> None:
+        """A scan whose body is only loops (elementwise, reductions, copies) runs as ONE kernel whose
+        threads loop over the steps, the body's kernels as phases separated by grid-wide barriers
+        (a cooperative launch): no host work per step. Other scans loop on the host (render.py)."""
+        p = e.params
+        body = p["body"]
+        plan = fusion.plan(passes.inline_calls(body))
+        if not _device_loop_ok(body, plan) or p["length"] == 0:
+            return super().control_scan(e, ops)
+        nc, nk, n = p["num_consts"], p["num_carry"], p["length"]
+        n_y = len(body.outputs) - nk
+        tag = e.outputs[0].id
+        consts, init, xs = ops[:nc], ops[nc:nc + nk], ops[nc + nk:]
+        ys, recorded = e.outputs[nk:nk + n_y], e.outputs[nk + n_y:]
+        carries = self._double_buffers(e, tag, "cb", init, body.outputs[:nk])
+        for v in list(ys) + list(recorded):
+            self._new(v)
+        seqs = [self._contiguous_as(x, f"q{tag}_{i}") for i, x in enumerate(xs)]
+        loop = _DeviceLoop(self, tag)
+        loop.line(1, f"for s in range({n}):")
+        loop.line(2, f"t = {n - 1} - s" if p["reverse"] else "t = s")
+        loop.line(2, "cur = s % 2")
+        for c, v in zip(carries, recorded):   # the carry each step starts from, for the backward pass
+            loop.copy(2, (c, "cur"), (f"b{v.id}", "t"), tuple(v.shape[1:]), v.dtype)
+        loop.graph(2, body, plan, [(c, None) for c in consts] + [(c, "cur") for c in carries] + [(q, "t") for q in seqs],
+                   [(c, "1 - cur") for c in carries] + [(f"b{v.id}", "t") for v in ys])
+        loop.launch(e, f"{n} steps on the device")
+        for i, v in enumerate(e.outputs[:nk]):
+            self.names[v] = f"b{v.id}"
+            self.emit(1, f"b{v.id} = {self.h_copy(f'{carries[i]}[{n % 2}:{n % 2 + 1}].reshape({tuple(v.shape)})')}")
+
+    def control_scan_revolve(self, e, ops: list[str]) -> None:
+        """A checkpointed scan's schedule (tracekern.schedule) run on the device when its body and
+        its backward step are only loops: one cooperative kernel walks the actions (advance, store,
+        restore, backward step), with the carries, the cotangent state and the k snapshots on the
+        device. Else (and for a while loop's run-time schedule) on the host (render.py)."""
+        p = e.params
+        body, back, nc, nk, ns, n = p["body"], p["back"], p["num_consts"], p["num_carry"], p["num_state"], p["length"]
+        plans = None
+        if n is not None and n > 0:
+            plans = (fusion.plan(passes.inline_calls(body)), fusion.plan(passes.inline_calls(back)))
+        if plans is None or not _device_loop_ok(body, plans[0], outputs=nk) or not _device_loop_ok(back, plans[1]):
+            return super().control_scan_revolve(e, ops)
+        acts_host = np.ascontiguousarray(schedule.actions(n, p["checkpoint"]), np.int64)
+        k = max(1, int(p["checkpoint"]))
+        tag = e.outputs[0].id if e.outputs else 0
+        n_y = len(body.outputs) - nk
+        n_xs = len(ops) - nc - nk - ns - n_y
+        consts, init = ops[:nc], ops[nc:nc + nk]
+        xs, state0, ct_ys = ops[nc + nk:nc + nk + n_xs], ops[nc + nk + n_xs:nc + nk + n_xs + ns], ops[nc + nk + n_xs + ns:]
+        carries = self._double_buffers(e, tag, "cb", init, body.outputs[:nk])
+        states = self._double_buffers(e, tag, "sb", state0, back.outputs[:ns])
+        slots = [f"slot{tag}_{i}" for i in range(nk)]
+        for sl, v in zip(slots, body.outputs):
+            self.emit(1, f"{sl} = {self.h_empty([k, *v.shape], v.dtype)}")
+        acts = self.extra(acts_host)
+        self.module.on_device.add(len(self.module.extras) - 1)
+        grads = e.outputs[ns:]
+        for v in grads:
+            self._new(v)
+        seqs = [self._contiguous_as(x, f"q{tag}_{i}") for i, x in enumerate(xs)]
+        cseqs = [self._contiguous_as(x, f"cq{tag}_{i}") for i, x in enumerate(ct_ys)]
+        scratch = []   # the body's outputs besides the carries: not kept here (the forward scan kept them)
+        for j, v in enumerate(body.outputs[nk:]):
+            scratch.append(f"ys{tag}_{j}")
+            self.emit(1, f"ys{tag}_{j} = {self.h_empty(list(v.shape), v.dtype)}")
+        tindex = f"{n - 1} - pos" if p["reverse"] else "pos"
+        loop = _DeviceLoop(self, tag)
+        A = loop.param(acts, ("int64", 2))
+        loop.line(1, "pos = 0")
+        loop.line(1, "cc = 0")
+        loop.line(1, "sc = 0")
+        loop.line(1, f"at = cuda.local.array({k}, np.int64)")
+        loop.line(1, f"for a in range({len(acts_host)}):")
+        loop.line(2, f"op = {A}[a, 0]")
+        loop.line(2, f"arg = {A}[a, 1]")
+        loop.line(2, "if op == 0:   # advance")
+        loop.line(3, "for _ in range(arg):")
+        loop.line(4, f"t = {tindex}")
+        loop.graph(4, body, plans[0], [(c, None) for c in consts] + [(c, "cc") for c in carries] + [(q, "t") for q in seqs],
+                   [(c, "1 - cc") for c in carries] + [(y, None) for y in scratch])
+        loop.line(4, "cc = 1 - cc")
+        loop.line(4, "pos += 1")
+        loop.line(2, "elif op == 1:   # store")
+        for c, sl, v in zip(carries, slots, body.outputs):
+            loop.copy(3, (c, "cc"), (sl, "arg"), tuple(v.shape), v.dtype)
+        loop.line(3, "at[arg] = pos")
+        loop.line(2, "elif op == 2:   # restore")
+        for c, sl, v in zip(carries, slots, body.outputs):
+            loop.copy(3, (sl, "arg"), (c, "cc"), tuple(v.shape), v.dtype)
+        loop.line(3, "pos = at[arg]")
+        loop.line(2, "else:   # the backward step at the current position")
+        loop.line(3, f"t = {tindex}")
+        loop.graph(3, back, plans[1], [(c, None) for c in consts] + [(st, "sc") for st in states] + [(c, "cc") for c in carries]
+                   + [(q, "t") for q in seqs] + [(q, "t") for q in cseqs],
+                   [(st, "1 - sc") for st in states] + [(f"b{v.id}", "t") for v in grads])
+        loop.line(3, "sc = 1 - sc")
+        loop.launch(e, f"the checkpointed schedule of {n} steps on the device")
+        for i, v in enumerate(e.outputs[:ns]):   # n backward steps: the state is in half n % 2
+            self.names[v] = f"b{v.id}"
+            self.emit(1, f"b{v.id} = {self.h_copy(f'{states[i]}[{n % 2}:{n % 2 + 1}].reshape({tuple(v.shape)})')}")
+
+    def _double_buffers(self, e, tag: int, prefix: str, init: list[str], avals: list) -> list[str]:
+        """Device arrays of two halves (2, *shape) per value, the first filled from `init`."""
+        names = [f"{prefix}{tag}_{i}" for i in range(len(init))]
+        for c, x, v in zip(names, init, avals):
+            self.emit(1, f"{c} = {self.h_empty([2, *v.shape], v.dtype)}", eqn=e)
+            self.emit(1, self.h_assign(f"{c}[0:1].reshape({tuple(v.shape)})", x))
+        return names
 
     # -- control flow (render.py): loops on the host, sub-graphs as host functions ------------------
     def subcall(self, graph: Graph, args: list[str]) -> str:
@@ -631,6 +839,140 @@ class _Renderer(ControlRenderer):
 
     def h_trip(self, name: str, n: str) -> None:
         self.emit(1, f"{name} = R.upload(np.int64({n}))")
+
+
+def _device_loop_ok(body: Graph, plan: fusion.Plan, outputs: int | None = None) -> bool:
+    """Whether a loop body can run as phases of one device-side loop: only loops and copies (no
+    matmul, branch, nested loop or print), and each of its first `outputs` outputs (all by
+    default) made by the body itself, once (not an input passed through, which needs a copy)."""
+    for k in plan.kernels:
+        if isinstance(k, CallKernel) and k.eqn.primitive.name not in ("concatenate", "unslice"):
+            return False
+    made = {v for k in plan.kernels for v in (k.writes if isinstance(k, LoopKernel) else k.eqn.outputs)}
+    outs = list(body.outputs)
+    return all(v in made for v in outs[:outputs]) and len(set(outs)) == len(outs)
+
+
+class _DeviceLoop:
+    """One cooperative kernel being written: its parameters (host expressions of the enclosing
+    host function), phase device functions, and the loop code that calls them, each phase
+    followed by a grid-wide barrier. A phase argument given with a row index (an expression of
+    the loop's variables) receives the whole array and the index, and its indexing gains the row
+    first, so one phase serves every step."""
+
+    def __init__(self, renderer: _Renderer, tag: int):
+        self.r = renderer
+        self.tag = tag
+        self.params: dict[str, str] = {}
+        self.avals: dict[str, tuple] = {}
+        self.functions: list[str] = []
+        self.lines = ["    g = cuda.cg.this_grid()"]
+
+    def param(self, host: str, aval: tuple | None = None) -> str:
+        if aval is not None:
+            self.avals.setdefault(host, aval)
+        return self.params.setdefault(host, f"p{len(self.params)}")
+
+    def line(self, depth: int, text: str) -> None:
+        self.lines.append("    " * depth + text)
+
+    def phase(self, depth: int, body_lines: list[str], args: list[tuple[str, str | None]]) -> None:
+        j = len(self.functions)
+        names, call = [], []
+        text = "\n".join(body_lines)
+        for i, (base, index) in enumerate(args):
+            names.append(f"p{i}")
+            call.append(base)
+            if index is not None:
+                names.append(f"p{i}_i")
+                call.append(index)
+                text = re.sub(rf"\bp{i}\[\(\)\]", f"p{i}[p{i}_i]", text)
+                text = re.sub(rf"\bp{i}\[(?!p{i}_i\])", f"p{i}[p{i}_i, ", text)
+        self.functions.append("\n".join(["@cuda.jit(device=True)", f"def phase{j}({', '.join(names)}):", text, "", ""]))
+        self.line(depth, f"phase{j}({', '.join(call)})")
+        self.line(depth, "g.sync()")
+
+    def copy(self, depth: int, src: tuple[str, str], dst: tuple[str, str], shape: tuple, dtype) -> None:
+        """A phase copying a row (of `shape` and `dtype`) of one array into a row of another."""
+        if not _size(shape):
+            return
+        aval = (np.dtype(dtype).name, len(shape) + 1)
+        kn = _Kernel()
+        idx = [f"i{a}" for a in range(len(shape))]
+        kn.emit(1, f"for f in range(cuda.grid(1), {_size(shape)}, cuda.gridsize(1)):")
+        _unflatten(kn, "f", shape, idx, 2)
+        kn.emit(2, f"p1[{_index(idx)}] = p0[{_index(idx)}]")
+        self.phase(depth, kn.lines, [(self.param(src[0], aval), src[1]), (self.param(dst[0], aval), dst[1])])
+
+    def graph(self, depth: int, graph: Graph, plan: fusion.Plan, inputs: list, outputs: list) -> None:
+        """Phases running one step of `graph` (its plan): input k is inputs[k], output k written to
+        outputs[k], each (host array, row index or None). Its other buffers are made on the host once."""
+        body = _LoopBody(plan, self.r.module, self.tag)
+        body.function()
+        for text in body.host:
+            self.r.emit(1, text)
+        where = {f"a{k}": x for k, x in enumerate(inputs)}
+        for k, v in enumerate(graph.outputs):
+            if v in body.names:
+                where[body.names[v]] = outputs[k]
+        for kn in body.phases:
+            args = []
+            for host, (_, what) in kn.params.items():
+                base, index = where.get(host, (host, None))
+                aval = (what.dtype.name, len(what.shape)) if isinstance(what, Var) else what
+                args.append((self.param(base, (aval[0], aval[1] + (index is not None))), index))
+            self.phase(depth, kn.lines, args)
+
+    def launch(self, e, comment: str) -> None:
+        text = "\n".join(self.functions + ["@cuda.jit(cache=True)", f"def kernel({', '.join(self.params.values())}):"]
+                         + self.lines)
+        sig = [self.avals.get(h, ("int64", 2)) for h in self.params]
+        name = self.r.module.loop_kernel(text, sig)
+        self.r.emit(1, f"R.cooperative({name}, {self.r.launch.threads}, {', '.join(self.params)})  # {comment}", eqn=e)
+
+
+def _row_arg(host: str, param) -> str:
+    base, _, index = host.partition("[")
+    return f"{param(base)}[{index}"
+
+
+class _LoopBody(_Renderer):
+    """A scan body's plan rendered as phases of a device loop: each kernel launch becomes a phase
+    (its lines and parameters, host expression -> name), and the host statements (the body's
+    buffers) are made once before the loop (`host`). Every phase uses launch.threads a block."""
+
+    one_block_size = True
+
+    def __init__(self, plan: fusion.Plan, module: _Module, tag: int):
+        super().__init__(plan, module, sub=True)
+        self.tag = tag
+        self.phases: list[_Kernel] = []
+        self.host: list[str] = []
+        self.avals: dict[str, tuple] = {}
+
+    def emit(self, depth: int, text: str, eqn=None) -> None:
+        self.host.append(text)
+
+    def launch_kernel(self, kn, comment, grid, block, eqn=None, depth: int = 1) -> None:
+        for host, (_, what) in kn.params.items():
+            self.avals[host] = (what.dtype.name, len(what.shape)) if isinstance(what, Var) else what
+        self.phases.append(kn)
+
+    def alloc(self, v: Var) -> str:
+        if v in self.graph.outputs:   # written where the step's output goes: a row of ys, a carry half
+            name = self.names[v] = f"o{self.tag}_{self.graph.outputs.index(v)}"
+            return name
+        return super().alloc(v)   # (b<id>: Var ids are unique, so no clash with the enclosing function)
+
+    def function(self, name: str = "") -> None:
+        self.names, self.pool = {}, {}
+        self.module.on_device.update(self.bind_arguments([]))
+        for pos, k in enumerate(self.plan.kernels):
+            if isinstance(k, LoopKernel):
+                self.loop(k, pos)
+            else:
+                self.call(k)
+            self.release(pos)
 
 
 def _kernel_signature(params: list[tuple[str, int]]):

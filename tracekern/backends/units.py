@@ -45,3 +45,20 @@ def salt(*modules) -> str:
     text = "".join(inspect.getsource(m) for m in modules)
     versions = f"{platform.python_version()} {sys.implementation.cache_tag} numpy {np.__version__} numba {numba.__version__}"
     return cache.source_digest(versions + "\n" + text)
+
+
+# what this process compiled (not loaded from the disk cache): compile units, counted by the
+# backends as they compile them (here or in a worker process) and read by benchmarks
+_COMPILED = {"kernels": 0, "drivers": 0}
+
+
+def count_compiled(kernels: int = 0, drivers: int = 0) -> None:
+    _COMPILED["kernels"] += kernels
+    _COMPILED["drivers"] += drivers
+
+
+def compiled() -> dict[str, int]:
+    """How many kernels and njit drivers this process has compiled so far (in it or in its compile
+    workers), rather than loaded from the disk cache."""
+    return dict(_COMPILED)
+

@@ -1,0 +1,316 @@
+"""What every benchmark in bench/ shares: timing with its spread, peak-memory sampling, a
+measurement in a process of its own, the peers' availability notes, JSON, and the main job.
+
+The main job (`python -m bench`) runs a list of sections (SECTIONS in bench/__main__.py). A
+Section turns options into a result dict ({"rows": [...], "notes": [...], ...}), prints it as a
+table, may plot it and compare two runs of it; the JSON holds one entry per section under
+"sections". Adding a section to the main job is adding one Section to that list."""
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+RESULTS = os.path.join(HERE, "results")
+
+
+# -- timing ---------------------------------------------------------------------------------------
+@dataclass
+class Timing:
+    median: float
+    low: float
+    high: float
+    runs: int
+
+    def as_dict(self) -> dict:
+        return {"time_s": self.median, "time_min_s": self.low, "time_max_s": self.high, "runs": self.runs}
+
+
+def time_calls(fn: Callable, runs: int) -> list[float]:
+    """Seconds of each of `runs` calls of fn (no warm-up)."""
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return times
+
+
+def median_time(fn: Callable, runs: int) -> float:
+    """The median of `runs` calls after one warm-up call (which compiles)."""
+    fn()
+    return float(np.median(time_calls(fn, runs)))
+
+
+def interleaved(fns: dict[str, Callable], min_runs: int, min_seconds: float, rounds: int = 3,
+                max_runs: int = 200) -> dict[str, Timing]:
+    """Times several functions that are to be compared, in `rounds` interleaved rounds (a, b, c, a,
+    b, c, ...), so that a change of the machine's load hits each alike. Each runs at least min_runs
+    times and for at least min_seconds in all. Call each once before (compile, warm-up)."""
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    per_round = {}
+    for k, fn in fns.items():
+        estimate = min(time_calls(fn, 1)[0], 10.0)
+        runs = max(min_runs, math.ceil(min_seconds / max(estimate, 1e-6)))
+        per_round[k] = max(1, min(max_runs, runs) // rounds + (min(max_runs, runs) % rounds > 0))
+    for _ in range(rounds):
+        for k, fn in fns.items():
+            times[k] += time_calls(fn, per_round[k])
+    return {k: Timing(float(np.median(t)), min(t), max(t), len(t)) for k, t in times.items()}
+
+
+def first_call(fn: Callable) -> tuple[float, float]:
+    """(seconds of the first call, seconds of the second): the first traces and compiles."""
+    t0 = time.perf_counter()
+    fn()
+    t1 = time.perf_counter()
+    fn()
+    return t1 - t0, time.perf_counter() - t1
+
+
+# -- memory ---------------------------------------------------------------------------------------
+class PeakSampler:
+    """The peak resident memory of this process while the block runs, above the level before it.
+
+    On Linux it resets the kernel's high-water mark (VmHWM, by writing 5 to /proc/self/clear_refs)
+    and reads it at the end: exact, and independent of the GIL (a compiled step that holds the GIL
+    would starve a sampling thread). Elsewhere, or where that is refused, a thread samples
+    /proc/self/statm every 0.2 ms (it sees only what happens while it gets the GIL).
+
+    Entering it also tells glibc to return freed blocks of 16 KiB or more to the system at once
+    (mmap, no trimming threshold), so that resident memory follows the live arrays; this stays set
+    for the rest of the process, so time calls before measuring memory (it made allocation-heavy
+    steps, such as a scan's per-step buffers, up to 2.5x slower)."""
+
+    def __init__(self):
+        self.page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+        self.ok = os.path.exists("/proc/self/statm")
+        self.exact = False
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = None
+
+    def rss(self) -> int:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * self.page
+
+    @staticmethod
+    def _high_water_mark() -> int:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
+
+    def __enter__(self):
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL("libc.so.6")
+            libc.mallopt(-3, 16384)     # M_MMAP_THRESHOLD
+            libc.mallopt(-1, 0)         # M_TRIM_THRESHOLD
+            libc.malloc_trim(0)
+        except (OSError, AttributeError):
+            pass                         # not glibc: peaks may lag behind freed memory
+        if self.ok:
+            try:
+                with open("/proc/self/clear_refs", "w") as f:
+                    f.write("5")
+                self.exact = True
+            except OSError:
+                self.exact = False
+            self.base = self.rss()
+            self.peak = self.base
+            if not self.exact:
+                self._thread = threading.Thread(target=self._run, daemon=True)
+                self._thread.start()
+        return self
+
+    def _run(self):
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self.rss())
+            time.sleep(0.0002)
+
+    def __exit__(self, *exc):
+        if self.ok:
+            if self._thread is not None:
+                self._stop.set()
+                self._thread.join()
+            self.peak = max(self.peak, self.rss(), self._high_water_mark() if self.exact else 0)
+
+    @property
+    def above_base(self):
+        return self.peak - self.base if self.ok else None
+
+
+def sampled_peak(fn: Callable, calls: int = 3) -> int | None:
+    """The highest resident memory during `calls` calls of fn, above the level before them."""
+    import gc
+
+    gc.collect()
+    with PeakSampler() as sampler:
+        for _ in range(calls):
+            fn()
+    return sampler.above_base
+
+
+# -- processes, peers, machine ---------------------------------------------------------------------
+def in_process(module: str, *args: str, env: dict | None = None) -> object:
+    """Runs `python -m module *args` from the repository root and returns the JSON of its last line
+    of output (a measurement in a fresh process: no memory or cache of another one)."""
+    cmd = [sys.executable, "-m", module, *args]
+    env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2", **(env or {}))
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
+    if out.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd[2:])} failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def peer_tools() -> tuple[list[str], list[str]]:
+    """(the peer tools importable here, a note for each absent one saying how to add it)."""
+    from kernels import peers
+
+    present, notes = [], []
+    for tool, (_, label, install) in peers.TOOLS.items():
+        if peers.available(tool):
+            present.append(tool)
+        else:
+            notes.append(f"{label} not installed: its rows are skipped ({install} adds them)")
+    return present, notes
+
+
+def versions() -> dict:
+    out = {}
+    for dist in ("tracekern", "numpy", "numba", "jax", "tensorflow-cpu", "tensorflow", "torch", "matplotlib"):
+        try:
+            out[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def load_average() -> list | None:
+    """The machine's 1, 5 and 15-minute load averages: on a shared machine, what the times shared it with."""
+    try:
+        return [round(v, 2) for v in os.getloadavg()]
+    except (OSError, AttributeError):
+        return None
+
+
+def machine() -> dict:
+    return {"date": time.strftime("%Y-%m-%d"), "machine": platform.processor() or platform.machine(),
+            "cores": os.cpu_count(), "python": platform.python_version(), "versions": versions(),
+            "load_average": load_average()}
+
+
+def save(result: dict, path: str) -> None:
+    """Write a benchmark's figures as JSON (what a later run compares with)."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(result, f, indent=2)
+    print(f"wrote {path}")
+
+
+def ms(seconds) -> str:
+    return "-" if seconds is None else f"{seconds * 1e3:.1f}"
+
+
+def mb(nbytes) -> str:
+    return "-" if nbytes is None else f"{nbytes / 2**20:.1f}"
+
+
+# -- scripts and the main job ---------------------------------------------------------------------
+def script(prog: str, doc: str, run: Callable[[argparse.Namespace], dict], report: Callable[[dict], str],
+           json_name: str, argv=None, options: Callable[[argparse.ArgumentParser], None] | None = None) -> dict:
+    """The main of a single benchmark (python -m bench.cpu, .loops, .dask, .cuda): --quick and
+    --json, run, print the report and the notes, write the JSON."""
+    ap = argparse.ArgumentParser(prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="small sizes, few runs")
+    ap.add_argument("--json", default=os.path.join(RESULTS, json_name))
+    if options:
+        options(ap)
+    args = ap.parse_args(argv)
+    result = dict(machine(), **run(args))
+    result["load_average_end"] = load_average()
+    print(report(result))
+    print(f"load average {result['load_average']} at the start, {result['load_average_end']} at the end, "
+          f"on {result['cores']} cores")
+    for note in result.get("notes", []):
+        print("note:", note)
+    save(result, args.json)
+    return result
+
+
+@dataclass
+class Section:
+    """One part of the main job. run(options) -> {"rows": [...], "notes": [...], ...};
+    table(result) -> text; plot(result, path) -> the path written, or None; compare(old, new) -> text;
+    markdown(result) -> the table in Markdown (for the README)."""
+    name: str
+    run: Callable[[argparse.Namespace], dict]
+    table: Callable[[dict], str]
+    plot: Callable[[dict, str], str | None] | None = None
+    compare: Callable[[dict, dict], str] | None = None
+    markdown: Callable[[dict], str] | None = None
+
+
+def _sections_of(result: dict, first: str) -> dict:
+    """A result file's sections; a file from before sections were named is the first section alone."""
+    return result["sections"] if "sections" in result else {first: result}
+
+
+def main_job(sections: list[Section], argv=None, prog: str = "python -m bench", doc: str | None = None,
+             name: str = "recompute") -> dict | None:
+    ap = argparse.ArgumentParser(prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="quick sizes (each step >= ~20 ms), about 2 minutes")
+    ap.add_argument("--only", nargs="+", metavar="WORKLOAD", help="workloads to run (default: all)")
+    ap.add_argument("--tools", nargs="+", metavar="TOOL", help="tracekern and the peers to run (default: all installed)")
+    ap.add_argument("--sections", nargs="+", choices=[s.name for s in sections], help="sections to run (default: all)")
+    ap.add_argument("--json", default=os.path.join(RESULTS, f"{name}.json"))
+    ap.add_argument("--plot", default=os.path.join(RESULTS, f"{name}.png"))
+    ap.add_argument("--compare", nargs=2, metavar=("OLD", "NEW"), help="new/old of every row two result files share")
+    ap.add_argument("--markdown", metavar="RESULT", help="print a result file's tables and notes as Markdown")
+    args = ap.parse_args(argv)
+    chosen = [s for s in sections if not args.sections or s.name in args.sections]
+    if args.markdown:
+        saved = json.load(open(args.markdown))
+        parts = _sections_of(saved, sections[0].name)
+        for s in chosen:
+            if s.markdown and s.name in parts:
+                print(s.markdown(parts[s.name]) + "\n")
+                print("\n".join(f"- {note}" for note in parts[s.name].get("notes", [])) + "\n")
+        return None
+    if args.compare:
+        old, new = (_sections_of(json.load(open(p)), sections[0].name) for p in args.compare)
+        for s in chosen:
+            if s.compare and s.name in old and s.name in new:
+                print(f"== {s.name}\n{s.compare(old[s.name], new[s.name])}")
+        return None
+    result = dict(machine(), size="quick" if args.quick else "full", sections={})
+    start = time.perf_counter()
+    for s in chosen:
+        part = s.run(args)
+        result["sections"][s.name] = part
+        print(f"== {s.name}\n{s.table(part)}")
+        for note in part.get("notes", []):
+            print("note:", note)
+    result["wall_s"] = time.perf_counter() - start
+    result["load_average_end"] = load_average()
+    save(result, args.json)
+    for s in chosen:
+        if s.plot:
+            path = s.plot(result["sections"][s.name], args.plot)
+            print(f"wrote {path}" if path else "note: matplotlib not installed (pip install -e '.[bench]'): no plot")
+    print(f"({result['wall_s']:.0f} s; load average {result['load_average']} at the start, "
+          f"{result['load_average_end']} at the end, on {result['cores']} cores)")
+    return result

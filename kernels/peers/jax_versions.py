@@ -1,0 +1,216 @@
+"""The workloads in JAX (jit of value_and_grad, CPU): jax.checkpoint with the matching policy for
+recompute, jax.custom_vjp for custom gradients and for the reversible stack (JAX has no reversible
+blocks), lax.scan for the RNN (checkpointed: the usual two-level scan, JAX has no binomial
+checkpointing) and lax.while_loop for the heat equation, which JAX cannot differentiate in reverse."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from kernels import chain, heat, rnn
+from kernels.peers import Unsupported
+
+POLICIES = {"recompute": "nothing_saveable", "dots": "dots_saveable"}
+
+
+def _annotated(f, strategy, where):
+    """f under jax.checkpoint with the strategy's policy, and the words for it."""
+    if strategy == "none":
+        return f, "no annotation"
+    policy = POLICIES[strategy]
+    return jax.checkpoint(f, policy=getattr(jax.checkpoint_policies, policy)), f"jax.checkpoint(policy={policy}) {where}"
+
+
+def _step(loss, args):
+    f = jax.jit(jax.value_and_grad(loss))
+    on_device = jax.tree.map(jnp.asarray, args)
+    return lambda: jax.block_until_ready(f(*on_device))
+
+
+def _to_numpy(out):
+    value, grads = out
+    return float(value), [np.asarray(g) for g in jax.tree.leaves(grads)]
+
+
+def _chain_layer(x, k):
+    return [jnp.tanh, jnp.sin, lambda v: v * 0.9 + 0.1, lambda v: jnp.exp(-v * v)][k % 4](x)
+
+
+def chain_version(args, strategy, size, **options):
+    layers = [_annotated(lambda x, k=k: _chain_layer(x, k), strategy, "per layer") for k in range(chain.LAYERS)]
+
+    def loss(x):
+        for f, _ in layers:
+            x = f(x)
+        return jnp.sum(x)
+    return layers[0][1], _step(loss, args), _to_numpy
+
+
+def mlp_version(args, strategy, size, **options):
+    layer, how = _annotated(lambda h, w: jnp.tanh(h @ w), strategy, "per layer")
+
+    def loss(ws, x, y):
+        h = x
+        for w in ws:
+            h = layer(h, w)
+        return jnp.mean((h - y) ** 2)
+    return how, _step(loss, args), _to_numpy
+
+
+def _layernorm(x, gain, bias):
+    mu = jnp.mean(x, axis=-1, keepdims=True)
+    var = jnp.mean((x - mu) ** 2, axis=-1, keepdims=True)
+    return (x - mu) / jnp.sqrt(var + 1e-5) * gain + bias
+
+
+def _block(x, p):
+    wq, wk, wv, wo, w1, w2, g1, b1, g2, b2 = p
+    h = _layernorm(x, g1, b1)
+    q, k, v = h @ wq, h @ wk, h @ wv
+    att = jax.nn.softmax(q @ k.T * (1 / np.sqrt(q.shape[-1])), axis=-1)
+    x = x + (att @ v) @ wo
+    h = _layernorm(x, g2, b2)
+    return x + jax.nn.gelu(h @ w1, approximate=True) @ w2
+
+
+def transformer_version(args, strategy, size, **options):
+    block, how = _annotated(_block, strategy, "per block")
+
+    def loss(params, x):
+        for p in params:
+            x = block(x, p)
+        return jnp.mean(x * x)
+    return how, _step(loss, args), _to_numpy
+
+
+def _residual(v, w):
+    return jnp.tanh(v @ w)
+
+
+def _plain_stack(ws, a, b):
+    for wf, wg in ws:
+        a = a + _residual(b, wf)
+        b = b + _residual(a, wg)
+    return a, b
+
+
+@jax.custom_vjp
+def reversible_stack(ws, a, b):
+    """The stack of reversible blocks, whose backward pass rebuilds each block's inputs from its
+    outputs (y1 = x1 + f(x2), y2 = x2 + g(y1)), so that only the last outputs are kept."""
+    return _plain_stack(ws, a, b)
+
+
+def _reversible_fwd(ws, a, b):
+    out = _plain_stack(ws, a, b)
+    return out, (ws, out)
+
+
+def _reversible_bwd(saved, cotangents):
+    ws, (y1, y2) = saved
+    d1, d2 = cotangents
+    grads = []
+    for wf, wg in reversed(ws):
+        g_out, g_vjp = jax.vjp(_residual, y1, wg)
+        x2 = y2 - g_out
+        dy1, dwg = g_vjp(d2)
+        d1 = d1 + dy1
+        f_out, f_vjp = jax.vjp(_residual, x2, wf)
+        x1 = y1 - f_out
+        dx2, dwf = f_vjp(d1)
+        d2 = d2 + dx2
+        grads.append((dwf, dwg))
+        y1, y2 = x1, x2
+    return grads[::-1], d1, d2
+
+
+reversible_stack.defvjp(_reversible_fwd, _reversible_bwd)
+
+
+def revnet_version(args, strategy, size, **options):
+    stack = reversible_stack if strategy == "reversible" else _plain_stack
+
+    def loss(ws, x1, x2):
+        a, b = stack(ws, x1, x2)
+        return jnp.mean(a * a) + jnp.mean(b * b)
+    how = "jax.custom_vjp over the stack, rebuilding inputs from outputs" if strategy == "reversible" else "no annotation"
+    return how, _step(loss, args), _to_numpy
+
+
+@jax.custom_vjp
+def log1pexp(x):
+    return jnp.maximum(x, 0) + jnp.log1p(jnp.exp(-jnp.abs(x)))
+
+
+def _log1pexp_fwd(x):
+    e = jnp.exp(-jnp.abs(x))
+    return jnp.maximum(x, 0) + jnp.log1p(e), (x, e)
+
+
+def _log1pexp_bwd(saved, g):
+    x, e = saved
+    return (g * jnp.where(x >= 0, 1 / (1 + e), e / (1 + e)),)
+
+
+log1pexp.defvjp(_log1pexp_fwd, _log1pexp_bwd)
+
+
+def softplus_version(args, strategy, size, **options):
+    f = log1pexp if strategy == "custom" else (lambda z: jnp.log(1 + jnp.exp(z)))
+
+    def loss(w, X, y):
+        return jnp.mean(f(-y * (X @ w)))
+    return ("jax.custom_vjp" if strategy == "custom" else "naive formula"), _step(loss, args), _to_numpy
+
+
+def _segments(steps: int, k: int) -> int:
+    """The number of outer segments of a two-level checkpointed scan: the largest divisor of the step
+    count that is at most k (so at most k carries are kept)."""
+    return max(d for d in range(1, min(k, steps) + 1) if steps % d == 0)
+
+
+def rnn_version(args, strategy, size, **options):
+    k = rnn.checkpoints(strategy)
+
+    def loss(a, xs):
+        def step(h, x):
+            h = jnp.tanh(a * h + x)
+            return h, jnp.mean(h)
+        h0 = jnp.zeros_like(a)
+        if k is None:
+            h, ys = lax.scan(step, h0, xs)
+        else:
+            outer = _segments(xs.shape[0], k)
+
+            @jax.checkpoint
+            def segment(h, xseg):
+                return lax.scan(step, h, xseg)
+            h, ys = lax.scan(segment, h0, xs.reshape(outer, xs.shape[0] // outer, -1))
+        return jnp.mean(h * h) + jnp.mean(ys)
+    how = ("lax.scan" if k is None else f"lax.scan over {_segments(args[1].shape[0], k)} segments, each a "
+           "jax.checkpoint'ed inner scan (two levels: JAX has no binomial schedule)")
+    return how, _step(loss, args), _to_numpy
+
+
+def heat_version(args, strategy, size, **options):
+    cells, threshold = heat.SIZES[size]
+    grid = heat.weights(cells)
+
+    def step(u):
+        zero = jnp.zeros(1, u.dtype)
+        return u + heat.RATE * (jnp.concatenate([zero, u[:-1]]) - 2 * u + jnp.concatenate([u[1:], zero]))
+
+    def loss(u0):
+        u = lax.while_loop(lambda u: jnp.max(u) > threshold, step, u0)
+        return jnp.sum(u * u * grid)
+    try:
+        jax.eval_shape(jax.value_and_grad(loss), *args)
+    except ValueError as e:
+        raise Unsupported(f"JAX: {str(e).splitlines()[0]}") from None
+    return "lax.while_loop", _step(loss, args), _to_numpy
+
+
+VERSIONS = {"chain": chain_version, "mlp": mlp_version, "transformer": transformer_version, "revnet": revnet_version,
+            "softplus": softplus_version, "rnn": rnn_version, "heat": heat_version}
