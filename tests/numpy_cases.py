@@ -250,7 +250,7 @@ ELEMENTWISE = _rows("elementwise", [
     C("astype", "np.astype x.astype()", lambda x: (np.astype(x, np.float64) * 2, x.astype(np.int32), np.astype(x > 0, np.int32)),
       F("any", 4)),
     C("astype_float32", "np.astype x.astype()", lambda x: x.astype(np.float32) * 2, F("any", 4), grad=False,
-      note="(float64 -> float32: finite differences would see its rounding)"),
+      note="float64 -> float32 (values only: finite differences would see its rounding)"),
 ])
 
 INTEGER = _rows("integer", [
@@ -422,11 +422,11 @@ INDEXING = _rows("indexing", [
     C("basic", "x[i] x[a:b:c] x[...] x[None]", lambda x: (x[1], x[-1, 2], x[::-1, 1:3], x[..., 1], x[None, :, 2]), F("any", 3, 4)),
     C("int_array", "x[int_array]", lambda x, i: (x[i], x[:, i], x[[2, 0]], x[i, 1], x[np.array([[0, 1], [2, 0]])]),
       F("any", 3, 4), G(np.array([2, 0, -1, 0])), note="repeated, negative"),
-    C("int_arrays", "x[int_array, int_array]", lambda x, i, j: (x[i, j], x[i[:, None], j], x[i, :, j[0]], x[1:, i, 1]),
+    C("int_arrays", ("x[int_array, int_array]",), lambda x, i, j: (x[i, j], x[i[:, None], j], x[i, :, j[0]], x[1:, i, 1]),
       F("any", 3, 4, 5), G(np.array([2, 0, 1])), G(np.array([1, 3, 0])), note="broadcast, not adjacent"),
     C("mask", "x[bool_array]", lambda x: (x[np.array([True, False, True])], x[x.shape[0] * np.eye(3, 4, dtype=bool) > 0]),
       F("any", 3, 4), note="constant masks"),
-    C("traced_indices", "x[traced ints]", lambda x, y: (x[np.argsort(y)], x[np.argmax(y)], x[:, np.argmin(y) % 4]),
+    C("traced_indices", ("x[traced_int_array]",), lambda x, y: (x[np.argsort(y)], x[np.argmax(y)], x[:, np.argmin(y) % 4]),
       F("any", 3, 4), F("distinct", 3)),
     C("take", "np.take x.take()", lambda x, i: (np.take(x, i), np.take(x, i, axis=1), x.take(i[:2], axis=0),
                                                 np.take(x, [5, -7], axis=1, mode="wrap"), np.take(x, [9, -3], mode="clip")),
@@ -603,7 +603,8 @@ def readme_section() -> str:
         "",
         f"**{len(names)} NumPy names** ({len(primary)} functions, and {len(names) - len(primary)} of NumPy's other names "
         "for them, such as `np.abs` or `np.concat`), plus the operators and `ndarray` methods below, are traced and "
-        "differentiated on every backend. This section is generated from the test table `tests/numpy_cases.py` "
+        "differentiated on every backend (but the `np.linalg` factorizations on `cuda`, listed below). "
+        "This section is generated from the test table `tests/numpy_cases.py` "
         "(`python -m tests.numpy_cases` rewrites it): each row there is checked on `interpret`, `cpu` and `cuda` "
         "(the simulator in CI) in float32 and float64 (int32/int64 or bool for integer functions), its gradient against "
         "central finite differences of NumPy's own function, and the compiled gradients against the interpreter's. "
@@ -618,12 +619,15 @@ def readme_section() -> str:
         shown = ", ".join(f"**`{n}`**" if n in grad else f"`{n}`" for n in fam_names)
         notes = sorted({c.note for c in FAMILIES[family] if c.note})
         lines.append(f"| {_TITLES[family]} | {shown} | {'; '.join(notes)} |")
-    no_cuda = sorted({n for c in CASES if not c.cuda for n in c.names})
+    on_cuda = {n for c in CASES if c.cuda for n in c.names}
+    no_cuda = sorted({n for c in CASES if not c.cuda for n in c.names} - on_cuda)
+    partly = sorted({n for c in CASES if not c.cuda for n in c.names} & on_cuda)
     lines += [
         "",
-        f"On the `cuda` backend, {', '.join(f'`{n}`' for n in no_cuda)} have no kernel: compiling them for `cuda` "
-        "raises an error naming the function and the backends that run it (`cpu`, `interpret`), never a silent copy "
-        "to the host.",
+        f"On the `cuda` backend, {', '.join(f'`{n}`' for n in no_cuda)} have no kernel (nor "
+        f"{', '.join(f'`{n}`' for n in partly)} for the orders that need an SVD: 2, -2, 'nuc'): compiling them for "
+        "`cuda` raises an error naming the function and the backends that run it (`cpu`, `interpret`), never a "
+        "silent copy to the host.",
         "",
     ]
     return "\n".join(lines)

@@ -191,6 +191,10 @@ def test_family(family, backend):
         bad = []
         for c in differentiated:
             for k, (g, e) in enumerate(zip(grads[c.id], expected[c.id])):
+                if g is None or e is None:   # unconnected (it reaches the output only through integers)
+                    if not (g is None and (e is None or not np.any(e))):
+                        bad.append(f"{c.id} input {k}: gradient {g!r} against {what}'s {e!r}")
+                    continue
                 scale = 1.0 + float(np.max(np.abs(e))) if np.size(e) else 1.0
                 try:
                     np.testing.assert_allclose(g, e, rtol=rtol, atol=rtol * scale)
