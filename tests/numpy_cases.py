@@ -218,6 +218,9 @@ ELEMENTWISE = _rows("elementwise", [
     C("modf_ldexp", "np.modf np.ldexp np.nextafter np.spacing", lambda x, e: (
         *np.modf(x * 3), np.ldexp(x, e), np.nextafter(x, np.float32(0)), np.spacing(x)), F("any", 3, 4), I(-3, 4, 4),
       grad=False),
+    C("frexp", "np.frexp", lambda x: np.frexp(x), G([0.0, -0.0, 1.0, -0.75, 8.0, 7.999999, 1e-300, -3e5, np.inf, np.nan, 5e-310]),
+      grad=False, note="±0, inf, NaN, powers of two, subnormal"),
+    C("frexp_grad", "np.frexp", lambda x: np.frexp(x)[0] * 2.0, F("nz", 3, 4)),
     C("nextafter_grad", "np.nextafter", lambda x: np.nextafter(x, np.inf), F("any", 4)),
     C("heaviside", "np.heaviside", lambda x, h: np.heaviside(x, h), G([-1.0, 0.0, 2.0, 0.5]), F("any", 4), note="at 0"),
     C("heaviside_nan", "np.heaviside", lambda x: np.heaviside(x, 0.5), F("special", 10), grad=False, note="NaN"),

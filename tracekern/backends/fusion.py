@@ -356,7 +356,8 @@ def _fuse_epilogues(kernels: list, kernel_of: dict[Var, int], producer, material
         # the epilogue's index: the kept loop variable of each of its axes (size-1 axes: "0")
         names = iter(f"i{a}" for a in range(first) if kept[a] != 1)
         idx = tuple("0" if s == 1 else next(names) for s in k.domain)
-        finals = {e.outputs[0] for e in r.reductions} | set(r.epilogue)
+        # (only the reductions: an earlier epilogue's stores are written after every epilogue statement)
+        finals = {e.outputs[0] for e in r.reductions}
         walker = _Walker(k.domain, producer, materialized, prefix=f"e{len(r.epilogue_body)}_")
         results = {v: walker.value(v, idx, root=True) for v in k.stores}
         kept_index = tuple(f"i{a}" for a in range(first))

@@ -240,6 +240,20 @@ def modf(x):
     return _pick(isinf(x), copysign(0, x), subtract(x, whole)), whole
 
 
+def frexp(x):
+    """(mantissa in [0.5, 1) with x's sign, integer exponent: int32): x = m * 2**e; 0, inf and NaN
+    give (x, 0). The exponent from log2, corrected by one where log2 rounded across a power of two."""
+    x = x if is_float(_dtype(x)) else _cast(x, np.float64)
+    finite = logical_and(isfinite(x), not_equal(x, 0))
+    safe = _pick(finite, x, 1)
+    e = add(floor(log2(absolute(safe))), 1)
+    m = divide(safe, exp2(e))
+    big, small = greater_equal(absolute(m), 1), less(absolute(m), 0.5)
+    m = _pick(big, multiply(m, 0.5), _pick(small, multiply(m, 2), m))
+    e = _pick(big, add(e, 1), _pick(small, subtract(e, 1), e))
+    return _pick(finite, m, x), _cast(_pick(finite, e, 0), np.int32)
+
+
 def nan_to_num(x, copy=True, nan=0.0, posinf=None, neginf=None):
     """NaN -> nan, +inf -> posinf (default: the largest float), -inf -> neginf (the most negative)."""
     if not is_float(_dtype(x)):
@@ -345,5 +359,5 @@ UFUNCS.update({
     np.signbit: signbit, np.fabs: fabs, np.float_power: float_power, np.logaddexp: logaddexp,
     np.logaddexp2: logaddexp2, np.fmax: fmax, np.fmin: fmin, np.heaviside: heaviside, np.deg2rad: deg2rad,
     np.rad2deg: rad2deg, np.radians: radians, np.degrees: degrees, np.spacing: spacing, np.ldexp: ldexp,
-    np.divmod: divmod, np.modf: modf, np.conjugate: conj,
+    np.divmod: divmod, np.modf: modf, np.frexp: frexp, np.conjugate: conj,
 })
