@@ -4,6 +4,7 @@ no GPU, and unlike the simulator it types the kernels, so a kernel that would no
 
     python -m tests.ptx_corpus all       every primitive (float32 and float64, values and gradients),
                                          integer and bool programs, control flow, annotations, print
+    python -m tests.ptx_corpus numpy     tk.numpy's coverage table (tests/numpy_cases.py) on cuda
     python -m tests.ptx_corpus planted   one kernel with a float64 constant in float32 (must be caught)
 
 The corpus is lowered (rendered), never run: no GPU is needed."""
@@ -96,7 +97,41 @@ def _programs():
                              np.prod(a, axis=0), np.mean(a), a.astype(np.float32) * 0.5)), (a, b), False
 
 
-def _lower_all() -> list:
+def _numpy_programs():
+    """tk.numpy's coverage table (tests/numpy_cases.py): each family's cuda cases as the one program
+    tests/test_numpy.py runs on the simulator, in every dtype of the family, and in float32 the
+    differentiable cases' value and gradient (tk.vjp: the forward and backward in one step)."""
+    from tests import numpy_cases
+
+    for cases in numpy_cases.FAMILIES.values():
+        for dtype in sorted({d for c in cases for d in c.dtypes}):
+            picked = [c for c in cases if c.cuda and dtype in c.dtypes]
+            args = {c.id: numpy_cases.case_inputs(c, dtype) for c in picked}
+
+            def program(args, picked=picked):
+                return {c.id: c.fn(*args[c.id]) for c in picked}
+            yield program, (args,), False
+            if dtype != "float32":
+                continue
+            grads = [c for c in picked if c.grad]
+            floats = {c.id: tuple(a for s, a in zip(c.inputs, args[c.id]) if s.kind not in ("int", "bool", "given"))
+                      for c in grads}
+
+            def differentiated(xs, grads=grads, args=args):
+                def f(xs):
+                    out = {}
+                    for c in grads:
+                        it = iter(xs[c.id])
+                        full = [a if s.kind in ("int", "bool", "given") else next(it) for s, a in zip(c.inputs, args[c.id])]
+                        leaves = [leaf for leaf in tk.tree_flatten(c.fn(*full))[0] if leaf.dtype.kind == "f"]
+                        out[c.id] = sum(np.sum(leaf * 0.5) for leaf in leaves)
+                    return out
+                out, pullback = tk.vjp(f, xs)
+                return out, pullback({c.id: np.float32(1) for c in grads})[0]
+            yield differentiated, (floats,), False
+
+
+def _lower_all(corpus: str = "all") -> list:
     steps = []
     compile_graph = tkcuda.compile_graph
 
@@ -107,7 +142,7 @@ def _lower_all() -> list:
 
     tkcuda.launch_config = lambda: GPU_LAUNCH    # render as for a GPU (none is needed to render)
     tkcuda.compile_graph = recording
-    for fn, args, grad in _programs():
+    for fn, args, grad in (_numpy_programs() if corpus == "numpy" else _programs()):
         tk.jit(fn, backend="cuda").lower(*args)
         if grad:
             def loss(*a, fn=fn):
@@ -140,7 +175,7 @@ def main(which: str) -> dict:
                 "problems": tkcuda.module_ptx_float64(source, [("k0", [("float32", 1), ("float32", 1)])])}
     _without_a_gpu()
     seen: dict = {}
-    for step in _lower_all():
+    for step in _lower_all(which):
         for source, params in step.kernels:
             body = _normalized(source.split("\n", 1)[1])   # (the whole module: a device loop's phases too)
             key = (body, tuple(params))

@@ -8,6 +8,10 @@ and in float64 one value_and_grad program gives every differentiable case's grad
 against central finite differences of NumPy's own function (interpret) and against the
 interpreter's gradient (cpu, cuda)."""
 import functools
+import json
+import os
+import subprocess
+import sys
 import warnings
 
 import numpy as np
@@ -168,6 +172,9 @@ def _run(cases, backend, xs, cs, cotangent=None):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("family", list(FAMILIES))
+@pytest.mark.filterwarnings("ignore:`row_stack` alias is deprecated:DeprecationWarning")   # (its own row tests it)
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")   # (NaN cases; the simulator is NumPy)
+@pytest.mark.filterwarnings("ignore:divide by zero encountered:RuntimeWarning")
 def test_family(family, backend):
     """Values in every dtype of the family; in float64, the differentiable cases' gradients (one
     tk.vjp, the weights as cotangent) against finite differences (interpret) or the interpreter."""
@@ -263,3 +270,16 @@ def test_at_least_200_numpy_names():
 
 def test_readme_section_is_generated_from_the_table():
     assert readme_section() in README.read_text(), "README.md is stale: run python -m tests.numpy_cases"
+
+
+def test_the_tables_cuda_kernels_compile_to_ptx():
+    """The simulator does no typing: every cuda kernel the table's programs render (the call kernels
+    of scans, sort and scatter included) is compiled to PTX in a process without it, float32
+    kernels with no float64 instruction (tests/ptx_corpus.py, corpus "numpy")."""
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")
+    out = subprocess.run([sys.executable, "-m", "tests.ptx_corpus", "numpy"], env=env, capture_output=True, text=True,
+                         timeout=900, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    assert report["kernels"] >= 100 and report["float32_kernels"] >= 30, report
+    assert report["problems"] == [], "\n".join(report["problems"])
