@@ -275,11 +275,12 @@ def test_readme_section_is_generated_from_the_table():
 def test_the_tables_cuda_kernels_compile_to_ptx():
     """The simulator does no typing: every cuda kernel the table's programs render (the call kernels
     of scans, sort and scatter included) is compiled to PTX in a process without it, float32
-    kernels with no float64 instruction (tests/ptx_corpus.py, corpus "numpy")."""
+    kernels with no float64 instruction (tests/ptx_corpus.py, corpus "numpy": the kernels that ask a
+    typing question no earlier one did)."""
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")
     out = subprocess.run([sys.executable, "-m", "tests.ptx_corpus", "numpy"], env=env, capture_output=True, text=True,
                          timeout=900, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     assert out.returncode == 0, out.stderr[-3000:]
     report = json.loads(out.stdout.strip().splitlines()[-1])
-    assert report["kernels"] >= 100 and report["float32_kernels"] >= 30, report
+    assert report["kernels"] >= 60 and report["float32_kernels"] >= 30, report
     assert report["problems"] == [], "\n".join(report["problems"])
