@@ -4,6 +4,10 @@ import os
 # The cuda backend runs on Numba's CUDA simulator unless the caller chose (NUMBA_ENABLE_CUDASIM=0 on
 # a machine with a GPU). Numba reads this once, when it is first imported: it must be set here.
 os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
+# Under pytest-xdist every core already runs a test process: no extra compile workers on top
+# (tests of the workers set their own count).
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("TRACEKERN_COMPILE_WORKERS", "0")
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402

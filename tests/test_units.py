@@ -188,12 +188,25 @@ def test_epilogues_on_every_reduction_layout_and_backend():
         (lambda a: np.sqrt(np.sum(a * a)) * 2.0, big),                      # one value, after the chunks
         (lambda a: np.exp(np.sum(a, axis=(1, 2), keepdims=True) / 20.0), small),
         (lambda a: np.sin(np.mean(a, axis=2)) * np.cos(np.max(a, axis=2)), small),
+        # a second epilogue that would read the first one's store (found by test_property: it read
+        # the buffer before the first epilogue had written it)
+        (_two_epilogues, small[0]),
     ]
     for backend in ("cpu", "cuda"):
         for k, (f, a) in enumerate(programs):
             got = tk.jit(f, backend=backend)(a)
             got = got.copy_to_host() if hasattr(got, "copy_to_host") else got
-            np.testing.assert_allclose(got, f(a), rtol=1e-12, atol=1e-12, err_msg=f"{backend} program {k}")
+            want = tk.jit(f, backend="interpret")(a)
+            np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12, err_msg=f"{backend} program {k}")
+
+
+def _two_epilogues(a):
+    def f(a):
+        n = np.tanh(np.arctan(np.mean(a, axis=1, keepdims=True) * 0.7 - 0.2))
+        m = np.exp(n) * 0.7 - 0.2
+        return np.sum(m * m) + 0.1 * np.sum(m)
+    value, grad = tk.value_and_grad(f)(a)
+    return grad * value
 
 
 def test_a_residual_stream_is_stored_not_recomputed_in_every_reader():
