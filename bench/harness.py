@@ -169,7 +169,9 @@ def in_process(module: str, *args: str, env: dict | None = None) -> object:
     """Runs `python -m module *args` from the repository root and returns the JSON of its last line
     of output (a measurement in a fresh process: no memory or cache of another one)."""
     cmd = [sys.executable, "-m", module, *args]
-    env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2", **(env or {}))
+    # the repository first; a PYTHONPATH already set (a peer installed by hand) stays after it
+    path = os.pathsep.join([ROOT] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != ROOT])
+    env = dict(os.environ, PYTHONPATH=path, TF_CPP_MIN_LOG_LEVEL="2", **(env or {}))
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
     if out.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd[2:])} failed:\n{out.stderr[-3000:]}")

@@ -91,6 +91,9 @@ def _programs():
             tk.print("v", v.sum())
             return (v * v).sum()
         yield printed, (x,), grad
+        # random numbers: Threefry on int64 words, mantissas converted to float32 (no float64 anywhere)
+        yield (lambda x: x * tk.random.uniform(tk.random.key(3), (4,)) + tk.random.normal(tk.random.fold_in(
+            tk.random.key(1), 2), (4,)) * np.where(tk.random.bernoulli(tk.random.key(2), 0.5, (4,)), x, 0)), (x,), grad
     for dtype in (np.int32, np.int64):
         a = rng.integers(-5, 5, (4, 6)).astype(dtype)
         b = rng.integers(-5, 5, (6, 3)).astype(dtype)

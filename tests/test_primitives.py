@@ -289,7 +289,9 @@ def test_every_primitive_is_exercised_by_this_file():
               (lambda x: tk.cond(np.sum(x) > 0, np.sin, np.cos, x), (np.ones(3),)),
               (lambda x: tk.scan(lambda c, xi: (c * xi, c), x, np.ones((2, 3)))[0], (np.ones(3),)),
               (lambda x: tk.while_loop(lambda c: np.sum(c) < 10, lambda c: c * 2, x), (np.ones(3),)),
-              (lambda x: tk.scan(lambda c, xi: (c * xi, c), x, np.ones((3, 3)), checkpoint=1)[0], (np.ones(3),))]
+              (lambda x: tk.scan(lambda c, xi: (c * xi, c), x, np.ones((3, 3)), checkpoint=1)[0], (np.ones(3),)),
+              # random numbers (tests/test_random.py)
+              (lambda x: x * tk.random.uniform(tk.random.key(0), x.shape, x.dtype), (np.ones(3),))]
     for fn, args in cases:
         for mode in ("forward", "grad") if args[0].dtype.kind == "f" else ("forward",):
             f = fn if mode == "forward" else (lambda *a, fn=fn: np.sum(fn(*a) * 1.0))

@@ -7,7 +7,7 @@ import os as _os
 # made a matmul-heavy step (bench W2) 2x slower. Sleeping workers cost nothing measurable in the
 # elementwise benchmark. Set before Numba loads its threading layer; a user's own setting wins.
 _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-from . import numpy
+from . import numpy, random
 from .annotations import checkpoint, custom_gradient, grad_pass_through, recompute, recompute_grad, reversible
 from .annotations import print_ as print  # noqa: A004 (tk.print, SPEC section 6)
 from .api import grad, jit, make_ir, stop_gradient, value_and_grad, vjp
@@ -18,6 +18,7 @@ from .errors import (
     CacheWarning,
     GradientCheckError,
     IRError,
+    MemoryBudgetError,
     ShapeError,
     TracekernError,
     TracerBoolError,
@@ -33,9 +34,10 @@ from .trace import Variable
 __version__ = "0.1.0"
 
 __all__ = [
-    "Aval", "CacheWarning", "at", "Eqn", "Graph", "GradientCheckError", "IRError", "ShapeError", "SplitVJP", "Staged",
+    "Aval", "CacheWarning", "at", "Eqn", "Graph", "GradientCheckError", "IRError", "MemoryBudgetError", "ShapeError",
+    "SplitVJP", "Staged",
     "TracekernError", "TracerBoolError", "TracerLeakError", "Var", "Variable", "available_backends",
     "check_grad", "checkpoint", "cond", "custom_gradient", "default_backend", "fori_loop", "grad", "grad_pass_through", "jit",
-    "make_ir", "numpy", "print", "recompute", "recompute_grad", "reversible", "scan", "stop_gradient",
+    "make_ir", "numpy", "print", "random", "recompute", "recompute_grad", "reversible", "scan", "stop_gradient",
     "tree_flatten", "tree_map", "tree_unflatten", "value_and_grad", "verify", "vjp", "where", "while_loop",
 ]

@@ -6,6 +6,7 @@ result. Staged (tracekern.staging) wraps one so that a call on concrete arrays t
 signature, compiles the graph and runs it."""
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -13,13 +14,13 @@ from typing import Any
 
 import numpy as np
 
-from . import autodiff, backends
+from . import autodiff, backends, passes, remat
 from . import numpy as tnp
 from .arguments import device_view, differentiated, flatten_call, fun_name, host, on_device, to_user
 from .errors import TracerLeakError
 from .ir import Aval, Graph, is_float
 from .pytree import TreeDef, tree_flatten, tree_unflatten
-from .staging import Staged, split_aux, stage_vjp, trace_call
+from .staging import Staged, plan_split, split_aux, stage_vjp, trace_call
 from .trace import FlatArgs, Tracer, Variable, _read, aval_of, current_builder
 
 # ----------------------------------------------------------------------------- jit
@@ -81,14 +82,27 @@ def _inline(graph: Graph, args: list) -> list:
     return [env[v] for v in graph.outputs]
 
 
-def _grad_emit(fun: Callable, argnums, has_aux: bool, unconnected: str, with_value: bool, wrt=None) -> Callable:
+def _budgeted(fun: Callable, joint: autodiff.JointVJP, memory_budget) -> tuple[autodiff.JointVJP, remat.SplitVJP | None]:
+    """The joint graph run as the planner's forward then backward (remat.rejoin) when there is a
+    memory budget (the residuals the backward reads are the plan's), and the plan."""
+    if memory_budget is None:
+        return joint, None
+    split = plan_split(fun, passes.simplify(joint.graph), joint.num_primals, joint.num_outputs, memory_budget)
+    return dataclasses.replace(joint, graph=remat.rejoin(split), num_forward=len(split.forward.eqns)), split
+
+
+def _grad_emit(fun: Callable, argnums, has_aux: bool, unconnected: str, with_value: bool, wrt=None,
+               memory_budget=None) -> Callable:
     if unconnected not in ("zero", "none"):
         raise ValueError(f"unconnected must be 'zero' or 'none', got {unconnected!r}")
     wrt = _check_wrt(fun, wrt)
+    memory_budget = remat.check_budget(memory_budget)
 
     def emit(*args, **kwargs):
         # keyword arguments are closed over: traced (captured) but never differentiated
         return emit_positional(functools.partial(fun, **kwargs) if kwargs else fun, args)
+
+    emit.plan = None   # the memory plan of the last trace (a remat.SplitVJP), under a budget
 
     def emit_positional(bound, args):
         # `bound` is traced; errors name the user's `fun`
@@ -108,6 +122,7 @@ def _grad_emit(fun: Callable, argnums, has_aux: bool, unconnected: str, with_val
                 "(or reduce the output, e.g. with .sum()).")
         var_active = [any(c is v for v in wrt or ()) for c in captured]
         joint = autodiff.vjp(graph, active + var_active, seeded=[i == 0 for i in range(len(graph.outputs))])
+        joint, emit.plan = _budgeted(fun, joint, memory_budget)   # (lower() reports the plan)
         seed = np.ones((), out_var.aval.dtype)
         outs, cts = _inline_joint(joint, list(flat.leaves) + list(captured), [seed])
         grads = _collect_grads(flat, nums, cts, active, unconnected)
@@ -146,19 +161,27 @@ def _collect_grads(flat: FlatArgs, nums, cts, active, unconnected) -> list:
 
 
 def grad(fun: Callable, argnums: int | Sequence[int] = 0, *, has_aux: bool = False, unconnected: str = "zero",
-         wrt: Sequence[Variable] | None = None):
+         wrt: Sequence[Variable] | None = None, memory_budget: int | float | None = None):
     """Gradient of a scalar-valued `fun` with respect to the arguments in `argnums`.
 
     Gradients have the pytree structure of their arguments; with a tuple argnums, a tuple of them.
     With wrt=[v, ...] (tk.Variables), the result is (argnums gradients, (dv, ...)).
-    unconnected="zero" gives zeros for arguments the output does not depend on; "none" gives None."""
-    return Staged(fun, _grad_emit(fun, argnums, has_aux, unconnected, with_value=False, wrt=wrt))
+    unconnected="zero" gives zeros for arguments the output does not depend on; "none" gives None.
+    memory_budget: the most bytes the forward pass may keep for the backward pass (an int), or a
+    fraction in (0, 1] of what it keeps without a budget (a float); the planner recomputes the rest
+    the cheapest way (tracekern.remat.plan_residuals)."""
+    memory_budget = remat.check_budget(memory_budget)
+    return Staged(fun, _grad_emit(fun, argnums, has_aux, unconnected, with_value=False, wrt=wrt,
+                                  memory_budget=memory_budget), memory_budget=memory_budget)
 
 
 def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, *, has_aux: bool = False,
-                   unconnected: str = "zero", wrt: Sequence[Variable] | None = None):
-    """(fun(*args), grad(fun)(*args)) from one joint pass."""
-    return Staged(fun, _grad_emit(fun, argnums, has_aux, unconnected, with_value=True, wrt=wrt))
+                   unconnected: str = "zero", wrt: Sequence[Variable] | None = None,
+                   memory_budget: int | float | None = None):
+    """(fun(*args), grad(fun)(*args)) from one joint pass (memory_budget: as for grad)."""
+    memory_budget = remat.check_budget(memory_budget)
+    return Staged(fun, _grad_emit(fun, argnums, has_aux, unconnected, with_value=True, wrt=wrt,
+                                  memory_budget=memory_budget), memory_budget=memory_budget)
 
 
 # ----------------------------------------------------------------------------- vjp
@@ -216,18 +239,22 @@ def _arg_groups(flat: FlatArgs, active) -> list[_ArgGroup]:
     return groups
 
 
-def vjp(fun: Callable, *args, has_aux: bool = False, backend: str | None = None):
+def vjp(fun: Callable, *args, has_aux: bool = False, backend: str | None = None,
+        memory_budget: int | float | None = None):
     """(out, pullback) = tk.vjp(f, *args): one compiled forward that also saves residuals, and
     pullback(cotangent), a second compiled function, returning one cotangent per positional argument
     (None for integer or bool leaves). With has_aux=True, returns (out, pullback, aux).
-    backend: where both halves run; default: fun's if it is a tk.jit function, else the default."""
+    backend: where both halves run; default: fun's if it is a tk.jit function, else the default.
+    memory_budget: the most bytes of residuals the forward may save for pullback (an int), or a
+    fraction in (0, 1] of what it saves without a budget; the rest is recomputed in pullback."""
+    memory_budget = remat.check_budget(memory_budget)
     if current_builder() is not None:
-        return _vjp_in_trace(fun, args, has_aux)
+        return _vjp_in_trace(fun, args, has_aux, memory_budget)
     options = {}
     if backend is None and isinstance(fun, Staged):
         backend, options = fun.backend, fun.options
     backend = backend or backends.default_backend()
-    staged, flat = stage_vjp(fun, args, has_aux, backend, options)
+    staged, flat = stage_vjp(fun, args, has_aux, backend, options, memory_budget)
     results = staged.forward(list(flat.leaves) + [v._value for v in staged.variables])
     n_out = staged.value_treedef.num_leaves
     n_all = staged.split.num_outputs
@@ -253,7 +280,7 @@ def vjp(fun: Callable, *args, has_aux: bool = False, backend: str | None = None)
     return out, pull
 
 
-def _vjp_in_trace(fun: Callable, args: tuple, has_aux: bool):
+def _vjp_in_trace(fun: Callable, args: tuple, has_aux: bool, memory_budget=None):
     """tk.vjp inside a trace: the forward is emitted now, the backward each time pullback is called."""
     flat = flatten_call(fun, args)
     active = differentiated(fun, flat, tuple(range(len(args))), check_float=False)
@@ -262,6 +289,7 @@ def _vjp_in_trace(fun: Callable, args: tuple, has_aux: bool):
     n_out = value_td.num_leaves
     builder = current_builder()
     joint = autodiff.vjp(graph, active + [False] * len(captured), seeded=[i < n_out for i in range(len(graph.outputs))])
+    joint, _ = _budgeted(fun, joint, memory_budget)
     jg = joint.graph
     primals = [_read(a) for a in list(flat.leaves) + list(captured)]
     env = builder.inline(jg, None, env=dict(zip(jg.inputs, primals)), eqns=jg.eqns[:joint.num_forward])
@@ -287,22 +315,26 @@ def _vjp_in_trace(fun: Callable, args: tuple, has_aux: bool):
 
 
 def make_ir(fun: Callable, *, mode: str = "forward", argnums: int | Sequence[int] = 0,
-            static_argnums: Sequence[int] | int = (), has_aux: bool = False):
+            static_argnums: Sequence[int] | int = (), has_aux: bool = False,
+            memory_budget: int | float | None = None):
     """make_ir(f, mode=...)(*args) returns the IR that tracekern runs for these arguments.
 
     mode="forward": the Graph of f. "grad" / "value_and_grad": the joint Graph of that transform.
-    "vjp": a SplitVJP with .forward (outputs + residuals) and .backward (residuals marked saved)."""
+    "vjp": a SplitVJP with .forward (outputs + residuals) and .backward (residuals marked saved).
+    memory_budget: as for the transforms (the vjp split is then the planner's)."""
     modes = ("forward", "grad", "value_and_grad", "vjp")
     if mode not in modes:
         raise ValueError(f"make_ir: mode must be one of {modes}, got {mode!r}")
+    memory_budget = remat.check_budget(memory_budget)
 
     def build(*args) -> Any:
         if mode == "vjp":
-            return stage_vjp(fun, args, has_aux)[0].split
+            return stage_vjp(fun, args, has_aux, memory_budget=memory_budget)[0].split
         if mode == "forward":
             staged = Staged(fun, fun, static_argnums=static_argnums)
         else:
-            emit = _grad_emit(fun, argnums, has_aux, "zero", with_value=(mode == "value_and_grad"))
+            emit = _grad_emit(fun, argnums, has_aux, "zero", with_value=(mode == "value_and_grad"),
+                              memory_budget=memory_budget)
             staged = Staged(fun, emit, static_argnums=static_argnums)
         return staged._signature(args).make_graph()[0]
 

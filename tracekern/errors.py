@@ -35,6 +35,16 @@ class GradientCheckError(AssertionError, TracekernError):
     """tk.check_grad found reverse mode and finite differences disagree."""
 
 
+class MemoryBudgetError(ValueError, TracekernError):
+    """memory_budget= is below the smallest residual bytes any plan can save; `smallest` is that
+    figure (bytes), `requested` the budget asked for (bytes)."""
+
+    def __init__(self, message: str, smallest: int, requested: int):
+        super().__init__(message)
+        self.smallest = smallest
+        self.requested = requested
+
+
 class CacheWarning(UserWarning):
     """The disk cache directory was refused (another user could write to it): this process compiles
     into a private temporary directory instead. The message names the reason and the fix."""

@@ -14,7 +14,7 @@ import numpy as np
 
 from . import autodiff, backends, passes, remat
 from .arguments import arg_name, flatten_call, fun_name, to_user
-from .errors import TracekernError
+from .errors import MemoryBudgetError, TracekernError, with_location
 from .ir import Aval, Graph, is_float
 from .pytree import TreeDef, tree_flatten, tree_unflatten
 from .trace import FlatArgs, Tracer, Variable, current_builder, trace_to_graph
@@ -30,6 +30,7 @@ class CompiledEntry:
     out_treedef: TreeDef
     run: Callable
     variables: tuple = ()   # Variables the function reads: inputs after the arguments
+    plan: remat.SplitVJP | None = None   # a gradient transform's memory plan (under memory_budget)
     _var_avals: tuple = field(init=False, repr=False)
     _is_input: list = field(init=False, repr=False)
     _out_shape: str = field(init=False, repr=False)
@@ -121,11 +122,19 @@ class MemoryReport:
     """Bytes: residual_bytes saved between tk.vjp's forward and backward (None when the function is
     not a plain one of arrays), saved_bytes the part of them that is not the function's own inputs
     (the memory the forward keeps beyond what the caller holds anyway), and the planned peak of each
-    compiled function (buffers alive at once, outputs included, the caller's inputs not)."""
+    compiled function (buffers alive at once, outputs included, the caller's inputs not).
+
+    Under memory_budget=: memory_budget (bytes), recompute_cost (the planner's estimate of the
+    backward's recomputation, seconds), solver ("milp" or "lagrangian") and smallest_budget (the
+    fewest residual bytes any plan saves); None without a budget."""
 
     residual_bytes: int | None
     peak_bytes: dict[str, int]
     saved_bytes: int | None = None
+    memory_budget: int | None = None
+    recompute_cost: float | None = None
+    solver: str | None = None
+    smallest_budget: int | None = None
 
 
 @dataclass(frozen=True)
@@ -147,11 +156,13 @@ class Staged:
     on `backend` and runs it; called inside another trace, it emits into that trace (inlining)."""
 
     def __init__(self, fun: Callable, emit: Callable, *, backend: str | None = None,
-                 static_argnums: Sequence[int] | int = (), options: dict | None = None):
+                 static_argnums: Sequence[int] | int = (), options: dict | None = None,
+                 memory_budget: int | float | None = None):
         self.fun = fun
         self.emit = emit
         self.backend = backend
         self.options = dict(options or {})   # the backend's options (backends.OPTIONS)
+        self.memory_budget = memory_budget   # (a gradient transform's: lower() reports its plan)
         self._device = (backend or backends.default_backend()) == "cuda"
         self.static_argnums = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
         self._cache: dict[Any, CompiledEntry] = {}
@@ -174,7 +185,8 @@ class Staged:
         if bound is None:
             bound = Staged(functools.partial(self.fun, instance), functools.partial(self.emit, instance),
                            backend=self.backend, options=self.options,
-                           static_argnums=tuple(i - 1 for i in self.static_argnums if i > 0))
+                           static_argnums=tuple(i - 1 for i in self.static_argnums if i > 0),
+                           memory_budget=self.memory_budget)
             if hasattr(instance, "__dict__"):
                 instance.__dict__[key] = bound
         return bound
@@ -200,27 +212,36 @@ class Staged:
         if entry is None or not entry.variables_match():
             graph, out_td, variables = sig.make_graph()
             compile_graph = backends.get_compiler(self.backend or backends.default_backend(), **self.options)
-            entry = CompiledEntry(graph, out_td, compile_graph(graph), variables)
+            planned = self if self.memory_budget is not None else self.fun   # (tk.jit of a budgeted transform too)
+            plan = getattr(planned.emit, "plan", None) if getattr(planned, "memory_budget", None) is not None else None
+            entry = CompiledEntry(graph, out_td, compile_graph(graph), variables, plan)
             self._cache[sig.key] = entry
         return entry
 
     def lower(self, *args, **kwargs) -> Lowered:
         """What a call on these arguments runs: .ir (the graph), .source (the generated Numba source;
         None on "interpret"), .memory (.peak_bytes of each compiled function; .residual_bytes saved
-        between the two halves of tk.vjp(f) on these arguments)."""
+        between the two halves of tk.vjp(f) on these arguments; for a gradient transform with a
+        memory_budget, the residuals its step keeps, as planned, with recompute_cost and solver)."""
         entry = self._entry(self._signature(args, kwargs))
         peaks = {"step": entry.run.peak_bytes}
-        residual, saved, split = None, None, None
-        if not kwargs and not self.static_argnums and not isinstance(self.fun, functools.partial):
+        residual, saved, split = None, None, entry.plan
+        if split is not None:   # a gradient transform under a memory budget: the plan its step runs
+            residual, saved = split.residual_bytes, split.saved_bytes
+        elif not kwargs and not self.static_argnums and not isinstance(self.fun, functools.partial):
             try:
-                staged = stage_vjp(self.fun, args, False, self.backend, self.options)[0]
+                staged = stage_vjp(self.fun, args, False, self.backend, self.options, self.memory_budget)[0]
+            except MemoryBudgetError:
+                raise
             except TracekernError:   # no reverse mode for this function (e.g. the grad of a checkpointed loop)
                 staged = None
             if staged is not None:
                 split = staged.split
                 residual, saved = split.residual_bytes, split.saved_bytes
                 peaks.update(vjp_forward=staged.forward.peak_bytes, vjp_backward=staged.backward.peak_bytes)
-        return Lowered(entry.graph, entry.run.source, MemoryReport(residual, peaks, saved), split)
+        plan = {} if split is None else dict(memory_budget=split.memory_budget, recompute_cost=split.recompute_cost,
+                                              solver=split.solver, smallest_budget=split.smallest_budget)
+        return Lowered(entry.graph, entry.run.source, MemoryReport(residual, peaks, saved, **plan), split)
 
     def export(self, *args) -> Exported:
         """This function compiled for the signature of `args` (arrays, or anything with .shape and
@@ -330,13 +351,15 @@ _VJP_CACHE: weakref.WeakKeyDictionary[Callable, dict] = weakref.WeakKeyDictionar
 
 
 def stage_vjp(fun: Callable, args: tuple, has_aux: bool, backend: str | None = None,
-              options: dict | None = None) -> tuple[StagedVJP, FlatArgs]:
+              options: dict | None = None, memory_budget: int | float | None = None) -> tuple[StagedVJP, FlatArgs]:
     """The tk.vjp of fun for the signature of args (traced, split and compiled once per signature),
-    and args flattened (leaves as arrays)."""
+    and args flattened (leaves as arrays). With memory_budget, the residuals are planned to fit it."""
     backend = backend or backends.default_backend()
     flat = flatten_call(fun, args, device=backend == "cuda")
     options = dict(options or {})
-    key = (flat.treedefs, flat.avals, flat.weak, has_aux, backend, tuple(sorted(options.items())))
+    # (1 and 1.0 are equal keys, but one byte and the whole budget: the type is part of the key)
+    key = (flat.treedefs, flat.avals, flat.weak, has_aux, backend, tuple(sorted(options.items())),
+           type(memory_budget).__name__, memory_budget)
     try:
         per_fun = _VJP_CACHE.setdefault(fun, {})
     except TypeError:  # not weak-referenceable: no caching
@@ -351,9 +374,32 @@ def stage_vjp(fun: Callable, args: tuple, has_aux: bool, backend: str | None = N
         active = tuple(is_float(aval.dtype) for aval in flat.avals)
         joint = autodiff.vjp(graph, active + (False,) * len(variables),
                              seeded=[i < n_out for i in range(len(graph.outputs))], zeros=True)
-        split = remat.split_joint(passes.simplify(joint.graph), joint.num_primals, len(graph.outputs))
+        split = plan_split(fun, passes.simplify(joint.graph), joint.num_primals, len(graph.outputs), memory_budget)
         compiler = backends.get_compiler(backend, **options)
         staged = StagedVJP(split, value_td, aux_td, active, compiler(split.forward), compiler(split.backward),
                            variables, tuple(v.aval for v in variables))
         per_fun[key] = staged
     return staged, flat
+
+
+# ----------------------------------------------------------------------------- memory budgets
+
+
+@functools.cache
+def cost_model() -> remat.CostModel:
+    """The memory planner's cost model for this machine (measured once: backends/calibrate.py)."""
+    return remat.CostModel(**backends.cost_table())
+
+
+def plan_split(fun: Callable, joint: Graph, num_primals: int, num_outputs: int,
+               memory_budget: int | float | None) -> remat.SplitVJP:
+    """remat.split_joint of a joint graph, planned under memory_budget when one is given; an infeasible
+    budget raises MemoryBudgetError naming the function, the smallest feasible budget and the
+    user's line."""
+    if memory_budget is None:
+        return remat.split_joint(joint, num_primals, num_outputs)
+    try:
+        return remat.split_joint(joint, num_primals, num_outputs, memory_budget, cost_model())
+    except MemoryBudgetError as err:
+        asked = f"memory_budget={memory_budget!r}" + (f" ({err.requested} bytes)" if isinstance(memory_budget, float) else "")
+        raise MemoryBudgetError(with_location(f"{fun_name(fun)}: {asked}: {err}"), err.smallest, err.requested) from None

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from kernels import chain, heat, rnn, signal
+from kernels import chain, heat, rnn, signal, transformer
 from kernels.peers import Unsupported
 
 POLICIES = {"recompute": "nothing_saveable", "dots": "dots_saveable"}
@@ -75,7 +75,32 @@ def _block(x, p):
     return x + jax.nn.gelu(h @ w1, approximate=True) @ w2
 
 
+def _dropout(key, x, rate=transformer.RATE):
+    keep = jax.random.bernoulli(key, 1.0 - rate, x.shape)
+    return jnp.where(keep, x / np.float32(1.0 - rate), np.float32(0.0))
+
+
+def _dropout_block(x, p, key):
+    wq, wk, wv, wo, w1, w2, g1, b1, g2, b2 = p
+    k_att, k_mix, k_mlp = jax.random.split(key, 3)
+    h = _layernorm(x, g1, b1)
+    q, k, v = h @ wq, h @ wk, h @ wv
+    att = _dropout(k_att, jax.nn.softmax(q @ k.T * (1 / np.sqrt(q.shape[-1])), axis=-1))
+    x = x + _dropout(k_mix, (att @ v) @ wo)
+    h = _layernorm(x, g2, b2)
+    return x + _dropout(k_mlp, jax.nn.gelu(h @ w1, approximate=True) @ w2)
+
+
 def transformer_version(args, strategy, size, **options):
+    if strategy == "dropout":   # jax.random's Threefry bits are tk.random's: the very same masks
+        block = jax.checkpoint(_dropout_block, policy=jax.checkpoint_policies.nothing_saveable)
+
+        def loss(params, x):
+            keys = jax.random.split(jax.random.key(transformer.SEED), len(params))
+            for p, key in zip(params, keys):
+                x = block(x, p, key)
+            return jnp.mean(x * x)
+        return "jax.random dropout (the same keys and masks), jax.checkpoint per block", _step(loss, args), _to_numpy
     block, how = _annotated(_block, strategy, "per block")
 
     def loss(params, x):

@@ -82,6 +82,9 @@ def _block(x, *p):
 
 
 def transformer_version(args, strategy, size, **options):
+    if strategy == "dropout":
+        raise Unsupported("TensorFlow's random numbers are not Threefry's: its dropout masks would not be tracekern's "
+                          "(JAX's are), so its values would differ")
     block, how = _annotated(_block, strategy, "per block")
 
     def loss(params, x):

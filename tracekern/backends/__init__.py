@@ -24,6 +24,12 @@ def available_backends() -> list[str]:
     return sorted(MODULES)
 
 
+def cost_table() -> dict:
+    """The memory planner's cost figures for this machine (remat.CostModel's fields), measured once
+    with the cpu backend's kernels and cached on disk (backends/calibrate.py)."""
+    return importlib.import_module("tracekern.backends.calibrate").cost_table()
+
+
 # options a backend takes (tk.jit's keywords that name a backend's choice), with who takes them
 OPTIONS = {"matmul_precision": ("cuda",)}
 

@@ -11,6 +11,7 @@ import numpy as np
 from numba import njit, types
 from numba.extending import intrinsic
 
+from ..primitives import random as random_primitives
 from ..schedule import actions as schedule_actions  # noqa: F401  (for while loops' schedules, in objmode)
 from . import scalar_rules
 from .render import CASTS  # noqa: F401
@@ -65,7 +66,7 @@ def functions(dtype: np.dtype, exact: bool = False) -> dict[str, str]:
         fns.update({f: f"{f}_{sfx}" for f in FLOAT_FUNCTIONS})   # (issue 19)
         return fns
     return {"pow": "pow_i", "abs": "abs", "sign": "sign_i", "maximum": "maximum_i", "minimum": "minimum_i",
-            "radd": "radd", "rmul": "rmul", **integer_functions(name)}
+            "radd": "radd", "rmul": "rmul", "random_bits": "random_bits", **integer_functions(name)}
 
 
 def _reassoc(op: str):
@@ -142,6 +143,10 @@ for _name, _fn in LIBM.items():   # arctan_f32, arctan_f64, sinh_f32, ... (gener
 
 # the scalar rules shared with the CUDA backend (backends/scalar_rules.py)
 sign_f, sign_i, maximum_f, minimum_f, maximum_i, minimum_i, pow_i = (njit(**INLINE)(fn) for fn in scalar_rules.ALL)
+
+
+# counter-based random numbers: Threefry-2x32 on int64 words, written once in primitives/random.py
+random_bits = njit(**INLINE)(random_primitives.threefry_bits)
 
 
 # -- issue 19: the rest of NumPy's float ufuncs, integer division and shifts, gather indices ---------------

@@ -11,6 +11,7 @@ import threading
 import numpy as np
 from numba import config, cuda
 
+from ..primitives import random as random_primitives
 from ..schedule import actions as schedule_actions  # noqa: F401  (while loops' schedules, on the host)
 from . import scalar_rules
 from .render import CASTS  # noqa: F401
@@ -91,7 +92,11 @@ def functions(dtype: np.dtype) -> dict[str, str]:
             fns.update({f: f"simulated_{f}_{sfx}" for f in SIMULATED})
         return fns
     return {"pow": "pow_i", "abs": "abs", "sign": "sign_i", "maximum": "maximum_i", "minimum": "minimum_i",
-            "radd": "radd", "rmul": "rmul", **integer_functions(name)}
+            "radd": "radd", "rmul": "rmul", "random_bits": "random_bits", **integer_functions(name)}
+
+
+# counter-based random numbers: Threefry-2x32 on int64 words, written once in primitives/random.py
+random_bits = _device(random_primitives.threefry_bits)
 
 
 # -- issue 19: the rest of NumPy's float ufuncs, integer division and shifts, gather indices ---------------

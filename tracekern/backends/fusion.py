@@ -132,8 +132,10 @@ class _Walker:
     """Turns the values a loop needs into scalar statements: computes elementwise values from their
     equations, follows views down to materialized values, and reads those."""
 
-    def __init__(self, domain, producer, materialized, here=(), prefix="s"):
+    def __init__(self, domain, producer, materialized, here=(), prefix="s", floors=None):
         self.prefix = prefix
+        self.floors = floors or {}
+        self.floor = 0                 # the first kernel the work read so far may run in (see _place)
         self.domain = tuple(domain)
         self.size = _size(domain)
         self.producer = producer
@@ -165,6 +167,8 @@ class _Walker:
         elif e.primitive.fusion == "fill" or (e.primitive.fusion == "const" and not v.shape):
             stmt = Literal(self._name(v), e)
         elif e.primitive.fusion == "view":
+            if e.primitive.barrier:
+                self.floor = max(self.floor, self.floors.get(v, 0))
             name = self.value(e.inputs[0], tuple(e.primitive.view_index(list(idx), e.inputs[0].shape, **e.params)))
             self.memo[key] = name
             return name
@@ -176,7 +180,10 @@ class _Walker:
             return name
         elif e.primitive.fusion == "elementwise":
             args = tuple(self.value(a, tuple(broadcast_index(list(idx), a.shape, v.shape))) for a in e.inputs)
-            stmt = Compute(self._name(v), e, args, e.primitive.scalar_for([self._literal(a) for a in e.inputs]))
+            stmt = Compute(self._name(v), e, args,
+                           e.primitive.scalar_for([self._literal(a) for a in e.inputs], **e.params))
+        elif e.primitive.fusion == "index":   # a value made from its own position (iota): index arithmetic
+            stmt = Compute(self._name(v), e, (), e.primitive.index_scalar(idx, **e.params))
         else:
             raise IRError(f"fusion: {e.primitive.name} output {v} should have been materialized")
         self.body.append(stmt)
@@ -303,8 +310,13 @@ def _plan_with(graph: Graph, producer, materialized: set[Var]) -> Plan:
     kernel_of: dict[Var, int] = {}  # materialized value -> index of the kernel that makes it
     consts: list[Var] = []
     needs: set[Var] = set()
+    # a barrier (the start of a recomputation) -> the kernels planned before it in graph order
+    floors: dict[Var, int] = {}
+    outputs = set(graph.outputs)
     for e in graph.eqns:
         kind = e.primitive.fusion
+        if e.primitive.barrier:
+            floors[e.outputs[0]] = len(kernels)
         if kind in ("call", "matmul"):
             operands = [_operand(v, producer, kind == "matmul") for v in e.inputs]
             kernels.append(CallKernel(e, operands))
@@ -312,9 +324,10 @@ def _plan_with(graph: Graph, producer, materialized: set[Var]) -> Plan:
         elif kind == "const" and e.outputs[0].shape:
             consts.append(e.outputs[0])
         elif kind == "reduce":
-            needs |= _place(kernels, kernel_of, e.inputs[0].shape, None, e, producer, materialized)
+            needs |= _place(kernels, kernel_of, e.inputs[0].shape, None, e, producer, materialized, floors, outputs)
         elif e.outputs[0] in materialized:
-            needs |= _place(kernels, kernel_of, e.outputs[0].shape, e.outputs[0], None, producer, materialized)
+            needs |= _place(kernels, kernel_of, e.outputs[0].shape, e.outputs[0], None, producer, materialized,
+                            floors, outputs)
     if needs:
         raise _NeedMaterialize(needs)
     for k in kernels:
@@ -378,16 +391,22 @@ def _fuse_epilogues(kernels: list, kernel_of: dict[Var, int], producer, material
     return [k for pos, k in enumerate(kernels) if pos not in merged]
 
 
-def _place(kernels, kernel_of, domain, store: Var | None, reduction: Eqn | None, producer, materialized) -> set[Var]:
+def _place(kernels, kernel_of, domain, store: Var | None, reduction: Eqn | None, producer, materialized,
+           floors=None, outputs=()) -> set[Var]:
     """Put one store or reduction into the first loop over `domain` that may run it: every value it
-    reads comes from an earlier kernel, or is a store of that loop read at the same index. Returns
-    the values it found that must be materialized first."""
-    walker = _Walker(domain, producer, materialized)
+    reads comes from an earlier kernel, or is a store of that loop read at the same index; and, when
+    it reads through a remat_barrier, a loop planned after that barrier, unless its result is an
+    output of the graph anyway (a recomputation merged into a forward loop would keep its result
+    alive from the forward to the backward: the memory the recomputation was to save). Returns the
+    values it found that must be materialized first."""
+    walker = _Walker(domain, producer, materialized, floors=floors)
     if store is not None:
         walker.value(store, identity_index(domain), root=True)
     else:
         walker.value(reduction.inputs[0], identity_index(domain))
     start = max([kernel_of.get(v, -1) for v, _ in walker.reads], default=-1)
+    if (store if store is not None else reduction.outputs[0]) not in outputs:
+        start = max(start, walker.floor)
     target = None
     for pos in range(max(start, 0), len(kernels)):
         k = kernels[pos]

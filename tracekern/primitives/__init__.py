@@ -45,6 +45,7 @@ from .elementwise import (
 )
 from .indexing import gather, scatter
 from .linalg import matmul
+from .random import iota, random_bits
 from .reductions import reduce_max, reduce_min, reduce_prod, reduce_sum
 from .scans import cummax, cummin, cumprod, cumsum
 from .shape import broadcast_to, concatenate, const, full, reshape, slice_, transpose, unslice
@@ -60,4 +61,6 @@ __all__ = [
     "sign", "sin", "slice_", "sqrt", "stop_gradient", "sub", "tan", "tanh", "transpose", "unslice",
     # issue 19
     "argsort", "cummax", "cummin", "cumprod", "cumsum", "gather", "scatter", "searchsorted", "sort",
+    # counter-based random numbers (primitives/random.py)
+    "iota", "random_bits",
 ]

@@ -54,6 +54,7 @@ class RematBarrier(Primitive):
 
     fusion = "view"
     aliases_input = True
+    barrier = True
 
     def abstract_eval(self, x: Aval, token: Aval):
         return (x,)

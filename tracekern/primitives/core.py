@@ -31,11 +31,14 @@ class Primitive:
     effectful = False  # effectful equations survive dead-code elimination and are never merged
     # How kernel renderers treat it (backends/fusion.py): "elementwise" (a scalar expression in a
     # fused loop), "view" (an index mapping onto its operand), "reduce", "matmul", "const", "fill",
-    # or "call" (its own kernel).
+    # "index" (a scalar made from the loop indices: index_scalar(idx, **params)), or "call" (its own kernel).
     fusion = "call"
     # True for a "view" whose output is its first input unchanged (remat_barrier): a kernel that
     # takes whole buffers (matmul, call) is handed that input's buffer, not a copy
     aliases_input = False
+    # True for a "view" that marks the start of a recomputation (remat_barrier): work that reads
+    # through it is never planned into a kernel that runs before it (backends/fusion.py)
+    barrier = False
     scalar = ""  # elementwise primitives: the scalar expression renderers emit (see Elementwise)
 
     def __init__(self, name: str):
@@ -57,8 +60,9 @@ class Primitive:
     def vjp(self, cts: Sequence, ins: Sequence, outs: Sequence, active: Sequence[bool], **params) -> list:
         raise NotImplementedError(f"{self.name} is not differentiable")
 
-    def scalar_for(self, literals: Sequence) -> str:
-        """The scalar expression, given the literal value of each operand (None where not literal)."""
+    def scalar_for(self, literals: Sequence, **params) -> str:
+        """The scalar expression, given the literal value of each operand (None where not literal)
+        and the equation's params."""
         return self.scalar
 
     def has_effects(self, **params) -> bool:

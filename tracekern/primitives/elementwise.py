@@ -70,7 +70,7 @@ class Elementwise(Primitive):
     def impl(self, *arrays, **params):
         return self.ufunc(*arrays)
 
-    def scalar_for(self, literals) -> str:
+    def scalar_for(self, literals, **params) -> str:
         for (i, value), template in self.literal_scalars.items():
             if literals[i] == value:
                 return template
