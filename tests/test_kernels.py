@@ -15,7 +15,7 @@ from bench import harness, recompute
 from kernels import heat, peers
 
 CONFIGS = [(name, s) for name, m in kernels.MODULES.items() for s in m.STRATEGIES]
-CPU_TOO = {"chain", "mlp", "revnet", "softplus", "rnn", "heat"}   # (the transformer compiles for ~20 s)
+CPU_TOO = {"chain", "mlp", "revnet", "softplus", "rnn", "heat", "signal"}   # (the transformer compiles for ~20 s)
 
 
 def _value_and_grad(w, backend):

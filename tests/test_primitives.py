@@ -6,6 +6,7 @@ import pytest
 
 import tracekern as tk
 import tracekern.numpy as tnp
+from tests import numpy_cases
 from tests.conftest import make_input, to_host
 
 # (id, function written with plain NumPy, input kinds, shapes)
@@ -298,6 +299,15 @@ def test_every_primitive_is_exercised_by_this_file():
             seen.update(graph.primitive_counts)
     for op in (np.less, np.less_equal, np.greater, np.greater_equal, np.equal, np.not_equal):
         seen.update(tk.make_ir(op)(np.ones(2), np.ones(2)).primitive_counts)
+    # tk.numpy's coverage table (tests/numpy_cases.py, run by tests/test_numpy.py on every backend)
+    # exercises the primitives issue 19 added: scans, sort, gathers and scatters, linalg, the rest of the ufuncs
+    for case in numpy_cases.CASES:
+        args = numpy_cases.case_inputs(case, case.dtypes[0])
+        seen.update(tk.make_ir(lambda *a, case=case: case.fn(*a))(*args).primitive_counts)
+        if case.grad and case.inputs[0].kind not in ("int", "bool", "given"):
+            loss = lambda *a, case=case: sum(np.sum(leaf) for leaf in tk.tree_flatten(case.fn(*a))[0]   # noqa: E731
+                                             if leaf.dtype.kind == "f")
+            seen.update(tk.make_ir(loss, mode="grad")(*args).primitive_counts)
     from tracekern.primitives import REGISTRY
 
     missing = set(REGISTRY) - seen

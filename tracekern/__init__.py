@@ -25,7 +25,7 @@ from .errors import (
     TracerLeakError,
 )
 from .ir import Aval, Eqn, Graph, Var, verify
-from .numpy import where
+from .numpy import at, where
 from .pytree import tree_flatten, tree_map, tree_unflatten
 from .remat import SplitVJP
 from .staging import Staged
@@ -34,7 +34,8 @@ from .trace import Variable
 __version__ = "0.1.0"
 
 __all__ = [
-    "Aval", "CacheWarning", "Eqn", "Graph", "GradientCheckError", "IRError", "MemoryBudgetError", "ShapeError", "SplitVJP", "Staged",
+    "Aval", "CacheWarning", "at", "Eqn", "Graph", "GradientCheckError", "IRError", "MemoryBudgetError", "ShapeError",
+    "SplitVJP", "Staged",
     "TracekernError", "TracerBoolError", "TracerLeakError", "Var", "Variable", "available_backends",
     "check_grad", "checkpoint", "cond", "custom_gradient", "default_backend", "fori_loop", "grad", "grad_pass_through", "jit",
     "make_ir", "numpy", "print", "random", "recompute", "recompute_grad", "reversible", "scan", "stop_gradient",

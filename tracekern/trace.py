@@ -389,12 +389,29 @@ class ArrayOps:
     def __ge__(self, o): return ArrayOps.numpy.greater_equal(_read(self), _read(o))
     def __eq__(self, o): return ArrayOps.numpy.equal(_read(self), _read(o))  # noqa: E704
     def __ne__(self, o): return ArrayOps.numpy.not_equal(_read(self), _read(o))
-    def __and__(self, o): return ArrayOps.numpy.logical_and(_read(self), _read(o))
-    def __rand__(self, o): return ArrayOps.numpy.logical_and(_read(o), _read(self))
-    def __or__(self, o): return ArrayOps.numpy.logical_or(_read(self), _read(o))
-    def __ror__(self, o): return ArrayOps.numpy.logical_or(_read(o), _read(self))
-    def __invert__(self): return ArrayOps.numpy.logical_not(_read(self))
-    def __getitem__(self, idx): return ArrayOps.numpy.getitem(_read(self), idx)
+    def __and__(self, o): return ArrayOps.numpy.bitwise_and(_read(self), _read(o))
+    def __rand__(self, o): return ArrayOps.numpy.bitwise_and(_read(o), _read(self))
+    def __or__(self, o): return ArrayOps.numpy.bitwise_or(_read(self), _read(o))
+    def __ror__(self, o): return ArrayOps.numpy.bitwise_or(_read(o), _read(self))
+    def __xor__(self, o): return ArrayOps.numpy.bitwise_xor(_read(self), _read(o))
+    def __rxor__(self, o): return ArrayOps.numpy.bitwise_xor(_read(o), _read(self))
+    def __invert__(self): return ArrayOps.numpy.invert(_read(self))
+    def __floordiv__(self, o): return ArrayOps.numpy.floor_divide(_read(self), _read(o))
+    def __rfloordiv__(self, o): return ArrayOps.numpy.floor_divide(_read(o), _read(self))
+    def __mod__(self, o): return ArrayOps.numpy.remainder(_read(self), _read(o))
+    def __rmod__(self, o): return ArrayOps.numpy.remainder(_read(o), _read(self))
+    def __divmod__(self, o): return ArrayOps.numpy.divmod(_read(self), _read(o))
+    def __rdivmod__(self, o): return ArrayOps.numpy.divmod(_read(o), _read(self))
+    def __lshift__(self, o): return ArrayOps.numpy.left_shift(_read(self), _read(o))
+    def __rlshift__(self, o): return ArrayOps.numpy.left_shift(_read(o), _read(self))
+    def __rshift__(self, o): return ArrayOps.numpy.right_shift(_read(self), _read(o))
+    def __rrshift__(self, o): return ArrayOps.numpy.right_shift(_read(o), _read(self))
+    def __getitem__(self, idx): return ArrayOps.numpy.getitem(_read(self), _read(idx))
+
+    def __setitem__(self, idx, value):
+        raise TypeError(with_location(
+            "traced arrays cannot be assigned to in place (x[idx] = v): they are values. Use "
+            "x = tk.at(x)[idx].set(v) (or .add, .multiply, .min, .max), which returns the updated array"))
 
     # -- methods ------------------------------------------------------------------
     def sum(self, axis=None, dtype=None, keepdims=False):
@@ -419,6 +436,36 @@ class ArrayOps:
 
     def reshape(self, *shape):
         return ArrayOps.numpy.reshape(_read(self), shape[0] if len(shape) == 1 else shape)
+
+    # (issue 19: the rest of ndarray's methods that return values; not .var(), whose name is a Value's Var:
+    # np.var(x) works)
+    mT = property(lambda self: ArrayOps.numpy.matrix_transpose(_read(self)))
+    real = property(lambda self: _read(self))
+    imag = property(lambda self: ArrayOps.numpy.imag(_read(self)))
+    def argmax(self, axis=None, keepdims=False): return ArrayOps.numpy.argmax(_read(self), axis, keepdims=keepdims)
+    def argmin(self, axis=None, keepdims=False): return ArrayOps.numpy.argmin(_read(self), axis, keepdims=keepdims)
+    def cumsum(self, axis=None, dtype=None): return ArrayOps.numpy.cumsum(_read(self), axis, dtype)
+    def cumprod(self, axis=None, dtype=None): return ArrayOps.numpy.cumprod(_read(self), axis, dtype)
+    def all(self, axis=None, keepdims=False): return ArrayOps.numpy.all(_read(self), axis, keepdims=keepdims)
+    def any(self, axis=None, keepdims=False): return ArrayOps.numpy.any(_read(self), axis, keepdims=keepdims)
+    def argsort(self, axis=-1, kind=None): return ArrayOps.numpy.argsort(_read(self), axis)
+    def repeat(self, repeats, axis=None): return ArrayOps.numpy.repeat(_read(self), repeats, axis)
+    def take(self, indices, axis=None): return ArrayOps.numpy.take(_read(self), _read(indices), axis)
+    def round(self, decimals=0): return ArrayOps.numpy.round(_read(self), decimals)
+    def conj(self): return _read(self)
+    def conjugate(self): return _read(self)
+
+    def std(self, axis=None, dtype=None, ddof=0, keepdims=False):
+        return ArrayOps.numpy.std(_read(self), axis, dtype, ddof=ddof, keepdims=keepdims)
+
+    def diagonal(self, offset=0, axis1=0, axis2=1):
+        return ArrayOps.numpy.diagonal(_read(self), offset, axis1, axis2)
+
+    def trace(self, offset=0, axis1=0, axis2=1, dtype=None):
+        return ArrayOps.numpy.trace(_read(self), offset, axis1, axis2, dtype)
+
+    def sort(self, axis=-1, kind=None):
+        raise TypeError(with_location("x.sort() sorts in place, and traced arrays are values: use x = np.sort(x)"))
 
     def transpose(self, *axes):
         return ArrayOps.numpy.transpose(_read(self), axes[0] if len(axes) == 1 else (axes or None))

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from kernels import chain, heat, rnn, transformer
+from kernels import chain, heat, rnn, signal, transformer
 from kernels.peers import Unsupported
 
 POLICIES = {"recompute": "nothing_saveable", "dots": "dots_saveable"}
@@ -237,5 +237,10 @@ def heat_version(args, strategy, size, **options):
     return "lax.while_loop", _step(loss, args), _to_numpy
 
 
+def signal_version(args, strategy, size, **options):
+    k = signal.SIZES[size][-1]
+    return "jax.numpy (the same code)", _step(lambda taps, x, target: signal.loss(taps, x, target, k, jnp), args), _to_numpy
+
+
 VERSIONS = {"chain": chain_version, "mlp": mlp_version, "transformer": transformer_version, "revnet": revnet_version,
-            "softplus": softplus_version, "rnn": rnn_version, "heat": heat_version}
+            "softplus": softplus_version, "rnn": rnn_version, "heat": heat_version, "signal": signal_version}

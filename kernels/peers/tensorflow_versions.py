@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from kernels import chain, heat, rnn
+from kernels import chain, heat, rnn, signal
 from kernels.peers import Unsupported
 
 NO_POLICY = "TensorFlow: tf.recompute_grad has no policy (it keeps only the region's inputs), so there is no 'dots' version"
@@ -210,5 +210,22 @@ def heat_version(args, strategy, size, **options):
     return "tf.while_loop (its gradient keeps every iteration)", _step(loss, args), _to_numpy
 
 
+def signal_version(args, strategy, size, **options):
+    k = signal.SIZES[size][-1]
+
+    def loss(taps, x, target):
+        n, t = x.shape[1], taps.shape[0]
+        y = tf.einsum("bmt,t->bm", tf.gather(x, np.arange(n - t + 1)[:, None] + np.arange(t), axis=1), taps)
+        energy = tf.cumsum(y * y, axis=1)
+        top = tf.gather(y, tf.argsort(y, axis=1)[:, -k:], axis=1, batch_dims=1)
+        m = y.shape[1]
+        f = tf.concat([energy[:, -1:] / m, energy[:, m // 2 - 1:m // 2] / (m // 2), tf.reduce_mean(y, 1, keepdims=True),
+                       top], axis=1)
+        gram = tf.einsum("bi,bj->ij", f, f) + signal.RIDGE * tf.eye(f.shape[1], dtype=f.dtype)
+        coef = tf.linalg.solve(gram, tf.linalg.matvec(f, target, transpose_a=True)[:, None])[:, 0]
+        return tf.reduce_mean((tf.linalg.matvec(f, coef) - target) ** 2)
+    return "the same operations in TensorFlow", _step(loss, args), _to_numpy
+
+
 VERSIONS = {"chain": chain_version, "mlp": mlp_version, "transformer": transformer_version, "revnet": revnet_version,
-            "softplus": softplus_version, "rnn": rnn_version, "heat": heat_version}
+            "softplus": softplus_version, "rnn": rnn_version, "heat": heat_version, "signal": signal_version}

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 
-from kernels import chain, heat, rnn
+from kernels import chain, heat, rnn, signal
 from kernels.peers import Unsupported
 
 MATMULS = {torch.ops.aten.mm.default, torch.ops.aten.matmul.default, torch.ops.aten.bmm.default, torch.ops.aten.mv.default}
@@ -239,5 +239,22 @@ def heat_version(args, strategy, size, **options):
     return "a Python while loop (autograd keeps every iteration)", _step(loss, args, **options), _to_numpy
 
 
+def signal_version(args, strategy, size, **options):
+    k = signal.SIZES[size][-1]
+
+    def loss(taps, x, target):
+        n, t = x.shape[1], taps.shape[0]
+        idx = torch.as_tensor(np.arange(n - t + 1)[:, None] + np.arange(t), device=x.device)
+        y = torch.einsum("bmt,t->bm", x[:, idx], taps)
+        energy = torch.cumsum(y * y, dim=1)
+        top = torch.take_along_dim(y, torch.argsort(y, dim=1)[:, -k:], dim=1)
+        m = y.shape[1]
+        f = torch.cat([energy[:, -1:] / m, energy[:, m // 2 - 1:m // 2] / (m // 2), y.mean(1, keepdim=True), top], dim=1)
+        gram = torch.einsum("bi,bj->ij", f, f) + signal.RIDGE * torch.eye(f.shape[1], dtype=f.dtype, device=f.device)
+        coef = torch.linalg.solve(gram, f.T @ target)
+        return ((f @ coef - target) ** 2).mean()
+    return "the same operations in torch", _step(loss, args, **options), _to_numpy
+
+
 VERSIONS = {"chain": chain_version, "mlp": mlp_version, "transformer": transformer_version, "revnet": revnet_version,
-            "softplus": softplus_version, "rnn": rnn_version, "heat": heat_version}
+            "softplus": softplus_version, "rnn": rnn_version, "heat": heat_version, "signal": signal_version}

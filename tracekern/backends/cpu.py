@@ -24,7 +24,7 @@ from numba.np.ufunc.parallel import _launch_threads
 from .. import passes
 from ..errors import TracekernError
 from ..ir import Graph, Var
-from . import cache, cpu_math, fusion, render, scalar_rules, units, vmath, workers
+from . import cache, cpu_calls, cpu_math, fusion, render, scalar_rules, units, vmath, workers
 from .fusion import CallKernel, Compute, Literal, LoopKernel, Read
 from .render import CONTROL, ControlRenderer, identity_literal, literal
 from .units import Unit
@@ -272,14 +272,16 @@ class _LoopUnit:
 
 
 def _call_unit(k: CallKernel) -> Unit:
-    """A whole-array kernel (matmul, concatenate, unslice) as `kernel(operands..., out)`."""
+    """A whole-array kernel (matmul, concatenate, unslice; the others from cpu_calls.KERNELS) as
+    `kernel(operands..., outputs...)`."""
     e = k.eqn
     out = e.outputs[0]
     ops = [f"p{j}" for j in range(len(k.operands))]
-    dst = f"p{len(ops)}"
+    dsts = [f"p{len(ops) + j}" for j in range(len(e.outputs))]
+    dst = dsts[0]
     t = _Text()
     t.emit(0, f"@njit({_FLAGS})")
-    t.emit(0, f"def kernel({', '.join(ops + [dst])}):")
+    t.emit(0, f"def kernel({', '.join(ops + dsts)}):")
     name = e.primitive.name
     if name == "matmul":
         _matmul(t, ops, dst, out, e)
@@ -299,6 +301,8 @@ def _call_unit(k: CallKernel) -> Unit:
               for d, (a, _, c) in enumerate(e.params["index"])]
         whole = ", ".join(f"i{d}" for d in range(len(src.shape))) or "()"
         _copy_loops(t, src.shape, f"{dst}[{', '.join(at) or '()'}] = {ops[0]}[{whole}]", e)
+    elif name in cpu_calls.KERNELS:
+        cpu_calls.KERNELS[name](t, ops, dsts, e)
     else:
         raise TracekernError(f"the cpu backend cannot compile primitive {name} (from {e.source})")
     source, lines = _module(name, [t])
@@ -366,7 +370,7 @@ def _calls(plan: fusion.Plan) -> list:
         elif k.eqn.primitive.name in CONTROL or k.eqn.primitive.name == "print":
             out.append(k)
         else:
-            out.append(_Call(pos, _call_unit(k), list(k.operands) + [(k.eqn.outputs[0], False)], [k.eqn.outputs[0]]))
+            out.append(_Call(pos, _call_unit(k), list(k.operands) + [(v, False) for v in k.eqn.outputs], list(k.eqn.outputs)))
     return out
 
 

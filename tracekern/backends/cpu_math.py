@@ -63,9 +63,10 @@ def functions(dtype: np.dtype, exact: bool = False) -> dict[str, str]:
         fns.update({f: f"{f}_{sfx}" for f in LIBM})
         fns.update(sqrt=f"sqrt_{sfx}", abs="abs", sign="sign_f",
                    maximum="maximum_f", minimum="minimum_f", radd="radd", rmul="rmul")
+        fns.update({f: f"{f}_{sfx}" for f in FLOAT_FUNCTIONS})   # (issue 19)
         return fns
     return {"pow": "pow_i", "abs": "abs", "sign": "sign_i", "maximum": "maximum_i", "minimum": "minimum_i",
-            "radd": "radd", "rmul": "rmul", "random_bits": "random_bits"}
+            "radd": "radd", "rmul": "rmul", "random_bits": "random_bits", **integer_functions(name)}
 
 
 def _reassoc(op: str):
@@ -146,3 +147,45 @@ sign_f, sign_i, maximum_f, minimum_f, maximum_i, minimum_i, pow_i = (njit(**INLI
 
 # counter-based random numbers: Threefry-2x32 on int64 words, written once in primitives/random.py
 random_bits = njit(**INLINE)(random_primitives.threefry_bits)
+
+
+# -- issue 19: the rest of NumPy's float ufuncs, integer division and shifts, gather indices ---------------
+# (unary and binary libm functions by template name; float division as NumPy's npy_divmod)
+LIBM_UNARY = {"log2": math.log2, "log10": math.log10, "exp2": math.exp2, "cbrt": np.cbrt, "trunc": np.trunc}
+LIBM_BINARY = {"arctan2": math.atan2, "hypot": math.hypot, "copysign": math.copysign, "nextafter": np.nextafter,
+               "fmod": np.fmod}
+FLOAT_FUNCTIONS = (*LIBM_UNARY, *LIBM_BINARY, "floordiv", "remainder")
+
+
+def _libm2(name: str, fn, T):
+    @jit_named(f"{name}_{CASTS[np.dtype(T).name]}")
+    def scalar(x, y):
+        return T(fn(x, y))
+
+    return scalar
+
+
+for _name, _fn in LIBM_UNARY.items():
+    for _T in (f32, f64):
+        globals()[f"{_name}_{CASTS[np.dtype(_T).name]}"] = _libm(_name, _fn, _T)
+for _name, _fn in LIBM_BINARY.items():
+    for _T in (f32, f64):
+        globals()[f"{_name}_{CASTS[np.dtype(_T).name]}"] = _libm2(_name, _fn, _T)
+for _T, _sfx in ((f32, "f32"), (f64, "f64")):
+    _floordiv, _remainder = scalar_rules.float_division(globals()[f"fmod_{_sfx}"], globals()[f"floor_{_sfx}"],
+                                                        globals()[f"copysign_{_sfx}"], _T)
+    globals()[f"floordiv_{_sfx}"] = jit_named(f"floordiv_{_sfx}")(_floordiv)
+    globals()[f"remainder_{_sfx}"] = jit_named(f"remainder_{_sfx}")(_remainder)
+
+floordiv_i, remainder_i, fmod_i, gcd_i, lcm_i, take_index = (njit(**INLINE)(fn) for fn in (
+    scalar_rules.floordiv_i, scalar_rules.remainder_i, scalar_rules.fmod_i, scalar_rules.gcd_i, scalar_rules.lcm_i,
+    scalar_rules.take_index))
+left_shift_32, right_shift_32 = (jit_named(f"{fn.__name__}_32")(fn) for fn in scalar_rules.shifts(32))
+left_shift_64, right_shift_64 = (jit_named(f"{fn.__name__}_64")(fn) for fn in scalar_rules.shifts(64))
+
+
+def integer_functions(dtype_name: str) -> dict[str, str]:
+    """The issue-19 template names for an integer or bool dtype."""
+    bits = "32" if dtype_name == "int32" else "64"
+    return {"floordiv": "floordiv_i", "remainder": "remainder_i", "fmod": "fmod_i", "gcd": "gcd_i", "lcm": "lcm_i",
+            "left_shift": f"left_shift_{bits}", "right_shift": f"right_shift_{bits}"}

@@ -23,7 +23,7 @@ from numba.core.errors import NumbaError
 from .. import passes, schedule
 from ..errors import TracekernError
 from ..ir import Graph, Var
-from . import cache, cublas, cuda_math, fusion, render, scalar_rules, units
+from . import cache, cublas, cuda_calls, cuda_math, fusion, render, scalar_rules, units
 from .fusion import CallKernel, Literal, LoopKernel, Read
 from .render import CASTS, CONTROL, ControlRenderer, identity_literal, literal
 from .units import Unit
@@ -344,6 +344,8 @@ def _load_tile(kn: _Kernel, d: int, tile: str, src: str, pre: str, row0: str, co
 
 
 class _Renderer(ControlRenderer):
+    Kernel = _Kernel              # (what cuda_calls' kernels are written with)
+    unflatten = staticmethod(_unflatten)
     one_block_size = False   # every kernel uses launch.threads a block (the phases of a device loop)
 
     def __init__(self, plan: fusion.Plan, module: _Module, sub: bool = False):
@@ -605,6 +607,8 @@ class _Renderer(ControlRenderer):
                            lambda idx: [f"{a} + {c} * {i}" for i, (a, _, c) in zip(idx, index)], e)
         elif name in CONTROL:
             getattr(self, "control_" + name)(e, ops)
+        elif name in cuda_calls.KERNELS:   # (whole-array kernels registered per primitive)
+            cuda_calls.KERNELS[name](self, k, ops)
         elif name == "print":   # on the host, in program order (a host read waits for the stream)
             items = [repr(p[1]) if p[0] == "text" else ops[p[1]] for p in e.params["parts"]]
             self.emit(1, f"R.print([{', '.join(items)}], {e.params['sep']!r})", eqn=e)

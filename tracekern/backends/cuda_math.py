@@ -87,10 +87,76 @@ def functions(dtype: np.dtype) -> dict[str, str]:
         fns.update({f: f"{f}_{sfx}" for f in ("floor", "ceil", "rint", *LIBM)})
         fns.update(arctan="math.atan", abs="abs", sign="sign_f", maximum="maximum_f", minimum="minimum_f",
                    radd="radd", rmul="rmul")
+        fns.update({f: f"{f}_{sfx}" for f in FLOAT_FUNCTIONS})   # (issue 19)
+        if SIMULATOR:
+            fns.update({f: f"simulated_{f}_{sfx}" for f in SIMULATED})
         return fns
     return {"pow": "pow_i", "abs": "abs", "sign": "sign_i", "maximum": "maximum_i", "minimum": "minimum_i",
-            "radd": "radd", "rmul": "rmul", "random_bits": "random_bits"}
+            "radd": "radd", "rmul": "rmul", "random_bits": "random_bits", **integer_functions(name)}
 
 
 # counter-based random numbers: Threefry-2x32 on int64 words, written once in primitives/random.py
 random_bits = _device(random_primitives.threefry_bits)
+
+
+# -- issue 19: the rest of NumPy's float ufuncs, integer division and shifts, gather indices ---------------
+# (gpu function by dtype suffix, or one for both; NumPy's on the simulator)
+LIBM_UNARY = {"log2": (math.log2, np.log2), "log10": (math.log10, np.log10), "exp2": (math.exp2, np.exp2),
+              "trunc": (math.trunc, np.trunc), "cbrt": ({"f32": "cbrtf", "f64": "cbrt"}, np.cbrt)}
+LIBM_BINARY = {"arctan2": (math.atan2, np.arctan2), "hypot": (math.hypot, np.hypot),
+               "copysign": (math.copysign, np.copysign), "nextafter": (math.nextafter, np.nextafter),
+               "fmod": (math.fmod, np.fmod)}
+FLOAT_FUNCTIONS = (*LIBM_UNARY, *LIBM_BINARY, "floordiv", "remainder")
+
+
+def _libm_by_dtype(gpu_fn, np_fn, T, nargs: int):
+    sfx = CASTS[np.dtype(T).name]
+    if not SIMULATOR:
+        if isinstance(gpu_fn, dict):   # a libdevice function per dtype (cbrtf, cbrt)
+            from numba.cuda import libdevice
+            gpu_fn = getattr(libdevice, gpu_fn[sfx])
+        return _device(lambda x: gpu_fn(x)) if nargs == 1 else _device(lambda x, y: gpu_fn(x, y))
+
+    if nargs == 1:
+        def simulated(x):
+            with np.errstate(all="ignore"):
+                return T(np_fn(x))
+    else:
+        def simulated(x, y):
+            with np.errstate(all="ignore"):
+                return T(np_fn(x, y))
+    return _device(simulated)
+
+
+for _nargs, _table in ((1, LIBM_UNARY), (2, LIBM_BINARY)):
+    for _name, (_gpu_fn, _np_fn) in _table.items():
+        for _T in (f32, f64):
+            globals()[f"{_name}_{CASTS[np.dtype(_T).name]}"] = _libm_by_dtype(_gpu_fn, _np_fn, _T, _nargs)
+for _T, _sfx in ((f32, "f32"), (f64, "f64")):
+    _floordiv, _remainder = scalar_rules.float_division(globals()[f"fmod_{_sfx}"], globals()[f"floor_{_sfx}"],
+                                                        globals()[f"copysign_{_sfx}"], _T)
+    globals()[f"floordiv_{_sfx}"], globals()[f"remainder_{_sfx}"] = _device(_floordiv), _device(_remainder)
+
+floordiv_i, remainder_i, fmod_i, gcd_i, lcm_i, take_index = (_device(fn) for fn in (
+    scalar_rules.floordiv_i, scalar_rules.remainder_i, scalar_rules.fmod_i, scalar_rules.gcd_i, scalar_rules.lcm_i,
+    scalar_rules.take_index))
+left_shift_32, right_shift_32 = (_device(fn) for fn in scalar_rules.shifts(32))
+left_shift_64, right_shift_64 = (_device(fn) for fn in scalar_rules.shifts(64))
+
+
+def integer_functions(dtype_name: str) -> dict[str, str]:
+    """The issue-19 template names for an integer or bool dtype."""
+    bits = "32" if dtype_name == "int32" else "64"
+    return {"floordiv": "floordiv_i", "remainder": "remainder_i", "fmod": "fmod_i", "gcd": "gcd_i", "lcm": "lcm_i",
+            "left_shift": f"left_shift_{bits}", "right_shift": f"right_shift_{bits}"}
+
+
+# On the simulator, math.* is Python's, which raises outside its domain (sqrt(-1), log(0)) where a GPU
+# gives NaN or inf as NumPy does: the simulator runs NumPy's instead.
+SIMULATED = {"exp": (np.exp, 1), "log": (np.log, 1), "log1p": (np.log1p, 1), "expm1": (np.expm1, 1), "sin": (np.sin, 1),
+             "cos": (np.cos, 1), "tan": (np.tan, 1), "tanh": (np.tanh, 1), "sqrt": (np.sqrt, 1), "arctan": (np.arctan, 1),
+             "pow": (np.power, 2)}
+if SIMULATOR:
+    for _name, (_np_fn, _nargs) in SIMULATED.items():
+        for _T in (f32, f64):
+            globals()[f"simulated_{_name}_{CASTS[np.dtype(_T).name]}"] = _libm_by_dtype(None, _np_fn, _T, _nargs)

@@ -6,8 +6,9 @@ scalars; it stores some of them as arrays ("stores") and accumulates reductions 
 used only inside loops never become arrays: a value needed by several loops is recomputed in each
 (for memory-bound code a recompute is cheaper than a round trip through memory), unless it is
 broadcast into a larger domain, where it is materialized once. View primitives (reshape, transpose,
-broadcast_to, slice) are index arithmetic on their operand. A *call kernel* is one equation that
-needs whole arrays: matmul, concatenate, unslice."""
+broadcast_to, slice, roll) are index arithmetic on their operand, and a gather reads its operand at
+an index that is data. A *call kernel* is one equation that needs whole arrays: matmul, concatenate,
+unslice, and the primitives the backends' call-kernel registries render (sort, scans, scatter, linalg)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -171,6 +172,12 @@ class _Walker:
             name = self.value(e.inputs[0], tuple(e.primitive.view_index(list(idx), e.inputs[0].shape, **e.params)))
             self.memo[key] = name
             return name
+        elif e.primitive.fusion == "gather":   # the operand read at an index that is data (its own scalar)
+            x, indices = e.inputs
+            where = self.value(indices, idx)
+            name = self.value(x, tuple(e.primitive.gather_index(list(idx), where, x.shape, **e.params)))
+            self.memo[key] = name
+            return name
         elif e.primitive.fusion == "elementwise":
             args = tuple(self.value(a, tuple(broadcast_index(list(idx), a.shape, v.shape))) for a in e.inputs)
             stmt = Compute(self._name(v), e, args,
@@ -239,7 +246,7 @@ def _worth_materializing(p: Plan, producer, materialized: set[Var]) -> set[Var]:
         if v in memo:
             return memo[v]
         e = producer.get(v)
-        if v in materialized or e is None or e.primitive.fusion not in ("elementwise", "view"):
+        if v in materialized or e is None or e.primitive.fusion not in ("elementwise", "view", "gather"):
             out = (frozenset([v]) if (v in materialized or e is None) else frozenset(), 0)
         else:
             reads, costly = frozenset(), int(e.primitive.fusion == "elementwise"

@@ -43,10 +43,13 @@ from .elementwise import (
     tan,
     tanh,
 )
+from .indexing import gather, scatter
 from .linalg import matmul
 from .random import iota, random_bits
 from .reductions import reduce_max, reduce_min, reduce_prod, reduce_sum
+from .scans import cummax, cummin, cumprod, cumsum
 from .shape import broadcast_to, concatenate, const, full, reshape, slice_, transpose, unslice
+from .sorting import argsort, searchsorted, sort
 
 __all__ = [
     "REGISTRY", "Primitive", "ceil", "cond", "scan", "scan_revolve", "while_",
@@ -56,6 +59,8 @@ __all__ = [
     "logical_and", "logical_not", "logical_or", "lt", "matmul", "maximum", "minimum", "mul", "ne",
     "neg", "power", "reduce_max", "reduce_min", "reduce_prod", "reduce_sum", "reshape", "select",
     "sign", "sin", "slice_", "sqrt", "stop_gradient", "sub", "tan", "tanh", "transpose", "unslice",
+    # issue 19
+    "argsort", "cummax", "cummin", "cumprod", "cumsum", "gather", "scatter", "searchsorted", "sort",
     # counter-based random numbers (primitives/random.py)
     "iota", "random_bits",
 ]

@@ -50,7 +50,7 @@ class Elementwise(Primitive):
         self.grads = tuple(grads) if grads is not None else None
         self.out_bool = out_bool
         self.nin = nin if nin is not None else ufunc.nin
-        self.dtypes = dtypes  # "any", "float", "bool"
+        self.dtypes = dtypes  # "any", "float", "bool", "int" (int32, int64), "integer" (int or bool)
 
     def abstract_eval(self, *avals: Aval, **params) -> tuple[Aval, ...]:
         if len(avals) != self.nin:
@@ -62,6 +62,8 @@ class Elementwise(Primitive):
             raise TypeError(f"{self.name} needs float32 or float64 operands, got {dtype}")
         if self.dtypes == "bool" and dtype != np.bool_:
             raise TypeError(f"{self.name} needs bool operands, got {dtype}")
+        if self.dtypes in ("int", "integer") and dtype.kind not in ("i" if self.dtypes == "int" else "ib"):
+            raise TypeError(f"{self.name} needs {'integer' if self.dtypes == 'int' else 'integer or bool'} operands, got {dtype}")
         shape = broadcast_shapes(self.name, *[a.shape for a in avals])
         return (Aval(shape, np.dtype(bool) if self.out_bool else dtype),)
 
@@ -257,3 +259,60 @@ class StopGradient(Primitive):
 
 
 stop_gradient = StopGradient("stop_gradient")
+
+
+# -- issue 19: the rest of NumPy's float ufuncs, integer division, bitwise logic -------------------------
+# (a line each, as above; {name} math resolved by cpu_math / cuda_math)
+_LN2, _LN10 = float(np.log(2.0)), float(np.log(10.0))
+
+
+def _zero_where_out_is_zero(ct, v, out):
+    # ct * v / out, with 0 where out == 0 (hypot at the origin: a subgradient, not 0 / 0)
+    zero = ops.eq(out, 0)
+    safe = ops.select(zero, ops.full_like(out, 1), out)
+    return ops.select(zero, ops.full_like(ct, 0), ops.div(ops.mul(ct, v), safe))
+
+
+def _sum_of_squares(a, b):
+    return ops.add(ops.mul(a, a), ops.mul(b, b))
+
+
+trunc = Elementwise("trunc", np.trunc, None, dtypes="float", scalar="{trunc}({0})")
+cbrt = Elementwise("cbrt", np.cbrt, [lambda ct, x, out: ops.div(ct, ops.mul(ops.mul(out, out), 3))], dtypes="float",
+                   scalar="{cbrt}({0})")
+log2 = Elementwise("log2", np.log2, [lambda ct, x, out: ops.div(ct, ops.mul(x, _LN2))], dtypes="float", scalar="{log2}({0})")
+log10 = Elementwise("log10", np.log10, [lambda ct, x, out: ops.div(ct, ops.mul(x, _LN10))], dtypes="float",
+                    scalar="{log10}({0})")
+exp2 = Elementwise("exp2", np.exp2, [lambda ct, x, out: ops.mul(ct, ops.mul(out, _LN2))], dtypes="float", scalar="{exp2}({0})")
+arctan2 = Elementwise("arctan2", np.arctan2,
+                      [lambda ct, y, x, out: ops.div(ops.mul(ct, x), _sum_of_squares(x, y)),
+                       lambda ct, y, x, out: ops.neg(ops.div(ops.mul(ct, y), _sum_of_squares(x, y)))],
+                      dtypes="float", scalar="{arctan2}({0}, {1})")
+hypot = Elementwise("hypot", np.hypot, [lambda ct, x, y, out: _zero_where_out_is_zero(ct, x, out),
+                                        lambda ct, x, y, out: _zero_where_out_is_zero(ct, y, out)],
+                    dtypes="float", scalar="{hypot}({0}, {1})")
+copysign = Elementwise("copysign", np.copysign,
+                       [lambda ct, x, y, out: ops.mul(ct, ops.mul(ops.copysign(ops.full_like(x, 1), x),
+                                                                  ops.copysign(ops.full_like(y, 1), y))), None],
+                       dtypes="float", scalar="{copysign}({0}, {1})")
+nextafter = Elementwise("nextafter", np.nextafter, [lambda ct, x, y, out: ct, None], dtypes="float",
+                        scalar="{nextafter}({0}, {1})")
+# NumPy's integer and float division rules: floor division and a remainder with the divisor's sign (a
+# zero divisor gives 0 for integers, inf/nan for floats); fmod keeps the dividend's sign (C's)
+floor_divide = Elementwise("floor_divide", np.floor_divide, None, scalar="{floordiv}({0}, {1})")
+remainder = Elementwise("remainder", np.remainder,
+                        [lambda ct, x, y, out: ct,
+                         lambda ct, x, y, out: ops.neg(ops.mul(ct, ops.floor_divide(x, y)))],
+                        scalar="{remainder}({0}, {1})")
+fmod = Elementwise("fmod", np.fmod,
+                   [lambda ct, x, y, out: ct, lambda ct, x, y, out: ops.neg(ops.mul(ct, ops.trunc(ops.div(x, y))))],
+                   scalar="{fmod}({0}, {1})")
+# bitwise logic (integers; bools for and/or/xor), shifts as NumPy's (a shift past the width gives 0, or -1)
+bitwise_and = Elementwise("bitwise_and", np.bitwise_and, None, dtypes="integer", scalar="({0} & {1})")
+bitwise_or = Elementwise("bitwise_or", np.bitwise_or, None, dtypes="integer", scalar="({0} | {1})")
+bitwise_xor = Elementwise("bitwise_xor", np.bitwise_xor, None, dtypes="integer", scalar="({0} ^ {1})")
+invert = Elementwise("invert", np.invert, None, dtypes="int", scalar="(~{0})")
+left_shift = Elementwise("left_shift", np.left_shift, None, dtypes="int", scalar="{left_shift}({0}, {1})")
+right_shift = Elementwise("right_shift", np.right_shift, None, dtypes="int", scalar="{right_shift}({0}, {1})")
+gcd = Elementwise("gcd", np.gcd, None, dtypes="int", scalar="{gcd}({0}, {1})")
+lcm = Elementwise("lcm", np.lcm, None, dtypes="int", scalar="{lcm}({0}, {1})")

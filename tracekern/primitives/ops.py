@@ -46,10 +46,17 @@ def __getattr__(name: str) -> Callable:
 # ----------------------------------------------------------------------------- composites
 
 
-def full_like(x, value, shape: tuple[int, ...] | None = None):
-    """An array of x's dtype (and shape, unless given) filled with `value`, in x's graph."""
-    return x.builder.bind(REGISTRY["full"], shape=tuple(x.shape if shape is None else shape), dtype=x.dtype,
-                          value=value)
+def full_like(x, value, shape: tuple[int, ...] | None = None, dtype=None):
+    """An array of x's dtype and shape (unless given) filled with `value`, in x's graph."""
+    if dtype is not None:
+        value = np.asarray(value, dtype).item()
+    return x.builder.bind(REGISTRY["full"], shape=tuple(x.shape if shape is None else shape),
+                          dtype=x.dtype if dtype is None else np.dtype(dtype), value=value)
+
+
+def constant(x, value):
+    """A constant array (any shape and dtype) in x's graph."""
+    return x.builder.bind(REGISTRY["const"], value=np.asarray(value))
 
 
 def zeros_like(x):

@@ -209,3 +209,33 @@ broadcast_to = BroadcastTo("broadcast_to")
 slice_ = Slice("slice")
 unslice = Unslice("unslice")
 concatenate = Concatenate("concatenate")
+
+
+# -- issue 19: np.roll as a view (index arithmetic, never a copy) ------------------------------------------
+
+
+class Roll(Primitive):
+    """roll(x, shift, axis): out[..., i, ...] = x[..., (i - shift) mod n, ...]; 0 <= shift < n."""
+
+    fusion = "view"
+
+    def view_index(self, idx, in_shape, *, shift, axis):
+        out = list(idx)
+        n = in_shape[axis]
+        out[axis] = f"(({idx[axis]} + {n - shift}) % {n})"
+        return out
+
+    def abstract_eval(self, x: Aval, *, shift, axis):
+        if not 0 <= axis < x.ndim or not 0 <= shift < max(x.shape[axis], 1):
+            raise ShapeError(f"roll: shift {shift} along axis {axis} does not fit shape {x.shape}")
+        return (x,)
+
+    def impl(self, x, *, shift, axis):
+        return np.roll(x, shift, axis)
+
+    def vjp(self, cts, ins, outs, active, *, shift, axis):
+        n = ins[0].shape[axis]
+        return [ops.roll(cts[0], shift=(n - shift) % n, axis=axis) if shift else cts[0]]
+
+
+roll = Roll("roll")

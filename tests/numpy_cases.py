@@ -1,0 +1,652 @@
+"""The coverage table of tk.numpy: every supported NumPy name has a row here (a case), and the
+README's "What can be traced" section is generated from this table (`python -m tests.numpy_cases`
+rewrites it; tests/test_numpy.py checks that it is current).
+
+A case is a function written with plain NumPy (or tk.at, with a NumPy reference), its inputs, the
+names it covers, and whether it is differentiable. tests/test_numpy.py runs the cases of a family
+as ONE traced program per backend and dtype (a dict of outputs: few distinct compiles) and checks:
+values against NumPy on interpret, cpu and cuda in float32 and float64 (integer and bool cases in
+int32/int64 or bool), gradients against central finite differences of NumPy's own function, and
+the compiled backends' gradients against the interpreter's."""
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+import tracekern as tk
+import tracekern.numpy as tnp
+
+
+@dataclass(frozen=True)
+class Spec:
+    """An input: a float array of a kind, an integer array in [lo, hi), a bool array, or a given array."""
+    kind: str
+    shape: tuple = ()
+    lo: int = 0
+    hi: int = 0
+    value: object = None
+
+
+def F(kind: str, *shape) -> Spec:   # noqa: N802
+    return Spec(kind, shape)
+
+
+def I(lo: int, hi: int, *shape) -> Spec:   # noqa: N802, E743
+    return Spec("int", shape, lo, hi)
+
+
+def B(*shape) -> Spec:   # noqa: N802
+    return Spec("bool", shape)
+
+
+def G(value) -> Spec:   # noqa: N802  (a given constant: integers keep their dtype, floats take the case's)
+    return Spec("given", np.shape(value), value=np.asarray(value))
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    names: tuple[str, ...]          # the names this row covers, as users write them
+    fn: Callable                    # the function, written with NumPy (tk.at for updates)
+    inputs: tuple[Spec, ...]
+    grad: bool = True               # check gradients (float outputs) against finite differences
+    dtypes: tuple[str, ...] = ("float64", "float32")
+    note: str = ""                  # the edge case it covers, if any
+    ref: Callable | None = None     # NumPy reference when fn is not plain NumPy (tk.at)
+    cuda: bool = True               # False: the cuda backend has no kernel (np.linalg's factorizations)
+    tol32: float = 2e-5
+    family: str = field(default="", compare=False)
+
+
+def _rows(family: str, cases: list[Case]) -> list[Case]:
+    return [Case(**{**c.__dict__, "family": family}) for c in cases]
+
+
+def C(id, names, fn, *inputs, **kw) -> Case:   # noqa: N802
+    return Case(id, tuple(names.split()) if isinstance(names, str) else tuple(names), fn, inputs, **kw)
+
+
+# ----------------------------------------------------------------------------- inputs
+
+
+def make(spec: Spec, dtype: np.dtype, rng: np.random.Generator, int_dtype=np.int64):
+    """An array for `spec`: floats in `dtype`, integers in int_dtype (the case's, for integer cases)."""
+    s = spec.shape
+    k = spec.kind
+    if k == "int":
+        return rng.integers(spec.lo, spec.hi, s).astype(int_dtype)
+    if k == "bool":
+        return rng.random(s) < 0.5
+    if k == "given":
+        v = spec.value
+        return v.astype(dtype) if v.dtype.kind == "f" else v.copy()
+    if k == "any":
+        x = rng.standard_normal(s)
+    elif k == "pos":
+        x = rng.uniform(0.5, 2.0, s)
+    elif k == "unit":
+        x = rng.uniform(-0.9, 0.9, s)
+    elif k == "nz":
+        x = rng.uniform(0.5, 2.0, s) * rng.choice([-1.0, 1.0], s)
+    elif k == "gt1":
+        x = rng.uniform(1.1, 3.0, s)
+    elif k == "distinct":   # values at least 0.1 apart (sorting: no ties for finite differences to cross)
+        n = int(np.prod(s))
+        x = (rng.permutation(n) * 0.25 + rng.uniform(0, 0.1, n) - n * 0.125).reshape(s)
+    elif k == "zeros":      # some exact zeros (cumprod's and prod's gradients)
+        x = rng.uniform(0.5, 1.5, s) * rng.choice([-1.0, 0.0, 1.0, 1.0], s)
+    elif k == "nan":        # some NaN (the nan* functions)
+        x = rng.standard_normal(s)
+        x[rng.random(s) < 0.25] = np.nan
+        x.reshape(-1)[0] = 0.5
+    elif k == "special":    # the float edge values
+        x = np.resize(np.array([0.0, -0.0, 1.5, -2.5, np.inf, -np.inf, np.nan, 1e-300, -7.0, 3.0]), s)
+    elif k == "sorted":
+        x = np.sort(rng.standard_normal(s), axis=-1)
+    elif k == "spd":        # symmetric positive definite (..., n, n)
+        a = rng.standard_normal(s)
+        x = a @ np.swapaxes(a, -1, -2) + s[-1] * np.eye(s[-1])
+    elif k == "sym":        # symmetric with well-separated eigenvalues
+        q, _ = np.linalg.qr(rng.standard_normal(s))
+        w = np.arange(1, s[-1] + 1) * 1.5 - s[-1] * 0.5
+        x = q @ (w[..., :, None] * np.swapaxes(q, -1, -2))
+    elif k == "well":       # well-conditioned general matrices (..., m, n)
+        x = rng.standard_normal(s)
+        if s[-1] == s[-2]:
+            x = x + 3 * np.eye(s[-1])
+    elif k == "ranked":     # full rank with well-separated singular values (..., m, n)
+        m, n = s[-2:]
+        u, _ = np.linalg.qr(rng.standard_normal(s[:-2] + (m, m)))
+        v, _ = np.linalg.qr(rng.standard_normal(s[:-2] + (n, n)))
+        sv = np.arange(min(m, n), 0, -1) * 1.0 + 0.5
+        x = (u[..., :, :min(m, n)] * sv[..., None, :]) @ np.swapaxes(v[..., :, :min(m, n)], -1, -2)
+    else:
+        raise ValueError(k)
+    return np.asarray(x, dtype)
+
+
+def case_inputs(case: Case, dtype: str, seed: int = 0) -> list:
+    rng = np.random.default_rng(abs(hash((case.id, seed))) % 2**32)
+    dt = np.dtype(dtype)
+    float_dtype = dt if dt.kind == "f" else np.float64
+    int_dtype = dt if dt.kind == "i" else np.int64
+    return [make(s, float_dtype, rng, int_dtype) for s in case.inputs]
+
+
+def _at_add(x, idx, v):
+    y = x.copy()
+    np.add.at(y, idx, v)
+    return y
+
+
+def _at_set(x, idx, v):
+    y = x.copy()
+    y[idx] = v
+    return y
+
+
+def _at_ufunc(ufunc):
+    def ref(x, idx, v):
+        y = x.copy()
+        ufunc.at(y, idx, v)
+        return y
+    return ref
+
+
+def _signed_eigh(a):
+    w, v = np.linalg.eigh(a)
+    return w, v * np.sign(v[..., :1, :])
+
+
+def _signed_svd(a):
+    u, s, vh = np.linalg.svd(a, full_matrices=False)
+    sign = np.sign(u[..., :1, :])
+    return u * sign, s, vh * np.swapaxes(sign, -1, -2)
+
+
+def _signed_qr(a):
+    q, r = np.linalg.qr(a)
+    sign = np.sign(np.diagonal(r, axis1=-2, axis2=-1))[..., None, :]
+    return q * sign, r * np.swapaxes(sign, -1, -2)
+
+
+IDX = np.array([2, 0, 2, 1])          # repeated indices (a scatter accumulates them)
+INT_F = ("int64", "int32")
+
+# ----------------------------------------------------------------------------- the table
+
+ELEMENTWISE = _rows("elementwise", [
+    C("add", "np.add x+y", lambda x, y: (np.add(x, y), x + y), F("any", 3, 4), F("any", 4)),
+    C("subtract", "np.subtract x-y", lambda x, y: (np.subtract(x, y), x - y), F("any", 3, 4), F("any", 3, 1)),
+    C("multiply", "np.multiply x*y", lambda x, y: (np.multiply(x, y), x * y), F("any", 3, 4), F("any", 4)),
+    C("divide", "np.divide np.true_divide x/y", lambda x, y: (np.divide(x, y), np.true_divide(x, y), x / y),
+      F("any", 3, 4), F("nz", 4)),
+    C("power", "np.power x**y", lambda x, y: (np.power(x, y), x ** 3, 2.0 ** y), F("pos", 3, 4), F("any", 4)),
+    C("float_power", "np.float_power", lambda x, y: np.float_power(x, y), F("pos", 3, 4), F("any", 4), tol32=1e-6),
+    C("unary_arith", "np.negative np.positive np.absolute np.abs np.fabs np.square np.reciprocal np.sqrt np.cbrt",
+      lambda x: (np.negative(x), np.positive(x), np.absolute(x), np.abs(x), np.fabs(x), np.square(x),
+                 np.reciprocal(x), np.sqrt(np.abs(x)), np.cbrt(x)), F("nz", 3, 4)),
+    C("exp_log", "np.exp np.exp2 np.expm1 np.log np.log2 np.log10 np.log1p",
+      lambda x: (np.exp(x), np.exp2(x), np.expm1(x), np.log(x), np.log2(x), np.log10(x), np.log1p(x)), F("pos", 3, 4)),
+    C("trig", "np.sin np.cos np.tan np.arcsin np.arccos np.arctan np.sinc",
+      lambda x: (np.sin(x), np.cos(x), np.tan(x), np.arcsin(x), np.arccos(x), np.arctan(x), np.sinc(x)), F("unit", 3, 4)),
+    C("hyperbolic", "np.sinh np.cosh np.tanh np.arcsinh np.arctanh",
+      lambda x: (np.sinh(x), np.cosh(x), np.tanh(x), np.arcsinh(x), np.arctanh(x)), F("unit", 3, 4)),
+    C("arccosh", "np.arccosh np.acosh", lambda x: (np.arccosh(x), np.acosh(x)), F("gt1", 3, 4)),
+    C("aliases", "np.acos np.asin np.atan np.atan2 np.asinh np.atanh np.pow",
+      lambda x: (np.acos(x), np.asin(x), np.atan(x), np.atan2(x, 0.5), np.asinh(x), np.atanh(x), np.pow(x + 1, 1.5)),
+      F("unit", 3, 4), note="NumPy 2's array-API names"),
+    C("two_arg", "np.arctan2 np.hypot np.logaddexp np.logaddexp2 np.maximum np.minimum np.fmax np.fmin np.copysign",
+      lambda y, x: (np.arctan2(y, x), np.hypot(x, y), np.logaddexp(x, y), np.logaddexp2(x, y), np.maximum(x, y),
+                    np.minimum(x, y), np.fmax(x, y), np.fmin(x, y), np.copysign(x, y)),
+      F("nz", 3, 4), F("nz", 4)),
+    C("logaddexp_ties", "np.logaddexp", lambda x: np.logaddexp(x, x) + np.logaddexp(x, 2 * x), F("any", 5),
+      note="equal operands (gradient shared)"),
+    C("angles", "np.deg2rad np.rad2deg np.radians np.degrees", lambda x: (np.deg2rad(x), np.rad2deg(x), np.radians(x),
+                                                                         np.degrees(x)), F("any", 3, 4)),
+    C("division", "np.remainder np.mod np.fmod x%y np.divmod", lambda x, y: (np.remainder(x, y), np.mod(x, y), np.fmod(x, y),
+                                                                              x % y, np.divmod(x, y)[1]),
+      F("any", 3, 4), G([0.7, -0.45, 1.3, -2.1])),
+    C("rounding", "np.floor np.ceil np.rint np.trunc np.fix np.round np.around np.sign np.floor_divide x//y",
+      lambda x: (np.floor(x), np.ceil(x), np.rint(x), np.trunc(x), np.fix(x), np.round(x, 2), np.around(x, 1), np.sign(x),
+                 np.floor_divide(x, 0.3), x // 0.7, np.round(x * 100, -1)), F("any", 3, 4), grad=False),
+    C("modf_ldexp", "np.modf np.ldexp np.nextafter np.spacing", lambda x, e: (
+        *np.modf(x * 3), np.ldexp(x, e), np.nextafter(x, np.float32(0)), np.spacing(x)), F("any", 3, 4), I(-3, 4, 4),
+      grad=False),
+    C("frexp", "np.frexp", lambda x: np.frexp(x), G([0.0, -0.0, 1.0, -0.75, 8.0, 7.999999, 1e-300, -3e5, np.inf, np.nan, 5e-310]),
+      grad=False, note="±0, inf, NaN, powers of two, subnormal"),
+    C("frexp_grad", "np.frexp", lambda x: np.frexp(x)[0] * 2.0, F("nz", 3, 4)),
+    C("nextafter_grad", "np.nextafter", lambda x: np.nextafter(x, np.inf), F("any", 4)),
+    C("heaviside", "np.heaviside", lambda x, h: np.heaviside(x, h), G([-1.0, 0.0, 2.0, 0.5]), F("any", 4), note="at 0"),
+    C("heaviside_nan", "np.heaviside", lambda x: np.heaviside(x, 0.5), F("special", 10), grad=False, note="NaN"),
+    C("predicates", "np.isnan np.isinf np.isfinite np.isposinf np.isneginf np.signbit np.isclose",
+      lambda x: (np.isnan(x), np.isinf(x), np.isfinite(x), np.isposinf(x), np.isneginf(x), np.signbit(x),
+                 np.isclose(x, 1.5), np.isclose(x, x, equal_nan=True)), F("special", 10), grad=False,
+      note="±0, ±inf, NaN"),
+    C("comparisons", "np.less np.less_equal np.greater np.greater_equal np.equal np.not_equal x<y x<=y x>y x>=y x==y x!=y",
+      lambda x, y: (np.less(x, y), np.less_equal(x, y), np.greater(x, y), np.greater_equal(x, y), np.equal(x, y),
+                    np.not_equal(x, y), x < y, x <= y, x > y, x >= y, x == y, x != y),
+      F("any", 3, 4), G([0.5, -0.5, 0.0, 1.0]), grad=False),
+    C("special_values", "np.exp np.log np.sqrt np.arctan2 np.hypot np.cbrt np.logaddexp np.fmax np.fmin np.maximum",
+      lambda x: (np.exp(x), np.log(np.abs(x)), np.sqrt(x), np.arctan2(x, -x), np.hypot(x, 1.0), np.cbrt(x),
+                 np.logaddexp(x, x), np.fmax(x, np.float32(1)), np.fmin(x, np.float32(1)), np.maximum(x, np.float32(1))),
+      F("special", 10), grad=False, note="±0, ±inf, NaN"),
+    C("nan_to_num", "np.nan_to_num", lambda x: (np.nan_to_num(x), np.nan_to_num(x, nan=-1.0, posinf=9.0)), F("special", 10),
+      grad=False, note="NaN, ±inf"),
+    C("nan_to_num_grad", "np.nan_to_num", np.nan_to_num, F("any", 3, 4)),
+    C("complex_parts", "np.real np.imag np.conj np.conjugate np.angle x.real x.imag x.conj()",
+      lambda x: (np.real(x), np.imag(x), np.conj(x), np.conjugate(x), np.angle(x), x.real, x.imag, x.conj()), F("nz", 3, 4)),
+    C("where_clip", "np.where np.clip x.clip()", lambda x, y: (np.where(x > 0, x, y), np.clip(x, -0.5, 0.5),
+                                                              x.clip(-1.0, None), np.where(y < 0.3, x * y, 0.0)),
+      F("any", 3, 4), F("any", 4)),
+    C("broadcast_0d", "np.add np.multiply", lambda x, y: (x + y, x * y), F("any"), F("any", 2, 3), note="0-d with 2-D"),
+    C("empty_elementwise", "np.exp np.add", lambda x: np.exp(x) + x, F("any", 0, 3), note="empty"),
+    C("scalar_0d", "np.sin np.tanh", lambda x: np.sin(x) * np.tanh(x), F("any"), note="0-d"),
+    C("ufunc_outer", "np.multiply.outer np.subtract.outer", lambda x, y: (np.multiply.outer(x, y), np.subtract.outer(x, y)),
+      F("any", 3), F("any", 2)),
+    C("ufunc_dtype", "np.add", lambda x: np.add(x, 1, dtype=np.float64), F("any", 4)),
+    C("astype", "np.astype x.astype()", lambda x: (np.astype(x, np.float64) * 2, x.astype(np.int32), np.astype(x > 0, np.int32)),
+      F("any", 4)),
+    C("astype_float32", "np.astype x.astype()", lambda x: x.astype(np.float32) * 2, F("any", 4), grad=False,
+      note="float64 -> float32 (values only: finite differences would see its rounding)"),
+])
+
+INTEGER = _rows("integer", [
+    C("int_arith", "np.add np.subtract np.multiply np.negative np.absolute np.sign np.maximum np.minimum np.power np.square",
+      lambda a, b: (a + b, a - b, a * b, -a, np.abs(a), np.sign(a), np.maximum(a, b), np.minimum(a, b),
+                    np.power(a, np.abs(b) % 4), np.square(a)), I(-9, 9, 3, 4), I(-9, 9, 4), grad=False, dtypes=INT_F),
+    C("int_division", "np.floor_divide np.remainder np.mod np.fmod np.divmod x//y x%y",
+      lambda a, b: (np.floor_divide(a, b), np.remainder(a, b), np.mod(a, b), np.fmod(a, b), *np.divmod(a, b), a // b, a % b),
+      I(-20, 20, 3, 4), G(np.array([3, -3, 0, 7])), grad=False, dtypes=INT_F, note="negative and zero divisors"),
+    C("true_divide_int", "np.true_divide", lambda a, b: a / b, I(-20, 20, 3, 4), G(np.array([3, -2, 5, 7])), grad=False,
+      dtypes=INT_F, note="int / int is float64"),
+    C("bitwise", "np.bitwise_and np.bitwise_or np.bitwise_xor np.bitwise_not np.invert x&y x|y x^y ~x",
+      lambda a, b: (np.bitwise_and(a, b), np.bitwise_or(a, b), np.bitwise_xor(a, b), np.bitwise_not(a), np.invert(a),
+                    a & b, a | b, a ^ b, ~a), I(-50, 50, 3, 4), I(-50, 50, 4), grad=False, dtypes=INT_F),
+    C("shifts", "np.left_shift np.right_shift x<<y x>>y",
+      lambda a, s: (np.left_shift(a, s), np.right_shift(a, s), a << 2, a >> 1),
+      I(-50, 50, 4, 5), G(np.array([0, 3, 31, 63, 70])), grad=False, dtypes=INT_F, note="shift >= width"),
+    C("int_aliases", "np.bitwise_invert np.bitwise_left_shift np.bitwise_right_shift",
+      lambda a, b: (np.bitwise_invert(a), np.bitwise_left_shift(a, b % 8), np.bitwise_right_shift(a, b % 8)),
+      I(-50, 50, 3, 4), I(0, 9, 4), grad=False, dtypes=INT_F),
+    C("gcd_lcm", "np.gcd np.lcm", lambda a, b: (np.gcd(a, b), np.lcm(a, b)), I(-30, 30, 3, 4), I(-30, 30, 4),
+      grad=False, dtypes=INT_F, note="zeros, negatives"),
+    C("int_reductions", "np.sum np.prod np.max np.min np.mean np.cumsum np.argmax",
+      lambda a: (np.sum(a, axis=0), np.prod(a % 3, axis=1), np.max(a), np.min(a, axis=-1), np.mean(a), np.cumsum(a, axis=1),
+                 np.argmax(a, axis=0)), I(-9, 9, 3, 4), grad=False, dtypes=INT_F, note="int sums promote to int64"),
+    C("int_compare", "np.less np.equal np.clip np.where", lambda a, b: (a < b, a == b, np.clip(a, -2, 3), np.where(a > b, a, b)),
+      I(-5, 5, 3, 4), I(-5, 5, 4), grad=False, dtypes=INT_F),
+    C("bool_logic", "np.logical_and np.logical_or np.logical_not np.logical_xor np.bitwise_and np.bitwise_or np.bitwise_xor np.invert",
+      lambda a, b: (np.logical_and(a, b), np.logical_or(a, b), np.logical_not(a), np.logical_xor(a, b), a & b, a | b,
+                    a ^ b, ~a, np.invert(b)), B(3, 4), B(4), grad=False, dtypes=("bool",)),
+    C("bool_reductions", "np.all np.any np.count_nonzero np.sum", lambda a: (np.all(a, axis=0), np.any(a, axis=1), np.all(a),
+                                                                              np.count_nonzero(a), np.sum(a)),
+      B(3, 4), grad=False, dtypes=("bool",)),
+])
+
+REDUCTIONS = _rows("reductions", [
+    C("sum", "np.sum x.sum() np.add.reduce", lambda x: (np.sum(x), np.sum(x, axis=0), x.sum(axis=-1, keepdims=True),
+                                                      np.add.reduce(x, axis=1), np.sum(x, axis=(0, 2))), F("any", 2, 3, 4),
+      note="axis None, negative, tuple, keepdims"),
+    C("prod", "np.prod x.prod()", lambda x: (np.prod(x, axis=1), x.prod()), F("zeros", 3, 4), note="zeros"),
+    C("extrema", "np.max np.min np.amax np.amin x.max() x.min()",
+      lambda x: (np.max(x, axis=0), np.min(x, axis=-1, keepdims=True), np.amax(x), np.amin(x, axis=1), x.max(1), x.min()),
+      F("distinct", 3, 4)),
+    C("extrema_initial", "np.max np.sum", lambda x: (np.max(x, axis=0, initial=0.5), np.sum(x, where=x > 0, axis=1)),
+      F("distinct", 3, 4), note="initial=, where="),
+    C("mean", "np.mean x.mean()", lambda x: (np.mean(x), np.mean(x, axis=(0, 1)), x.mean(axis=-1, keepdims=True)),
+      F("any", 2, 3, 4)),
+    C("var_std", "np.var np.std x.std()", lambda x: (np.var(x), np.var(x, axis=0, ddof=1), np.std(x, axis=-1, keepdims=True),
+                                                    x.std(axis=1)), F("any", 3, 4)),
+    C("ptp", "np.ptp", lambda x: (np.ptp(x, axis=1), np.ptp(x)), F("distinct", 3, 4)),
+    C("average", "np.average", lambda x, w: (np.average(x), np.average(x, axis=1, weights=w),
+                                             np.average(x, axis=1, weights=w, returned=True)[1]), F("any", 3, 4), F("pos", 4)),
+    C("nan_reductions", "np.nansum np.nanprod np.nanmax np.nanmin np.nanmean np.nanvar np.nanstd",
+      lambda x: (np.nansum(x, axis=1), np.nanprod(x, axis=0), np.nanmax(x, axis=1), np.nanmin(x), np.nanmean(x, axis=0),
+                 np.nanvar(x, axis=1), np.nanstd(x)), F("nan", 3, 4), note="NaN"),
+    C("nan_all_nan", "np.nanmax np.nanmean", lambda x: (np.nanmax(x * np.nan, axis=0), np.nanmean(x * np.nan)),
+      F("any", 4), grad=False, note="all-NaN slice"),
+    C("arg_extrema", "np.argmax np.argmin x.argmax() x.argmin() np.nanargmax np.nanargmin",
+      lambda x, y: (np.argmax(x), np.argmax(x, axis=0), np.argmin(x, axis=-1, keepdims=True), x.argmax(axis=1), x.argmin(),
+                    np.nanargmax(y, axis=1), np.nanargmin(y)), F("distinct", 3, 4), F("nan", 3, 4), grad=False),
+    C("argmax_ties_nan", "np.argmax np.argmin", lambda x: (np.argmax(x), np.argmin(x[:3])), G([1.0, 3.0, 3.0, np.nan, 2.0]),
+      grad=False, note="ties: first; NaN wins"),
+    C("logical_reductions", "np.all np.any np.count_nonzero x.all() x.any()",
+      lambda x: (np.all(x > -1, axis=0), np.any(x > 1, axis=1), np.count_nonzero(x > 0, axis=0), (x > 0).all(), (x > 0).any(),
+                 np.count_nonzero(x)), F("any", 3, 4), grad=False),
+    C("empty_reductions", "np.sum np.prod np.all np.any", lambda x: (np.sum(x, axis=0), np.prod(x), np.all(x > 0), np.any(x > 0)),
+      F("any", 0, 4), note="empty"),
+    C("median", "np.median", lambda x: (np.median(x), np.median(x, axis=1), np.median(x[:, :3], axis=-1, keepdims=True)),
+      F("distinct", 3, 4)),
+    C("quantiles", "np.percentile np.quantile", lambda x: (np.percentile(x, 30), np.quantile(x, [0.1, 0.5, 0.9], axis=1),
+                                                          np.quantile(x, 0.25, axis=0, method="lower"),
+                                                          np.quantile(x, 0.6, method="midpoint"),
+                                                          np.percentile(x, 40, axis=1, method="nearest", keepdims=True)),
+      F("distinct", 3, 4)),
+    C("nan_quantiles", "np.nanmedian np.nanpercentile np.nanquantile",
+      lambda x: (np.nanmedian(x, axis=1), np.nanpercentile(x, 50), np.nanquantile(x, [0.2, 0.7], axis=0)), F("nan", 3, 4),
+      note="NaN"),
+    C("median_nan", "np.median np.percentile", lambda x: (np.median(x), np.percentile(x, 10)), G([1.0, np.nan, 3.0, 0.5]),
+      grad=False, note="NaN"),
+    C("cov_corrcoef", "np.cov np.corrcoef", lambda x, y: (np.cov(x), np.cov(x, rowvar=False), np.cov(x[0], y), np.corrcoef(x),
+                                                      np.cov(x, bias=True)),
+      F("any", 3, 4), F("any", 4)),
+    C("trace", "np.trace x.trace()", lambda x: (np.trace(x), np.trace(x, offset=1), x.trace(axis1=1, axis2=2)),
+      F("any", 2, 3, 4)),
+])
+
+SCANS = _rows("scans", [
+    C("cumsum", "np.cumsum x.cumsum() np.add.accumulate np.cumulative_sum",
+      lambda x: (np.cumsum(x), np.cumsum(x, axis=0), x.cumsum(axis=-1), np.add.accumulate(x, axis=1),
+                 np.cumulative_sum(x, axis=1, include_initial=True)), F("any", 3, 4)),
+    C("cumprod", "np.cumprod x.cumprod() np.multiply.accumulate np.cumulative_prod",
+      lambda x: (np.cumprod(x, axis=1), x.cumprod(), np.multiply.accumulate(x, axis=0), np.cumulative_prod(x, axis=0)),
+      F("zeros", 3, 4), note="zeros"),
+    C("cumulative_extrema", "np.maximum.accumulate np.minimum.accumulate",
+      lambda x: (np.maximum.accumulate(x, axis=1), np.minimum.accumulate(x)), F("distinct", 3, 4)),
+    C("nancumulative", "np.nancumsum np.nancumprod", lambda x: (np.nancumsum(x, axis=1), np.nancumprod(x)), F("nan", 3, 4),
+      note="NaN"),
+    C("cumsum_float32", "np.cumsum", lambda x: np.cumsum(x * 1000.0 + 0.1), F("any", 50), grad=False,
+      note="float32 accumulates in float32, in order"),
+    C("diff", "np.diff np.ediff1d", lambda x: (np.diff(x), np.diff(x, n=2, axis=0), np.diff(x, axis=0, prepend=0.0),
+                                               np.diff(x, append=x[:, :1]), np.ediff1d(x), np.ediff1d(x[0], to_begin=[1.0])),
+      F("any", 3, 4)),
+    C("gradient", "np.gradient", lambda x, t: (np.gradient(x[0]), np.gradient(x, 0.5, axis=1), np.gradient(x, edge_order=2)[0],
+                                               np.gradient(x[1], t)),
+      F("any", 3, 4), F("sorted", 4)),
+    C("trapezoid", "np.trapezoid", lambda y, x: (np.trapezoid(y), np.trapezoid(y, dx=0.5, axis=0), np.trapezoid(y, x)),
+      F("any", 3, 4), F("sorted", 4)),
+    C("convolve", "np.convolve np.correlate", lambda a, v: (np.convolve(a, v), np.convolve(a, v, "same"), np.convolve(a, v, "valid"),
+                                                         np.correlate(a, v), np.correlate(a, v, "full"), np.convolve(v, a)),
+      F("any", 4), F("any", 3)),
+    C("interp", "np.interp", lambda x, fp: (np.interp(x, np.array([-1.0, 0.0, 0.5, 2.0]), fp),
+                                           np.interp(x, np.array([-1.0, 0.0, 0.5, 2.0]), fp, left=-9.0, right=9.0)),
+      G([-2.0, -0.7, 0.1, 0.3, 1.2, 3.0]), F("any", 4), note="outside the samples"),
+    C("interp_x", "np.interp", lambda x, xp: np.interp(x, xp, np.array([1.0, -2.0, 0.5, 4.0, 0.0])),
+      F("unit", 6), G(np.array([-1.0, -0.4, 0.1, 0.45, 1.0]))),
+    C("polyval_vander", "np.polyval np.vander", lambda p, x: (np.polyval(p, x), np.vander(x), np.vander(x, 3, increasing=True)),
+      F("any", 4), F("any", 4)),
+])
+
+SHAPES = _rows("shapes", [
+    C("reshape", "np.reshape x.reshape() np.ravel x.ravel() x.flatten()",
+      lambda x: (np.reshape(x, (6, 4)), x.reshape(-1, 2), np.ravel(x), x.ravel(), x.flatten(), x.reshape(4, 6)[1:]),
+      F("any", 2, 3, 4)),
+    C("transpose", "np.transpose x.T x.mT x.transpose() np.permute_dims np.matrix_transpose np.swapaxes np.moveaxis np.rollaxis",
+      lambda x: (np.transpose(x), x.T, x.mT, x.transpose(1, 0, 2), np.permute_dims(x, (2, 0, 1)), np.matrix_transpose(x),
+                 np.swapaxes(x, 0, -1), np.moveaxis(x, 0, -1), np.rollaxis(x, 2)), F("any", 2, 3, 4)),
+    C("broadcast", "np.broadcast_to np.broadcast_arrays np.expand_dims np.squeeze np.atleast_1d np.atleast_2d np.atleast_3d",
+      lambda x, y: (np.broadcast_to(x, (2, 3, 4)), *np.broadcast_arrays(x, y), np.expand_dims(x, (0, 2)), np.squeeze(y),
+                    np.squeeze(y, axis=-1), np.atleast_1d(x[0, 0]), np.atleast_2d(y[:, 0]), np.atleast_3d(x)),
+      F("any", 3, 4), F("any", 3, 1)),
+    C("concatenate", "np.concatenate np.concat np.stack np.append",
+      lambda x, y: (np.concatenate([x, y], axis=0), np.concat((x, y[:, :4]), axis=None), np.stack([x, x * 2], axis=-1),
+                    np.append(x, y), np.append(x, y, axis=0), np.concatenate([x, y[:0]])),
+      F("any", 3, 4), F("any", 2, 4), note="empty piece"),
+    C("stack_family", "np.vstack np.hstack np.dstack np.column_stack np.block",
+      lambda x, y: (np.vstack([x, y]), np.hstack([x, x]), np.hstack([y[0], y[1]]), np.dstack([x, x]),
+                    np.column_stack([x[0], y[0]]), np.block([[x, x], [y, y]])), F("any", 3, 4), F("any", 2, 4)),
+    C("row_stack", "np.row_stack", lambda x: np.row_stack([x, x]), F("any", 3, 4)),
+    C("split", "np.split np.array_split np.hsplit np.vsplit np.dsplit np.unstack",
+      lambda x: (np.split(x, 2), np.split(x, [1, 3], axis=1), np.array_split(x, 3, axis=1), np.hsplit(x, 2),
+                 np.vsplit(x, [1]), np.dsplit(x[..., None].repeat(2, -1), 2), np.unstack(x, axis=1)), F("any", 4, 4)),
+    C("flip", "np.flip np.fliplr np.flipud np.rot90", lambda x: (np.flip(x), np.flip(x, 1), np.fliplr(x), np.flipud(x),
+                                                                np.rot90(x), np.rot90(x, 2), np.rot90(x, -1, axes=(1, 0))),
+      F("any", 3, 4)),
+    C("roll", "np.roll", lambda x: (np.roll(x, 2), np.roll(x, -1, axis=1), np.roll(x, (1, 2), axis=(0, 1)), np.roll(x, 7, axis=0)),
+      F("any", 3, 4), note="negative, several axes, more than the length"),
+    C("tile_repeat", "np.tile np.repeat x.repeat() np.resize",
+      lambda x: (np.tile(x, 2), np.tile(x, (2, 1, 2)), np.repeat(x, 2), np.repeat(x, 3, axis=0), x.repeat(2, axis=-1),
+                 np.repeat(x, [1, 0, 2], axis=0), np.resize(x, (5, 3))), F("any", 3, 4)),
+    C("insert_delete", "np.insert np.delete", lambda x, v: (np.insert(x, 1, v, axis=1), np.insert(x, [0, 2], 5.0),
+                                                        np.delete(x, 1, axis=0), np.delete(x, [0, 2])), F("any", 3, 4), F("any", 3)),
+    C("pad", "np.pad", lambda x: (np.pad(x, 1), np.pad(x, ((1, 0), (2, 1)), constant_values=3.0), np.pad(x, 2, mode="edge"),
+                                  np.pad(x, (2, 1), mode="reflect"), np.pad(x, 1, mode="symmetric"), np.pad(x, (3, 2), mode="wrap")),
+      F("any", 3, 4), note="every static mode"),
+    C("diagonal", "np.diagonal x.diagonal() np.diag np.diagflat",
+      lambda x, v: (np.diagonal(x), np.diagonal(x, 1), x.diagonal(-1), np.diag(x), np.diag(v), np.diag(v, k=-1), np.diagflat(x[:2, :2]),
+                    np.diagonal(x[None].repeat(2, 0), axis1=1, axis2=2)), F("any", 3, 4), F("any", 4)),
+    C("triangles", "np.tril np.triu", lambda x: (np.tril(x), np.triu(x, 1), np.tril(x, -1), np.triu(x[None].repeat(2, 0))),
+      F("any", 3, 4)),
+    C("meshgrid", "np.meshgrid", lambda x, y: (*np.meshgrid(x, y), *np.meshgrid(x, y, indexing="ij"),
+                                               *np.meshgrid(x, y, sparse=True)), F("any", 4), F("any", 3)),
+    C("copy", "np.copy", lambda x: np.copy(x.T), F("any", 3, 4)),
+    C("shape_queries", "np.shape np.ndim np.size", lambda x: x * (np.shape(x)[0] + np.ndim(x) + np.size(x)), F("any", 3, 4)),
+    C("indices_from", "np.tril_indices_from np.triu_indices_from np.diag_indices_from",
+      lambda x: (x[np.tril_indices_from(x)], x[np.triu_indices_from(x, 1)], x[np.diag_indices_from(x)]), F("any", 3, 3)),
+])
+
+INDEXING = _rows("indexing", [
+    C("basic", "x[i] x[a:b:c] x[...] x[None]", lambda x: (x[1], x[-1, 2], x[::-1, 1:3], x[..., 1], x[None, :, 2]), F("any", 3, 4)),
+    C("int_array", "x[int_array]", lambda x, i: (x[i], x[:, i], x[[2, 0]], x[i, 1], x[np.array([[0, 1], [2, 0]])]),
+      F("any", 3, 4), G(np.array([2, 0, -1, 0])), note="repeated, negative"),
+    C("int_arrays", ("x[int_array, int_array]",), lambda x, i, j: (x[i, j], x[i[:, None], j], x[i, :, j[0]], x[1:, i, 1]),
+      F("any", 3, 4, 5), G(np.array([2, 0, 1])), G(np.array([1, 3, 0])), note="broadcast, not adjacent"),
+    C("mask", "x[bool_array]", lambda x: (x[np.array([True, False, True])], x[x.shape[0] * np.eye(3, 4, dtype=bool) > 0]),
+      F("any", 3, 4), note="constant masks"),
+    C("traced_indices", ("x[traced_int_array]",), lambda x, y: (x[np.argsort(y)], x[np.argmax(y)], x[:, np.argmin(y) % 4]),
+      F("any", 3, 4), F("distinct", 3)),
+    C("take", "np.take x.take()", lambda x, i: (np.take(x, i), np.take(x, i, axis=1), x.take(i[:2], axis=0),
+                                                np.take(x, [5, -7], axis=1, mode="wrap"), np.take(x, [9, -3], mode="clip")),
+      F("any", 3, 4), G(np.array([2, 0, 2, 1]))),
+    C("take_along_axis", "np.take_along_axis", lambda x, y: (np.take_along_axis(x, np.argsort(y, axis=1), axis=1),
+                                                             np.take_along_axis(x, np.argmax(y, axis=0)[None], axis=0),
+                                                             np.take_along_axis(x[:, 0], np.array([2, 2, 0]), axis=None)),
+      F("any", 3, 4), F("distinct", 3, 4)),
+    C("choose_select", "np.choose np.select np.piecewise",
+      lambda x, y: (np.choose(np.array([0, 1, 2, 1]), [x[0], x[1], x[2]]), np.select([x > 0.5, x < -0.5], [x, y], 0.0),
+                    np.piecewise(x, [x < 0, x >= 0], [lambda t: -t, lambda t: t * t]),
+                    np.piecewise(x, [x < -0.2], [lambda t: t * 2, 1.0])),
+      F("any", 3, 4), F("any", 3, 4)),
+    C("compress_extract", "np.compress np.extract", lambda x: (np.compress([True, False, True], x, axis=0),
+                                                             np.extract(np.arange(12).reshape(3, 4) % 3 == 0, x)),
+      F("any", 3, 4)),
+    C("unravel", "np.unravel_index np.ravel_multi_index", lambda x, i: (x[np.unravel_index(i, (3, 4))],
+                                                                       np.ravel_multi_index((i % 3, i % 4), (3, 4))),
+      F("any", 3, 4), G(np.array([0, 5, 11, 7]))),
+    C("at_add", "tk.at(x)[i].add np.add.at", lambda x, v: tk.at(x)[IDX].add(v), F("any", 4, 3), F("any", 4, 3),
+      ref=lambda x, v: _at_add(x, IDX, v), note="repeated indices accumulate"),
+    C("at_set", "tk.at(x)[i].set", lambda x, v: tk.at(x)[IDX].set(v), F("any", 4, 3), F("any", 4, 3),
+      ref=lambda x, v: _at_set(x, IDX, v), note="repeated indices: the last wins"),
+    C("at_multiply", "tk.at(x)[i].multiply np.multiply.at", lambda x, v: tk.at(x)[:, IDX].multiply(v), F("any", 3, 4),
+      F("zeros", 3, 4), ref=lambda x, v: _at_ufunc(np.multiply)(x, (slice(None), IDX), v), note="zeros"),
+    C("at_min_max", "tk.at(x)[i].min tk.at(x)[i].max np.minimum.at np.maximum.at",
+      lambda x, v: (tk.at(x)[IDX].min(v), tk.at(x)[IDX].max(v)), F("distinct", 4), F("distinct", 4),
+      ref=lambda x, v: (_at_ufunc(np.minimum)(x, IDX, v), _at_ufunc(np.maximum)(x, IDX, v))),
+    C("at_basic", "tk.at(x)[i].set tk.at(x)[i].add tk.at(x)[i].get", lambda x, v: (
+        tk.at(x)[1:, ::2].set(v), tk.at(x)[0].add(v[0, 0]), tk.at(x)[:, 1].get()), F("any", 3, 4), F("any", 2, 2),
+      ref=lambda x, v: (_at_set(x, (slice(1, None), slice(None, None, 2)), v), _at_add(x, 0, v[0, 0]), x[:, 1]),
+      note="slices, an integer"),
+    C("at_general", "tk.at(x)[i].add", lambda x, v: tk.at(x)[np.array([0, 2, 0]), 1:3].add(v), F("any", 3, 4), F("any", 3, 2),
+      ref=lambda x, v: _at_add(x, (np.array([0, 2, 0]), slice(1, 3)), v), note="an index array with a slice"),
+    C("at_mask", "tk.at(x)[mask].set", lambda x: tk.at(x)[x > 0].set(0.0), F("nz", 3, 4),
+      ref=lambda x: np.where(x > 0, 0.0, x), note="a traced mask"),
+])
+
+CONTRACTIONS = _rows("contractions", [
+    C("matmul", "np.matmul x@y np.dot x.dot()", lambda a, b, v: (np.matmul(a, b), a @ b, np.dot(a, b), a.dot(b), v @ a, a[0] @ a[1]),
+      F("any", 3, 4), F("any", 4, 2), F("any", 3)),
+    C("dot_nd", "np.dot np.vdot np.inner np.outer", lambda a, b: (np.dot(a, b), np.vdot(a, a), np.inner(a, a[0, 0]),
+                                                                  np.outer(a[0, 0], b[:, 0, 0]), np.inner(2.0, a)),
+      F("any", 2, 3, 4), F("any", 2, 4, 3)),
+    C("tensordot", "np.tensordot", lambda a, b: (np.tensordot(a, a), np.tensordot(a, b, axes=([0, 1], [1, 0])),
+                                                 np.tensordot(a, b[0], axes=0)), F("any", 3, 4), F("any", 4, 3)),
+    C("einsum", "np.einsum", lambda a, b, c: (np.einsum("ij,jk->ik", a, b), np.einsum("ij,ij->i", a, a), np.einsum("ii", a[:, :3]),
+                                              np.einsum("ii->i", a[:, :3]), np.einsum("i,j->ij", a[0], b[0]),
+                                              np.einsum("...j,jk->...k", a, b), np.einsum("ij,jk,kl->il", a, b, c),
+                                              np.einsum("ij,jk,kl", a, b, c, optimize="optimal"), np.einsum("ji", a),
+                                              np.einsum(a, [0, 1], b, [1, 2], [0, 2]), np.einsum("bij,bjk->bik", c[None], c[None])),
+      F("any", 3, 4), F("any", 4, 2), F("any", 2, 2), note="trace, diagonal, outer, ellipsis, 3 operands, implicit"),
+    C("kron_cross", "np.kron np.cross", lambda a, b: (np.kron(a, b), np.kron(a[0], b), np.cross(a[:, :3], b[0]),
+                                                      np.cross(a[:2, :2], b[:2, :3]), np.cross(a[:, :2], b[1, :2])),
+      F("any", 2, 3), F("any", 2, 3)),
+    C("vecdot", "np.vecdot np.matvec np.vecmat", lambda a, v: (np.vecdot(a, v), np.matvec(a, v), np.vecmat(v[:3], a[:, :, :3])),
+      F("any", 2, 3, 4), F("any", 4)),
+    C("multi_dot", "np.linalg.multi_dot", lambda a, b, c: (np.linalg.multi_dot([a, b, c]), np.linalg.multi_dot([a[0], b, c[:, 0]])),
+      F("any", 3, 4), F("any", 4, 3), F("any", 3, 2)),
+])
+
+SORTING = _rows("sorting", [
+    C("sort", "np.sort np.argsort x.argsort()", lambda x: (np.sort(x), np.sort(x, axis=0), np.sort(x, axis=None), np.argsort(x),
+                                                           np.argsort(x, axis=0), x.argsort(), np.sort(x[0])), F("distinct", 3, 4)),
+    C("sort_nan_ties", "np.sort np.argsort", lambda x: (np.sort(x), np.argsort(x, stable=True)),
+      G([2.0, np.nan, -1.0, 2.0, -np.inf, 0.0, np.nan, -0.0]), grad=False, note="NaN last, stable ties"),
+    C("partition", "np.partition np.argpartition", lambda x: (np.partition(x, 2, axis=1)[:, 2], np.sort(np.partition(x, 1)),
+                                                             np.take_along_axis(x, np.argpartition(x, 3), -1)[:, 3]),
+      F("distinct", 3, 4), note="the kth element"),
+    C("searchsorted", "np.searchsorted np.digitize", lambda v, a: (np.searchsorted(a, v), np.searchsorted(a, v, side="right"),
+                                                                  np.searchsorted(a, a), np.digitize(v, a), np.digitize(v, a, right=True)),
+      F("any", 3, 4), F("sorted", 4), grad=False),
+    C("top_k", "tk.numpy.top_k", lambda x: tnp.top_k(x, 2), F("distinct", 3, 4),
+      ref=lambda x: (-np.sort(-x, axis=-1)[:, :2], np.argsort(-x, axis=-1, kind="stable")[:, :2])),
+])
+
+LINALG = _rows("linalg", [
+    C("solve", "np.linalg.solve", lambda a, b: (np.linalg.solve(a, b), np.linalg.solve(a, b[:, 0]), np.linalg.solve(a[None], b[None])),
+      F("well", 3, 3), F("any", 3, 2), cuda=False, tol32=1e-4),
+    C("inv_det", "np.linalg.inv np.linalg.det np.linalg.slogdet", lambda a: (np.linalg.inv(a), np.linalg.det(a),
+                                                                            *np.linalg.slogdet(a), np.linalg.det(a[None])),
+      F("well", 3, 3), cuda=False, tol32=1e-4),
+    C("slogdet_result", "np.linalg.slogdet", lambda a: np.linalg.slogdet(a), F("well", 2, 3, 3), cuda=False, tol32=1e-4,
+      note="NumPy's SlogdetResult, batched"),
+    C("cholesky", "np.linalg.cholesky", lambda a: (np.linalg.cholesky(a), np.linalg.cholesky(a, upper=True)), F("spd", 3, 3),
+      cuda=False, tol32=1e-4),
+    C("qr", "np.linalg.qr", lambda a, w: (*_signed_qr(a), *_signed_qr(w), np.abs(np.linalg.qr(a, mode="r"))),
+      F("ranked", 4, 3), F("ranked", 2, 4), cuda=False, tol32=1e-4, note="tall and wide"),
+    C("eigh", "np.linalg.eigh np.linalg.eigvalsh", lambda a: (*_signed_eigh(a), np.linalg.eigvalsh(a), np.linalg.eigvalsh(a, "U")),
+      F("sym", 3, 3), cuda=False, tol32=1e-4),
+    C("eigh_lower", "np.linalg.eigh", lambda a: np.linalg.eigh(a).eigenvalues, F("any", 3, 3), cuda=False, tol32=1e-4,
+      note="reads the lower triangle"),
+    C("svd", "np.linalg.svd np.linalg.svdvals", lambda a, w: (*_signed_svd(a), *_signed_svd(w), np.linalg.svd(a, compute_uv=False),
+                                                              np.linalg.svdvals(w)),
+      F("ranked", 4, 3), F("ranked", 2, 4), cuda=False, tol32=1e-4, note="tall and wide"),
+    C("norm", "np.linalg.norm np.linalg.vector_norm np.linalg.matrix_norm",
+      lambda a, v: (np.linalg.norm(v), np.linalg.norm(v, 1), np.linalg.norm(v, np.inf), np.linalg.norm(v, 3), np.linalg.norm(a),
+                    np.linalg.norm(a, "fro"), np.linalg.norm(a, 1), np.linalg.norm(a, -np.inf), np.linalg.norm(a, axis=1),
+                    np.linalg.vector_norm(a, ord=1), np.linalg.matrix_norm(a[None], keepdims=True)),
+      F("nz", 3, 4), F("nz", 4)),
+    C("norm_spectral", "np.linalg.norm np.linalg.cond np.linalg.matrix_rank", lambda a: (
+        np.linalg.norm(a, 2), np.linalg.norm(a, "nuc"), np.linalg.norm(a, -2), np.linalg.cond(a), np.linalg.cond(a[:3], "fro")),
+      F("ranked", 4, 3), cuda=False, tol32=1e-4),
+    C("matrix_rank", "np.linalg.matrix_rank", lambda a: (np.linalg.matrix_rank(a), np.linalg.matrix_rank(a[:, :1] * np.ones(3))),
+      F("ranked", 4, 3), cuda=False, grad=False),
+    C("pinv_power", "np.linalg.pinv np.linalg.matrix_power", lambda a, s: (np.linalg.pinv(a), np.linalg.matrix_power(s, 3),
+                                                                          np.linalg.matrix_power(s, 0), np.linalg.matrix_power(s, -2)),
+      F("ranked", 4, 3), F("well", 3, 3), cuda=False, tol32=1e-4),
+    C("array_api", "np.linalg.outer np.linalg.cross np.linalg.vecdot np.linalg.tensordot np.linalg.diagonal np.linalg.trace "
+                   "np.linalg.matmul np.linalg.matrix_transpose",
+      lambda a, b: (np.linalg.outer(a[0], b[0]), np.linalg.cross(a, b), np.linalg.vecdot(a, b), np.linalg.tensordot(a, b.T, axes=1),
+                    np.linalg.diagonal(a[:, :2]), np.linalg.trace(a[:, :2]), np.linalg.matmul(a, b.T), np.linalg.matrix_transpose(a)),
+      F("any", 2, 3), F("any", 2, 3)),
+])
+
+CREATION = _rows("creation", [
+    C("constants", "np.zeros np.ones np.full np.empty np.eye np.identity np.tri np.arange",
+      lambda x: (x + np.zeros(3), x * np.ones((2, 3)), x + np.full((3,), 2.5), x * np.eye(3)[0], x - np.identity(3)[1],
+                 x * np.tri(3)[2], x * np.arange(3.0), x + np.empty((0, 3)).sum(0)), F("any", 3)),
+    C("like", "np.zeros_like np.ones_like np.full_like np.empty_like", lambda x: (np.zeros_like(x) + x, np.ones_like(x) * x,
+                                                                              np.full_like(x, 2.5) * x, x + np.empty_like(x)[:0].sum(),
+                                                                              np.full_like(x, x[0, 0])), F("any", 3, 4)),
+    C("ranges", "np.linspace np.logspace np.geomspace", lambda a, b: (np.linspace(a, b, 5), np.linspace(a, b, 4, endpoint=False),
+                                                                      np.linspace(0.0, b, 3), np.logspace(a, b, 4),
+                                                                      np.geomspace(np.abs(a) + 1, np.abs(b) + 2, 4),
+                                                                      np.linspace(a * np.ones(2), b, 3, axis=1)),
+      F("any"), F("any"), note="traced start and stop"),
+    C("indices", "np.indices", lambda x: x * np.indices((3, 4))[1], F("any", 3, 4)),
+])
+
+FAMILIES = {"elementwise": ELEMENTWISE, "integer": INTEGER, "reductions": REDUCTIONS, "scans": SCANS, "shapes": SHAPES,
+            "indexing": INDEXING, "contractions": CONTRACTIONS, "sorting": SORTING, "linalg": LINALG,
+            "creation": CREATION}
+CASES = [c for cases in FAMILIES.values() for c in cases]
+assert len({c.id for c in CASES}) == len(CASES), "case ids must be unique"
+
+# NumPy 2's aliases: the same functions under array-API names (each traced by its own row in test_numpy.py)
+ALIASES = {"np.acos": "np.arccos", "np.asin": "np.arcsin", "np.atan": "np.arctan", "np.atan2": "np.arctan2",
+           "np.acosh": "np.arccosh", "np.asinh": "np.arcsinh", "np.atanh": "np.arctanh", "np.pow": "np.power",
+           "np.bitwise_invert": "np.invert", "np.bitwise_left_shift": "np.left_shift",
+           "np.bitwise_right_shift": "np.right_shift", "np.amax": "np.max", "np.amin": "np.min", "np.around": "np.round",
+           "np.true_divide": "np.divide", "np.mod": "np.remainder", "np.concat": "np.concatenate",
+           "np.permute_dims": "np.transpose", "np.row_stack": "np.vstack", "np.conjugate": "np.conj",
+           "np.degrees": "np.rad2deg", "np.radians": "np.deg2rad", "np.abs": "np.absolute", "np.fix": "np.trunc",
+           "np.bitwise_not": "np.invert"}
+
+
+# ----------------------------------------------------------------------------- the README section
+
+_TITLES = {"elementwise": "Elementwise (float)", "integer": "Integers and bools", "reductions": "Reductions and statistics",
+           "scans": "Scans, differences, convolution, interpolation", "shapes": "Shape manipulation",
+           "indexing": "Indexing, gathers and functional updates (scatter)", "contractions": "Contractions",
+           "sorting": "Sorting and searching", "linalg": "Linear algebra (`np.linalg`)",
+           "creation": "Creation inside traces"}
+
+
+def numpy_names(cases=CASES) -> list[str]:
+    """Every np.* (and np.linalg.*) name the table covers."""
+    return sorted({n for c in cases for n in c.names if n.startswith("np.")})
+
+
+def family_names(family: str) -> tuple[list[str], set[str]]:
+    cases = FAMILIES[family]
+    names = sorted({n for c in cases for n in c.names})
+    grad = {n for c in cases if c.grad for n in c.names}
+    return names, grad
+
+
+def readme_section() -> str:
+    names = numpy_names()
+    primary = [n for n in names if n not in ALIASES]
+    lines = [
+        "### What can be traced",
+        "",
+        f"**{len(names)} NumPy names** ({len(primary)} functions, and {len(names) - len(primary)} of NumPy's other names "
+        "for them, such as `np.abs` or `np.concat`), plus the operators and `ndarray` methods below, are traced and "
+        "differentiated on every backend (but the `np.linalg` factorizations on `cuda`, listed below). "
+        "This section is generated from the test table `tests/numpy_cases.py` "
+        "(`python -m tests.numpy_cases` rewrites it): each row there is checked on `interpret`, `cpu` and `cuda` "
+        "(the simulator in CI) in float32 and float64 (int32/int64 or bool for integer functions), its gradient against "
+        "central finite differences of NumPy's own function, and the compiled gradients against the interpreter's. "
+        f"The table has {len(CASES)} rows; a name is in **bold** where its gradient is checked (the others are not "
+        "differentiable, or their gradient is zero).",
+        "",
+        "| family | names | edge cases tested |",
+        "|---|---|---|",
+    ]
+    for family in FAMILIES:
+        fam_names, grad = family_names(family)
+        shown = ", ".join(f"**`{n}`**" if n in grad else f"`{n}`" for n in fam_names)
+        notes = sorted({c.note for c in FAMILIES[family] if c.note})
+        lines.append(f"| {_TITLES[family]} | {shown} | {'; '.join(notes)} |")
+    on_cuda = {n for c in CASES if c.cuda for n in c.names}
+    no_cuda = sorted({n for c in CASES if not c.cuda for n in c.names} - on_cuda)
+    partly = sorted({n for c in CASES if not c.cuda for n in c.names} & on_cuda)
+    lines += [
+        "",
+        f"On the `cuda` backend, {', '.join(f'`{n}`' for n in no_cuda)} have no kernel (nor "
+        f"{', '.join(f'`{n}`' for n in partly)} for the orders that need an SVD: 2, -2, 'nuc'): compiling them for "
+        "`cuda` raises an error naming the function and the backends that run it (`cpu`, `interpret`), never a "
+        "silent copy to the host.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+_SECTION = re.compile(r"### What can be traced\n.*?(?=\n\*\*Beyond the table)", re.S)
+
+
+def write_readme() -> bool:
+    text = README.read_text()
+    new = _SECTION.sub(lambda m: readme_section().rstrip("\n") + "\n", text, count=1)
+    changed = new != text
+    README.write_text(new)
+    return changed
+
+
+if __name__ == "__main__":
+    print("README.md updated" if write_readme() else "README.md already current", file=sys.stderr)

@@ -1,0 +1,286 @@
+"""tk.numpy against NumPy, driven by the coverage table (tests/numpy_cases.py).
+
+Each family of cases runs as one traced program per backend and dtype: a dict of every case's
+outputs (so a family compiles a few kernels, not one set per name). For each backend (interpret,
+cpu, cuda on the simulator) it checks values against NumPy in float32 and float64 (integer and
+bool cases in their own dtypes), results compared as pytrees (structure first, dtypes exactly);
+and in float64 one value_and_grad program gives every differentiable case's gradient, checked
+against central finite differences of NumPy's own function (interpret) and against the
+interpreter's gradient (cpu, cuda)."""
+import functools
+import json
+import os
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+
+import tracekern as tk
+import tracekern.numpy as tnp
+from tests.conftest import to_host
+from tests.numpy_cases import ALIASES, CASES, FAMILIES, README, case_inputs, numpy_names, readme_section
+from tracekern.errors import TracekernError
+
+BACKENDS = ("interpret", "cpu", "cuda")
+CONSTANT_KINDS = ("int", "bool", "given")
+
+
+def _quiet(fn, *args):
+    """NumPy's reference, without its warnings (NaN, division by zero, deprecations)."""
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return fn(*args)
+
+
+def _split(case, args):
+    xs = tuple(a for s, a in zip(case.inputs, args) if s.kind not in CONSTANT_KINDS)
+    cs = tuple(a for s, a in zip(case.inputs, args) if s.kind in CONSTANT_KINDS)
+    return xs, cs
+
+
+def _merge(case, xs, cs):
+    xs, cs = iter(xs), iter(cs)
+    return [next(cs) if s.kind in CONSTANT_KINDS else next(xs) for s in case.inputs]
+
+
+def _outputs(cases, xs, cs):
+    return {c.id: c.fn(*_merge(c, xs[c.id], cs[c.id])) for c in cases}
+
+
+def _float_leaves(tree):
+    return [leaf for leaf in tk.tree_flatten(tree)[0] if (leaf.dtype if hasattr(leaf, "dtype") else np.asarray(leaf).dtype).kind == "f"]
+
+
+@functools.cache
+def _data(family: str, dtype: str):
+    """(cases, float inputs, constant inputs, NumPy's results) of a family's cases in `dtype`."""
+    cases = [c for c in FAMILIES[family] if dtype in c.dtypes]
+    args = {c.id: case_inputs(c, dtype) for c in cases}
+    xs = {c.id: _split(c, args[c.id])[0] for c in cases}
+    cs = {c.id: _split(c, args[c.id])[1] for c in cases}
+    want = {c.id: _quiet(c.ref or c.fn, *args[c.id]) for c in cases}
+    return cases, xs, cs, want
+
+
+@functools.cache
+def _weights(family: str):
+    """A fixed random weight per float output element of each differentiable case (the loss)."""
+    cases, _, _, want = _data(family, "float64")
+    rng = np.random.default_rng(5)
+    return {c.id: [rng.uniform(0.5, 1.5, np.shape(leaf)) for leaf in _float_leaves(want[c.id])] for c in cases if c.grad}
+
+
+def _cotangent(cases, want, weights):
+    """The weights as the cotangent of the outputs (zeros for integer and bool leaves)."""
+    out = {}
+    for c in cases:
+        leaves, td = tk.tree_flatten(want[c.id])
+        ws = iter(weights[c.id])
+        out[c.id] = tk.tree_unflatten(td, [next(ws).astype(np.asarray(leaf).dtype) if np.asarray(leaf).dtype.kind == "f"
+                                           else np.zeros_like(leaf) for leaf in leaves])
+    return out
+
+
+@functools.cache
+def _finite_differences(family: str):
+    """d loss_c / d x for each differentiable case, by central differences of NumPy's function."""
+    cases, xs, cs, _ = _data(family, "float64")
+    weights = _weights(family)
+    result = {}
+    for c in cases:
+        if not c.grad:
+            continue
+        ref = c.ref or c.fn
+
+        def loss(xv, c=c, ref=ref):
+            out = _quiet(ref, *_merge(c, xv, cs[c.id]))
+            return sum(float(np.sum(leaf * w)) for leaf, w in zip(_float_leaves(out), weights[c.id]))
+
+        grads = []
+        for k, x in enumerate(xs[c.id]):
+            g = np.zeros_like(x)
+            for i in np.ndindex(x.shape):
+                eps = 1e-6 * max(1.0, abs(float(x[i])))
+                up, down = [list(xs[c.id]) for _ in range(2)]
+                up[k], down[k] = x.copy(), x.copy()
+                up[k][i] += eps
+                down[k][i] -= eps
+                g[i] = (loss(up) - loss(down)) / (2 * eps)
+            grads.append(g)
+        result[c.id] = tuple(grads)
+    return result
+
+
+def _compare(got, want, dtype: str, cases, what: str):
+    """Per case: the same pytree structure, dtypes and shapes, values within the case's tolerance."""
+    bad = []
+    for c in cases:
+        g_leaves, g_td = tk.tree_flatten(to_host(got[c.id]))
+        w_leaves, w_td = tk.tree_flatten(want[c.id])
+        if g_td != w_td:
+            bad.append(f"{c.id}: structure {g_td!r} != NumPy's {w_td!r}")
+            continue
+        for k, (g, w) in enumerate(zip(g_leaves, w_leaves)):
+            g, w = np.asarray(g), np.asarray(w)
+            if g.dtype != w.dtype or g.shape != w.shape:
+                bad.append(f"{c.id} leaf {k}: {g.dtype}{list(g.shape)} != NumPy's {w.dtype}{list(w.shape)}")
+                continue
+            if w.dtype.kind != "f":
+                if not np.array_equal(g, w):
+                    bad.append(f"{c.id} leaf {k}: {g.ravel()[:8]} != {w.ravel()[:8]}")
+                continue
+            tol = 1e-9 if dtype == "float64" else c.tol32   # (the inputs' precision)
+            finite = np.abs(w[np.isfinite(w)])
+            scale = 1.0 + (float(finite.max()) if finite.size else 0.0)
+            try:
+                np.testing.assert_allclose(g, w, rtol=tol, atol=tol * scale)
+            except AssertionError as err:
+                bad.append(f"{c.id} leaf {k} ({what}, {dtype}): {str(err).strip().splitlines()[-3:]}")
+    assert not bad, f"{len(bad)} mismatches:\n" + "\n".join(bad)
+
+
+def _run(cases, backend, xs, cs, cotangent=None):
+    """The family's program on (xs, cs): its outputs, or with a cotangent (outputs, gradients of xs)
+    by tk.vjp. On failure, the cases that fail on their own (a batched program hides which)."""
+    def run(sub):
+        f = lambda xs, cs: _outputs(sub, xs, cs)   # noqa: E731
+        ids = [c.id for c in sub]
+        args = ({i: xs[i] for i in ids}, {i: cs[i] for i in ids})
+        if cotangent is None:
+            return tk.jit(f, backend=backend)(*args)
+
+        def joint(xs, cs, ct):   # (one step: forward and backward loops over a domain fuse)
+            out, pullback = tk.vjp(lambda xs: f(xs, cs), xs)
+            return out, pullback(ct)[0]
+        return tk.jit(joint, backend=backend)(*args, {i: cotangent[i] for i in ids})
+
+    try:
+        with np.errstate(all="ignore"):   # (the interpreter is NumPy, which warns about the NaN it makes)
+            return run(cases)
+    except Exception as err:   # noqa: BLE001 (find the culprits, then fail)
+        culprits = []
+        for c in cases:
+            try:
+                with np.errstate(all="ignore"):
+                    run([c])
+            except Exception as e:   # noqa: BLE001
+                culprits.append(f"{c.id}: {type(e).__name__}: {str(e)[:400]}")
+        raise AssertionError(f"{type(err).__name__}: {str(err)[:600]}\nfailing cases:\n" + "\n".join(culprits)) from err
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("family", list(FAMILIES))
+@pytest.mark.filterwarnings("ignore:`row_stack` alias is deprecated:DeprecationWarning")   # (its own row tests it)
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")   # (NaN cases; the simulator is NumPy)
+@pytest.mark.filterwarnings("ignore:divide by zero encountered:RuntimeWarning")
+def test_family(family, backend):
+    """Values in every dtype of the family; in float64, the differentiable cases' gradients (one
+    tk.vjp, the weights as cotangent) against finite differences (interpret) or the interpreter."""
+    dtypes = sorted({d for c in FAMILIES[family] for d in c.dtypes})
+    for dtype in dtypes:
+        cases, xs, cs, want = _data(family, dtype)
+        cases = [c for c in cases if backend != "cuda" or c.cuda]
+        differentiated = [c for c in cases if c.grad] if dtype == "float64" else []
+        others = [c for c in cases if c not in differentiated]
+        if others:
+            _compare(_run(others, backend, xs, cs), want, dtype, others, "value")
+        if not differentiated:
+            continue
+        got, grads = _run(differentiated, backend, xs, cs, _cotangent(differentiated, want, _weights(family)))
+        _compare(got, want, dtype, differentiated, "value")
+        grads = to_host(grads)
+        if backend == "interpret":
+            expected, what, rtol = _finite_differences(family), "finite differences", 1e-5
+        else:
+            expected, what, rtol = _interpreted_gradients(family, tuple(c.id for c in differentiated)), "the interpreter", 1e-8
+        bad = []
+        for c in differentiated:
+            for k, (g, e) in enumerate(zip(grads[c.id], expected[c.id])):
+                if g is None or e is None:   # unconnected (it reaches the output only through integers)
+                    if not (g is None and (e is None or not np.any(e))):
+                        bad.append(f"{c.id} input {k}: gradient {g!r} against {what}'s {e!r}")
+                    continue
+                scale = 1.0 + float(np.max(np.abs(e))) if np.size(e) else 1.0
+                try:
+                    np.testing.assert_allclose(g, e, rtol=rtol, atol=rtol * scale)
+                except AssertionError as err:
+                    bad.append(f"{c.id} input {k} against {what}: {str(err).strip().splitlines()[-3:]}")
+        assert not bad, "gradients:\n" + "\n".join(bad)
+
+
+@functools.cache
+def _interpreted_gradients(family, ids):
+    cases, xs, cs, want = _data(family, "float64")
+    cases = [c for c in cases if c.id in ids]
+    return _run(cases, "interpret", xs, cs, _cotangent(cases, want, _weights(family)))[1]
+
+
+def test_interpreter_gradients_match_finite_differences_exactly_where_they_must():
+    """check_grad's own tool agrees on a few rows (an independent path: tk.check_grad on cpu)."""
+    for cid in ("cumprod", "solve", "take_along_axis", "at_set", "svd"):
+        case = next(c for c in CASES if c.id == cid)
+        args = case_inputs(case, "float64")
+        xs, cs = _split(case, args)
+        f = lambda *x, case=case, cs=cs: sum(np.sum(leaf) for leaf in _float_leaves(case.fn(*_merge(case, x, cs))))  # noqa: E731
+        tk.check_grad(f, xs)
+
+
+# ----------------------------------------------------------------------------- the table itself
+
+
+def test_linalg_factorizations_raise_on_cuda_naming_the_function():
+    a = np.eye(3) * 2.0
+    for fn, name in ((np.linalg.solve, "np.linalg.solve"), (np.linalg.inv, "np.linalg.inv"),
+                     (np.linalg.det, "np.linalg.slogdet / det"), (np.linalg.cholesky, "np.linalg.cholesky"),
+                     (np.linalg.qr, "np.linalg.qr"), (np.linalg.eigh, "np.linalg.eigh"), (np.linalg.svd, "np.linalg.svd")):
+        args = (a, a) if fn is np.linalg.solve else (a,)
+        with pytest.raises(TracekernError, match=rf"{name}.*no kernel on the cuda backend.*'cpu' and 'interpret'"):
+            tk.jit(fn, backend="cuda")(*args)
+
+
+def _resolve(name: str):
+    obj = np
+    for part in name[3:].split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def test_every_supported_numpy_function_has_a_row():
+    """A function added to tk.numpy's dispatch tables without a row in the table fails here."""
+    covered = {id(_resolve(n)) for n in numpy_names()}
+    missing = sorted({getattr(f, "__name__", str(f)) for f in list(tnp.FUNCTIONS) + list(tnp.UFUNCS) if id(f) not in covered})
+    assert not missing, f"supported but not in tests/numpy_cases.py: {missing}"
+
+
+def test_aliases_are_the_functions_they_name():
+    supported = lambda f: f in tnp.FUNCTIONS or f in tnp.UFUNCS   # noqa: E731
+    for alias, target in ALIASES.items():
+        a, t = _resolve(alias), _resolve(target)
+        assert supported(a) and supported(t), alias
+        assert a is t or (getattr(a, "__name__", "") != "" and np.allclose(a(np.arange(1.0, 4.0)), t(np.arange(1.0, 4.0)))
+                          if alias not in ("np.concat", "np.permute_dims", "np.row_stack", "np.bitwise_left_shift",
+                                           "np.bitwise_right_shift", "np.atan2", "np.pow") else True), alias
+
+
+def test_at_least_200_numpy_names():
+    assert len(numpy_names()) >= 200, len(numpy_names())
+
+
+def test_readme_section_is_generated_from_the_table():
+    assert readme_section() in README.read_text(), "README.md is stale: run python -m tests.numpy_cases"
+
+
+def test_the_tables_cuda_kernels_compile_to_ptx():
+    """The simulator does no typing: every cuda kernel the table's programs render (the call kernels
+    of scans, sort and scatter included) is compiled to PTX in a process without it, float32
+    kernels with no float64 instruction (tests/ptx_corpus.py, corpus "numpy": the kernels that ask a
+    typing question no earlier one did)."""
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")
+    out = subprocess.run([sys.executable, "-m", "tests.ptx_corpus", "numpy"], env=env, capture_output=True, text=True,
+                         timeout=900, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    assert report["kernels"] >= 60 and report["float32_kernels"] >= 30, report
+    assert report["problems"] == [], "\n".join(report["problems"])

@@ -1,0 +1,107 @@
+"""Whole-array kernels of the cpu backend, registered per primitive (KERNELS): running scans, sort,
+argsort, searchsorted, scatter and np.linalg. cpu.py renders each such equation as a compile unit
+`kernel(operands..., outputs...)` and calls KERNELS[name](text, operands, outputs, eqn) for its body.
+
+Sizes are read from the arrays (p0.shape[d]), so one kernel serves every shape of a dtype and rank.
+Sorting and linear algebra call Numba's np.sort / np.argsort / np.linalg (LAPACK through SciPy)."""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from . import cpu_math
+
+KERNELS: dict[str, Callable] = {}
+
+
+def kernel(*names: str):
+    def register(fn):
+        for name in names:
+            KERNELS[name] = fn
+        return fn
+    return register
+
+
+def _loops(t, array: str, dims: list[int], depth: int = 1) -> tuple[list[str], int]:
+    """Nested loops over the given axes of `array`: (the loop variable of each axis, the body's depth)."""
+    names = []
+    for d in dims:
+        t.emit(depth, f"for q{d} in range({array}.shape[{d}]):")
+        names.append(f"q{d}")
+        depth += 1
+    return names, depth
+
+
+def _at(array: str, idx: list[str]) -> str:
+    return f"{array}[{', '.join(idx)}]" if idx else f"{array}[()]"
+
+
+@kernel("cumsum", "cumprod", "cummax", "cummin")
+def _cumulative(t, ops, dsts, e) -> None:
+    """A serial running value along the axis, for every position of the other axes."""
+    (x,), (out,) = ops, dsts
+    axis, reverse = e.params["axis"], e.params["reverse"]
+    nd = e.inputs[0].ndim
+    names, depth = _loops(t, x, [d for d in range(nd) if d != axis])
+    idx = lambda j: names[:axis] + [j] + names[axis:]   # noqa: E731
+    t.emit(depth, f"n = {x}.shape[{axis}]")
+    t.emit(depth, "if n > 0:")
+    first = "n - 1" if reverse else "0"
+    t.emit(depth + 1, f"acc = {_at(x, idx(first))}")
+    t.emit(depth + 1, f"{_at(out, idx(first))} = acc")
+    t.emit(depth + 1, "for j in range(1, n):")
+    t.emit(depth + 2, f"jj = {'n - 1 - j' if reverse else 'j'}")
+    combine = e.primitive.combine.format(acc="acc", x=_at(x, idx("jj")), **cpu_math.functions(e.inputs[0].dtype))
+    t.emit(depth + 2, f"acc = {combine}", eqn=e)
+    t.emit(depth + 2, f"{_at(out, idx('jj'))} = acc")
+
+
+@kernel("sort", "argsort")
+def _sort(t, ops, dsts, e) -> None:
+    """Each row (the last axis) sorted by Numba's np.sort (NaN last), or stably argsorted."""
+    (x,), (out,) = ops, dsts
+    names, depth = _loops(t, x, list(range(e.inputs[0].ndim - 1)))
+    row = f"{x}[{', '.join(names)}]" if names else x
+    call = f"np.sort({row})" if e.primitive.name == "sort" else f"np.argsort({row}, kind='mergesort')"
+    t.emit(depth, f"{out}[{', '.join(names + [':'])}] = {call}", eqn=e)
+
+
+@kernel("searchsorted")
+def _searchsorted(t, ops, dsts, e) -> None:
+    (a, v), (out,) = ops, dsts
+    side = e.params["side"]
+    names, depth = _loops(t, v, list(range(e.inputs[1].ndim)))
+    t.emit(depth, f"{_at(out, names)} = np.searchsorted({a}, {_at(v, names)}, side={side!r})", eqn=e)
+
+
+@kernel("scatter")
+def _scatter(t, ops, dsts, e) -> None:
+    """A copy of the base, then every update combined in, in C order (the last "set" wins)."""
+    (base, idx, upd), (out,) = ops, dsts
+    axis, mode = e.params["axis"], e.params["mode"]
+    t.emit(1, f"{out}[...] = {base}")
+    names, depth = _loops(t, idx, list(range(e.inputs[1].ndim)))
+    t.emit(depth, f"j = take_index({_at(idx, names)}, {base}.shape[{axis}])")
+    cell = _at(out, names[:axis] + ["j"] + names[axis + 1:])
+    u = _at(upd, names)
+    fns = cpu_math.functions(e.inputs[0].dtype)
+    value = {"set": u, "add": f"{cell} + {u}", "mul": f"{cell} * {u}",
+             "min": f"{fns['minimum']}({cell}, {u})", "max": f"{fns['maximum']}({cell}, {u})"}[mode]
+    t.emit(depth, f"{cell} = {value}", eqn=e)
+
+
+@kernel("solve", "inv", "slogdet", "cholesky", "qr", "eigh", "svd")
+def _linalg(t, ops, dsts, e) -> None:
+    """Numba's np.linalg on each matrix of the batch (LAPACK through SciPy)."""
+    name = e.primitive.name
+    names, depth = _loops(t, ops[0], list(range(e.inputs[0].ndim - 2)))
+    pre = ", ".join(names)
+    mats = [f"np.ascontiguousarray({op}[{pre}])" if names else f"np.ascontiguousarray({op})" for op in ops]
+    extra = f", full_matrices={e.params['full_matrices']}" if name == "svd" else ""
+    results = [f"r{j}" for j in range(len(dsts))]
+    t.emit(depth, f"{', '.join(results)} = np.linalg.{name}({', '.join(mats)}{extra})", eqn=e)
+    for r, dst, v in zip(results, dsts, e.outputs):
+        target = f"{dst}[{pre}]" if names else dst
+        if len(v.shape) > len(names):
+            t.emit(depth, f"{target}[...] = {r}")
+        else:
+            t.emit(depth, f"{dst}[{pre if names else '()'}] = {r}")

@@ -1,0 +1,306 @@
+"""tk.numpy.linalg: np.linalg on traced arrays. solve, inv, slogdet, cholesky, qr, eigh and svd are
+primitives (LAPACK on cpu, the standard reverse-mode rules); det, norm, pinv, matrix_power,
+multi_dot, matrix_rank, cond and the array-API names are built from them. Results are NumPy's
+own named tuples (EighResult, SVDResult, ...). Stacks of matrices (..., m, n) work throughout."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ._core import P, ShapeError, Tracer, _array, _axes, _cast, _dtype, _inexact, _promote, _shape, bind, with_location
+from .contractions import cross as _cross
+from .contractions import matmul
+from .contractions import outer as _outer
+from .contractions import tensordot as _tensordot
+from .contractions import vecdot as _vecdot
+from .reductions import max as _max
+from .reductions import min as _min
+from .reductions import sum as _sum
+from .shapes import broadcast_to, matrix_transpose, moveaxis, reshape, squeeze
+from .shapes import diagonal as _diagonal
+from .ufuncs import absolute, divide, exp, greater, multiply, power, sqrt, where
+
+EighResult = type(np.linalg.eigh(np.eye(1)))
+SVDResult = type(np.linalg.svd(np.eye(1)))
+QRResult = type(np.linalg.qr(np.eye(1)))
+SlogdetResult = type(np.linalg.slogdet(np.eye(1)))
+
+__all__ = ["cholesky", "cond", "cross", "det", "diagonal", "eigh", "eigvalsh", "inv", "matmul", "matrix_norm",
+           "matrix_power", "matrix_rank", "matrix_transpose", "multi_dot", "norm", "outer", "pinv", "qr", "slogdet",
+           "solve", "svd", "svdvals", "tensordot", "trace", "vecdot", "vector_norm"]
+
+
+def _matrices(a, fname: str, square: bool = True):
+    a = _inexact(_array(a, fname), fname)
+    s = _shape(a)
+    if len(s) < 2 or (square and s[-1] != s[-2]):
+        raise ShapeError(with_location(f"np.linalg.{fname}: needs {'square ' if square else ''}matrices (..., m, n), "
+                                       f"got shape {s}"))
+    return a
+
+
+def solve(a, b):
+    """x with a @ x = b. b is a vector (n,) or a stack of matrices (..., n, k) (NumPy 2's rule)."""
+    a = _matrices(a, "solve")
+    b = _inexact(_array(b, "solve"), "solve")
+    a, b = _promote("solve", a, b)
+    n = _shape(a)[-1]
+    vector = len(_shape(b)) == 1
+    b2 = reshape(b, (n, 1)) if vector else b
+    if _shape(b2)[-2] != n:
+        raise ShapeError(with_location(f"np.linalg.solve: b of shape {_shape(b)} does not fit a of shape {_shape(a)}"))
+    batch = tuple(np.broadcast_shapes(_shape(a)[:-2], _shape(b2)[:-2]))
+    x = bind(P.solve, broadcast_to(a, batch + (n, n)), broadcast_to(b2, batch + _shape(b2)[-2:]))
+    return reshape(x, batch + (n,)) if vector else x
+
+
+def inv(a):
+    return bind(P.inv, _matrices(a, "inv"))
+
+
+def slogdet(a):
+    sign, logabsdet = bind(P.slogdet, _matrices(a, "slogdet"))
+    return SlogdetResult(sign, logabsdet)
+
+
+def det(a):
+    """sign * exp(log|det|): how NumPy computes it too."""
+    sign, logabsdet = bind(P.slogdet, _matrices(a, "det"))
+    return multiply(sign, exp(logabsdet))
+
+
+def cholesky(a, /, *, upper=False):
+    a = _matrices(a, "cholesky")
+    if upper:   # (from the upper triangle: the lower of the transpose)
+        return matrix_transpose(bind(P.cholesky, matrix_transpose(a)))
+    return bind(P.cholesky, a)
+
+
+def qr(a, mode="reduced"):
+    a = _matrices(a, "qr", square=False)
+    m, n = _shape(a)[-2:]
+    if mode == "complete" and m > n:
+        raise NotImplementedError(with_location("np.linalg.qr(mode='complete') of a tall matrix is not supported while "
+                                                "tracing; use mode='reduced'"))
+    if mode not in ("reduced", "complete", "r"):
+        raise NotImplementedError(with_location(f"np.linalg.qr: mode {mode!r} is not supported while tracing"))
+    q, r = bind(P.qr, a)
+    return r if mode == "r" else QRResult(q, r)
+
+
+def eigh(a, UPLO="L"):   # noqa: N803 (NumPy's name)
+    a = _matrices(a, "eigh")
+    if UPLO not in ("L", "U"):
+        raise ValueError(with_location("np.linalg.eigh: UPLO must be 'L' or 'U'"))
+    w, v = bind(P.eigh, a if UPLO == "L" else matrix_transpose(a))
+    return EighResult(w, v)
+
+
+def eigvalsh(a, UPLO="L"):   # noqa: N803
+    return eigh(a, UPLO).eigenvalues
+
+
+def svd(a, full_matrices=True, compute_uv=True, hermitian=False):
+    a = _matrices(a, "svd", square=False)
+    m, n = _shape(a)[-2:]
+    full = bool(full_matrices) and compute_uv and m != n
+    u, s, vh = bind(P.svd, a, full_matrices=full)
+    return SVDResult(u, s, vh) if compute_uv else s
+
+
+def svdvals(x, /):
+    return svd(x, compute_uv=False)
+
+
+def vector_norm(x, /, *, axis=None, keepdims=False, ord=2):
+    x = _inexact(_array(x, "vector_norm"), "vector_norm")
+    ax = _axes(axis, len(_shape(x)), "vector_norm")
+    if axis is None:
+        y = _vector_norm(reshape(x, (-1,)), (0,), ord, False)
+        return reshape(y, (1,) * len(_shape(x))) if keepdims else y
+    return _vector_norm(x, ax, ord, keepdims)
+
+
+def _vector_norm(x, axes, ord, keepdims):
+    a = absolute(x)
+    if ord is None or ord == 2:
+        return sqrt(_sum(multiply(x, x), axis=axes, keepdims=keepdims))
+    if ord == np.inf:
+        return _max(a, axis=axes, keepdims=keepdims)
+    if ord == -np.inf:
+        return _min(a, axis=axes, keepdims=keepdims)
+    if ord == 0:
+        return _cast(_sum(_cast(greater(a, 0), _dtype(x)), axis=axes, keepdims=keepdims), _dtype(x))
+    if ord == 1:
+        return _sum(a, axis=axes, keepdims=keepdims)
+    if isinstance(ord, str):
+        raise ValueError(with_location(f"norm: invalid norm order {ord!r} for vectors"))
+    return power(_sum(power(a, float(ord)), axis=axes, keepdims=keepdims), 1.0 / float(ord))
+
+
+def matrix_norm(x, /, *, keepdims=False, ord="fro"):
+    x = _matrices(x, "matrix_norm", square=False)
+    nd = len(_shape(x))
+    return _matrix_norm(x, (nd - 2, nd - 1), ord, keepdims)
+
+
+def _matrix_norm(x, axes, ord, keepdims):
+    r, c = axes
+    nd = len(_shape(x))
+    if ord in (None, "fro"):
+        return sqrt(_sum(multiply(x, x), axis=axes, keepdims=keepdims))
+    a = absolute(x)
+    if ord in (1, -1):
+        col = _sum(a, axis=r, keepdims=True)
+        y = (_max if ord == 1 else _min)(col, axis=c, keepdims=True)
+    elif ord in (np.inf, -np.inf):
+        row = _sum(a, axis=c, keepdims=True)
+        y = (_max if ord == np.inf else _min)(row, axis=r, keepdims=True)
+    elif ord in (2, -2, "nuc"):
+        moved = moveaxis(x, (r, c), (nd - 2, nd - 1))
+        s = svd(moved, compute_uv=False)
+        y = _sum(s, axis=-1) if ord == "nuc" else (_max if ord == 2 else _min)(s, axis=-1)
+        y = reshape(y, tuple(1 if i in axes else sz for i, sz in enumerate(_shape(x))))
+    else:
+        raise ValueError(with_location(f"norm: invalid norm order {ord!r} for matrices"))
+    return y if keepdims else squeeze(y, axis=axes)
+
+
+def norm(x, ord=None, axis=None, keepdims=False):
+    x = _inexact(_array(x, "norm"), "norm")
+    nd = len(_shape(x))
+    if axis is None:
+        if ord is None:
+            y = sqrt(_sum(multiply(x, x)))
+            return reshape(y, (1,) * nd) if keepdims else y
+        axis = tuple(range(nd))
+    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    axes = tuple(int(a) % nd for a in axes)
+    if len(axes) == 1:
+        return _vector_norm(x, axes, ord, keepdims)
+    if len(axes) == 2:
+        return _matrix_norm(x, axes, ord, keepdims)
+    raise ValueError(with_location("norm: improper number of dimensions to norm"))
+
+
+def pinv(a, rcond=None, hermitian=False, *, rtol=np._NoValue):
+    """The pseudo-inverse from the SVD, singular values below rcond * max(s) dropped (NumPy's rule)."""
+    a = _matrices(a, "pinv", square=False)
+    if rcond is None:
+        rcond = 1e-15 if rtol is np._NoValue else (max(_shape(a)[-2:]) * np.finfo(_dtype(a)).eps if rtol is None else rtol)
+    u, s, vh = svd(a, full_matrices=False)
+    cutoff = multiply(_max(s, axis=-1, keepdims=True), rcond)
+    large = greater(s, cutoff)
+    inv_s = where(large, divide(1, where(large, s, 1)), 0)
+    return matmul(matrix_transpose(vh), multiply(reshape(inv_s, _shape(inv_s) + (1,)), matrix_transpose(u)))
+
+
+def matrix_power(a, n):
+    a = _matrices(a, "matrix_power")
+    n = int(n)
+    if n == 0:
+        return broadcast_to(np.eye(_shape(a)[-1], dtype=_dtype(a)), _shape(a))
+    if n < 0:
+        a, n = inv(a), -n
+    result, base = None, a
+    while n:
+        if n & 1:
+            result = base if result is None else matmul(result, base)
+        n >>= 1
+        if n:
+            base = matmul(base, base)
+    return result
+
+
+def multi_dot(arrays, *, out=None):
+    """A chain of matmuls in the cheapest order (dynamic programming over the chain, as NumPy)."""
+    arrays = [_array(x, "multi_dot") for x in arrays]
+    if len(arrays) < 2:
+        raise ValueError(with_location("multi_dot: expecting at least two arrays"))
+    first_1d, last_1d = len(_shape(arrays[0])) == 1, len(_shape(arrays[-1])) == 1
+    if first_1d:
+        arrays[0] = reshape(arrays[0], (1, -1))
+    if last_1d:
+        arrays[-1] = reshape(arrays[-1], (-1, 1))
+    dims = [_shape(arrays[0])[0]] + [_shape(x)[1] for x in arrays]
+    n = len(arrays)
+    cost = [[0] * n for _ in range(n)]
+    split = [[0] * n for _ in range(n)]
+    for length in range(1, n):
+        for i in range(n - length):
+            j = i + length
+            cost[i][j] = math.inf
+            for k in range(i, j):
+                c = cost[i][k] + cost[k + 1][j] + dims[i] * dims[k + 1] * dims[j + 1]
+                if c < cost[i][j]:
+                    cost[i][j], split[i][j] = c, k
+
+    def chain(i, j):
+        return arrays[i] if i == j else matmul(chain(i, split[i][j]), chain(split[i][j] + 1, j))
+
+    y = chain(0, n - 1)
+    if first_1d and last_1d:
+        return reshape(y, ())
+    if first_1d:
+        return reshape(y, (-1,))
+    return reshape(y, (-1,)) if last_1d else y
+
+
+def matrix_rank(A, tol=None, hermitian=False, *, rtol=None):   # noqa: N803
+    A = _inexact(_array(A, "matrix_rank"), "matrix_rank")
+    if len(_shape(A)) < 2:
+        return _cast(builtins_any_nonzero(A), np.int64)
+    s = svd(A, compute_uv=False)
+    if tol is None:
+        r = max(_shape(A)[-2:]) * np.finfo(_dtype(A)).eps if rtol is None else rtol
+        tol = multiply(_max(s, axis=-1, keepdims=True), r)
+    elif not isinstance(tol, Tracer):
+        tol = np.asarray(tol)[..., None]
+    return _sum(greater(s, tol), axis=-1)
+
+
+def builtins_any_nonzero(a):
+    return greater(_sum(_cast(greater(absolute(a), 0), np.int64)), 0)
+
+
+def cond(x, p=None):
+    x = _matrices(x, "cond", square=p not in (None, 2, -2))
+    if p in (None, 2, -2):
+        s = svd(x, compute_uv=False)
+        hi, lo = _max(s, axis=-1), _min(s, axis=-1)
+        return divide(hi, lo) if p in (None, 2) else divide(lo, hi)
+    return multiply(norm(x, p, axis=(-2, -1)), norm(inv(x), p, axis=(-2, -1)))
+
+
+# the array-API names of np.linalg (NumPy 2): over the last axes
+
+
+def outer(x1, x2, /):
+    if len(_shape(x1)) != 1 or len(_shape(x2)) != 1:
+        raise ValueError(with_location("np.linalg.outer: takes 1-D arrays"))
+    return _outer(x1, x2)
+
+
+def cross(x1, x2, /, *, axis=-1):
+    if _shape(x1)[axis] != 3 or _shape(x2)[axis] != 3:
+        raise ValueError(with_location("np.linalg.cross: both inputs must be 3-vectors along the axis"))
+    return _cross(x1, x2, axis=axis)
+
+
+def vecdot(x1, x2, /, *, axis=-1):
+    return _vecdot(x1, x2, axis=axis)
+
+
+def tensordot(x1, x2, /, *, axes=2):
+    return _tensordot(x1, x2, axes)
+
+
+def diagonal(x, /, *, offset=0):
+    return _diagonal(x, offset, -2, -1)
+
+
+def trace(x, /, *, offset=0, dtype=None):
+    y = _sum(_diagonal(x, offset, -2, -1), axis=-1)
+    return _cast(y, dtype) if dtype is not None else y
+

@@ -1,0 +1,218 @@
+"""Sorting and order statistics: sort, argsort (stable), partition and argpartition (a full sort
+is a valid partition), searchsorted, median, percentile, quantile and their nan* forms, and
+tk.numpy.top_k. NaN sorts last, as in NumPy; a statistic of a slice with a NaN is NaN (the nan*
+forms skip them, reading the sorted row at positions computed from its count of numbers)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..ir import is_float
+from ._core import P, Tracer, _array, _axes, _axis, _cast, _dtype, _inexact, _promote, _result_dtype, _shape, bind, with_location
+from .indexing import take, take_along_axis
+from .reductions import sum as _sum
+from .shapes import moveaxis, ravel, reshape
+from .ufuncs import add, ceil, divide, floor, greater_equal, isnan, logical_not, multiply, negative, rint, subtract, where
+
+
+def _along_last(fn, a, axis, fname):
+    a = _array(a, fname)
+    if axis is None:
+        a, axis = ravel(a), 0
+    if not _shape(a):
+        raise ValueError(with_location(f"{fname}: axis {axis} is out of bounds for a 0-d array"))
+    axis = _axis(axis, len(_shape(a)), fname)
+    last = len(_shape(a)) - 1
+    y = fn(moveaxis(a, axis, last) if axis != last else a)
+    return moveaxis(y, last, axis) if axis != last else y
+
+
+def sort(a, axis=-1, kind=None, order=None, *, stable=None):
+    if order is not None:
+        raise NotImplementedError(with_location("np.sort: order= (structured arrays) is not supported"))
+    return _along_last(lambda x: bind(P.sort, x), a, axis, "sort")
+
+
+def argsort(a, axis=-1, kind=None, order=None, *, stable=None):
+    """Always stable: equal elements keep their order (NumPy's kind="stable")."""
+    if order is not None:
+        raise NotImplementedError(with_location("np.argsort: order= (structured arrays) is not supported"))
+    return _along_last(lambda x: bind(P.argsort, x), a, axis, "argsort")
+
+
+def partition(a, kth, axis=-1, kind="introselect", order=None):
+    """The array sorted along the axis: a valid partition for every kth."""
+    return sort(a, axis)
+
+
+def argpartition(a, kth, axis=-1, kind="introselect", order=None):
+    return argsort(a, axis)
+
+
+def searchsorted(a, v, side="left", sorter=None):
+    a = _array(a, "searchsorted")
+    if sorter is not None:
+        a = take(a, sorter)
+    v = _array(v, "searchsorted")
+    a, v = _promote("searchsorted", a, v)
+    if not isinstance(v, Tracer) and not isinstance(a, Tracer):
+        return np.searchsorted(np.asarray(a), v, side=side)
+    if not isinstance(v, Tracer):
+        v = np.asarray(v)
+    return bind(P.searchsorted, a, v, side=side)
+
+
+def top_k(x, k: int):
+    """(values, indices) of the k largest elements along the last axis, largest first (ties: the
+    lower index first), like jax.lax.top_k."""
+    x = _array(x, "top_k")
+    order = argsort(negative(x) if _dtype(x) != np.bool_ else logical_not(x), axis=-1)
+    idx = order[..., :k]
+    return take_along_axis(x, idx, axis=-1), idx
+
+
+# ----------------------------------------------------------------------------- order statistics
+
+
+def _prepare(a, axis, fname):
+    """(a as float with the reduced axes flattened last, the kept shape with the reduced axes as 1)."""
+    a = _inexact(_array(a, fname), fname)
+    shape = _shape(a)
+    axes = _axes(axis, len(shape), fname)
+    kept = tuple(1 if i in axes else s for i, s in enumerate(shape))
+    others = [i for i in range(len(shape)) if i not in axes]
+    x = moveaxis(a, axes, tuple(range(len(others), len(shape)))) if axes else a
+    x = reshape(x, tuple(shape[i] for i in others) + (math.prod(shape[i] for i in axes),))
+    if _shape(x)[-1] == 0:
+        raise ValueError(with_location(f"{fname}: cannot take an order statistic of an empty slice (shape {shape})"))
+    return x, kept, tuple(shape[i] for i in others)
+
+
+def _finish(y, rest_shape, kept, keepdims, q_shape):
+    """y of shape rest + q_shape -> q_shape first, then kept (keepdims) or rest."""
+    nq = len(q_shape)
+    if nq:
+        y = moveaxis(y, tuple(range(len(rest_shape), len(rest_shape) + nq)), tuple(range(nq)))
+    return reshape(y, q_shape + (kept if keepdims else rest_shape))
+
+
+def _lerp(a, b, t):
+    """NumPy's _lerp: a + (b - a) t, computed from b's end for t >= 0.5 (monotone, exact at the ends)."""
+    d = subtract(b, a)
+    return where(greater_equal(t, 0.5), subtract(b, multiply(d, subtract(1, t))), add(a, multiply(d, t)))
+
+
+_METHODS = ("linear", "lower", "higher", "nearest", "midpoint")
+
+
+def _at_positions(s, pos, method: str, count=None):
+    """The sorted rows s (..., n) read at fractional positions pos (..., m) by `method`."""
+    lo = floor(pos)
+    if method == "lower":
+        return take_along_axis(s, _cast(lo, np.int64), -1)
+    if method == "higher":
+        return take_along_axis(s, _cast(ceil(pos), np.int64), -1)
+    if method == "nearest":
+        return take_along_axis(s, _cast(rint(pos), np.int64), -1)
+    hi = ceil(pos)
+    a = take_along_axis(s, _cast(lo, np.int64), -1)
+    b = take_along_axis(s, _cast(hi, np.int64), -1)
+    if method == "midpoint":
+        return divide(add(a, b), 2)
+    return _lerp(a, b, subtract(pos, lo))
+
+
+def _quantile(a, q, axis, method, keepdims, fname, skip_nan, percent=False):
+    if method not in _METHODS:
+        raise NotImplementedError(with_location(f"np.{fname}: method {method!r} is not supported while tracing; "
+                                                f"supported: {', '.join(_METHODS)}"))
+    x, kept, rest = _prepare(a, axis, fname)
+    n = _shape(x)[-1]
+    q = _array(q, fname)
+    dt = _result_dtype(fname, x, q)   # (NumPy's: a list of quantiles is float64; a Python number is weak)
+    s = bind(P.sort, _cast(x, dt))
+    q_shape = _shape(q)
+    q = _cast(q, dt) if isinstance(q, Tracer) else np.asarray(q, dt)
+    if percent:
+        q = divide(q, 100)
+    if not isinstance(q, Tracer) and (np.any(q < 0) or np.any(q > 1)):
+        raise ValueError(with_location(f"np.{fname}: quantiles must be in the range [0, 1]"))
+    qf = reshape(q, (1,) * len(rest) + (math.prod(q_shape),))
+    if skip_nan:
+        count = _sum(logical_not(isnan(x)), axis=-1, keepdims=True)
+        last = subtract(_cast(count, _dtype(s)), 1)
+        pos = multiply(qf, where(greater_equal(last, 0), last, 0))
+    else:
+        pos = multiply(qf, n - 1)
+    y = _at_positions(s, pos, method)
+    if skip_nan:
+        y = where(greater_equal(_cast(count, _dtype(s)), 1), y, np.nan)
+    elif is_float(_dtype(s)):
+        y = where(isnan(s[..., -1:]), np.nan, y)   # (NaN sorts last: a slice with one has it there)
+    return _finish(y, rest, kept, keepdims, q_shape)
+
+
+def quantile(a, q, axis=None, out=None, overwrite_input=False, method="linear", keepdims=False, *, weights=None,
+             interpolation=None):
+    _check_out(out, weights, "quantile")
+    return _quantile(a, q, axis, interpolation or method, keepdims, "quantile", skip_nan=False)
+
+
+def percentile(a, q, axis=None, out=None, overwrite_input=False, method="linear", keepdims=False, *, weights=None,
+               interpolation=None):
+    _check_out(out, weights, "percentile")
+    return _quantile(a, q, axis, interpolation or method, keepdims, "percentile", skip_nan=False, percent=True)
+
+
+def nanquantile(a, q, axis=None, out=None, overwrite_input=False, method="linear", keepdims=False, *, weights=None,
+                interpolation=None):
+    _check_out(out, weights, "nanquantile")
+    return _quantile(a, q, axis, interpolation or method, keepdims, "nanquantile", skip_nan=True)
+
+
+def nanpercentile(a, q, axis=None, out=None, overwrite_input=False, method="linear", keepdims=False, *, weights=None,
+                  interpolation=None):
+    _check_out(out, weights, "nanpercentile")
+    return _quantile(a, q, axis, interpolation or method, keepdims, "nanpercentile", skip_nan=True, percent=True)
+
+
+def _check_out(out, weights, fname):
+    if out is not None:
+        raise TypeError(with_location(f"np.{fname}(..., out=...) cannot write into a traced array"))
+    if weights is not None:
+        raise NotImplementedError(with_location(f"np.{fname}: weights= is not supported while tracing"))
+
+
+def median(a, axis=None, out=None, overwrite_input=False, keepdims=False):
+    """The middle of the sorted slice, or the mean of the two middle ones (NumPy's formula)."""
+    _check_out(out, None, "median")
+    x, kept, rest = _prepare(a, axis, "median")
+    n = _shape(x)[-1]
+    s = bind(P.sort, x)
+    y = s[..., (n - 1) // 2] if n % 2 else divide(add(s[..., n // 2 - 1], s[..., n // 2]), 2)
+    y = where(isnan(s[..., -1]), np.nan, y)
+    return reshape(y, kept if keepdims else rest)
+
+
+def nanmedian(a, axis=None, out=None, overwrite_input=False, keepdims=False):
+    _check_out(out, None, "nanmedian")
+    x, kept, rest = _prepare(a, axis, "nanmedian")
+    s = bind(P.sort, x)
+    count = _sum(logical_not(isnan(x)), axis=-1, keepdims=True)
+    lo = bind(P.floor_divide, subtract(count, 1), np.asarray(2, np.int64))
+    hi = bind(P.floor_divide, count, np.asarray(2, np.int64))
+    lo = where(greater_equal(lo, 0), lo, 0)
+    y = divide(add(take_along_axis(s, lo, -1), take_along_axis(s, hi, -1)), 2)
+    y = where(greater_equal(count, 1), y, np.nan)
+    return reshape(y, kept if keepdims else rest)
+
+
+def digitize(x, bins, right=False):
+    """The bin of each x (np.digitize): searchsorted in increasing bins (decreasing constant bins are
+    searched reversed, as NumPy does); traced bins must be increasing."""
+    bins = _array(bins, "digitize")
+    if not isinstance(bins, Tracer) and len(bins) > 1 and np.all(np.diff(bins) <= 0):
+        n = len(bins)
+        return subtract(n, searchsorted(np.ascontiguousarray(bins[::-1]), x, side="left" if right else "right"))
+    return searchsorted(bins, x, side="left" if right else "right")

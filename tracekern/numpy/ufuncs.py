@@ -1,0 +1,363 @@
+"""Elementwise functions: every ufunc of the elementwise primitive table (np.add, np.arctan2, ...),
+with NumPy's promotion, and the ones composed from them (logaddexp, fmax, heaviside, sinc,
+nan_to_num, ...), which fuse into the same loops. Also where, clip, astype, round."""
+from __future__ import annotations
+
+import builtins
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+from ..ir import is_float
+from ..primitives.core import REGISTRY
+from ..primitives.elementwise import Elementwise
+from ._core import P, Tracer, _cast, _check_dtype, _check_operand, _dtype, _promote, _reject, _token, bind, with_location
+
+
+def _ufunc_op(ufunc, prim, fname: str) -> Callable:
+    def op(*args):
+        if len(args) != ufunc.nin:
+            raise TypeError(f"{fname} takes {ufunc.nin} operands, got {len(args)}")
+        for a in args:
+            _check_operand(a, fname)
+        tokens = tuple(_token(a) for a in args)
+        try:
+            dtypes = ufunc.resolve_dtypes(tokens + (None,) * ufunc.nout)
+        except (TypeError, ValueError, np.exceptions.DTypePromotionError):
+            names = ", ".join(getattr(t, "name", getattr(t, "__name__", str(t))) for t in tokens)
+            raise TypeError(with_location(f"np.{ufunc.__name__} is not defined for operands of dtype {names}")) from None
+        _check_dtype(dtypes[-1], fname)
+        return bind(prim, *[_cast(a, d) for a, d in zip(args, dtypes[: ufunc.nin])])
+
+    op.__name__ = fname
+    op.__doc__ = f"np.{ufunc.__name__}, traced: NumPy's promotion and broadcasting."
+    return op
+
+
+# every elementwise primitive of the table with a NumPy ufunc is np.<ufunc> on tracers
+BY_UFUNC: dict = {p.ufunc: p for p in REGISTRY.values() if isinstance(p, Elementwise) and p.ufunc is not None}
+OPS: dict[str, Callable] = {u.__name__: _ufunc_op(u, p, u.__name__) for u, p in BY_UFUNC.items()}
+
+add, subtract, multiply, divide, power = (OPS[n] for n in ("add", "subtract", "multiply", "divide", "power"))
+true_divide = divide
+negative, absolute, sign, floor, ceil, rint = (OPS[n] for n in ("negative", "absolute", "sign", "floor", "ceil", "rint"))
+maximum, minimum, exp, log, log1p, expm1, sqrt = (OPS[n] for n in ("maximum", "minimum", "exp", "log", "log1p", "expm1", "sqrt"))
+sin, cos, tan, tanh, arctan = (OPS[n] for n in ("sin", "cos", "tan", "tanh", "arctan"))
+sinh, cosh, arcsin, arccos, arcsinh, arccosh, arctanh = (OPS[n] for n in (
+    "sinh", "cosh", "arcsin", "arccos", "arcsinh", "arccosh", "arctanh"))
+less, less_equal, greater, greater_equal, equal, not_equal = (OPS[n] for n in (
+    "less", "less_equal", "greater", "greater_equal", "equal", "not_equal"))
+arctan2, hypot, cbrt, log2, log10, exp2, trunc, copysign, nextafter = (OPS[n] for n in (
+    "arctan2", "hypot", "cbrt", "log2", "log10", "exp2", "trunc", "copysign", "nextafter"))
+floor_divide, remainder, fmod = (OPS[n] for n in ("floor_divide", "remainder", "fmod"))
+bitwise_and, bitwise_or, bitwise_xor, left_shift, right_shift, gcd, lcm = (OPS[n] for n in (
+    "bitwise_and", "bitwise_or", "bitwise_xor", "left_shift", "right_shift", "gcd", "lcm"))
+abs = absolute   # noqa: A001
+mod = remainder
+fix = trunc
+
+
+def _logical(prim, fname):
+    def op(*args):
+        for a in args:
+            _check_operand(a, fname)
+        return bind(prim, *[_cast(a, np.bool_) for a in args])
+
+    op.__name__ = fname
+    return op
+
+
+logical_and = _logical(P.logical_and, "logical_and")
+logical_or = _logical(P.logical_or, "logical_or")
+logical_not = _logical(P.logical_not, "logical_not")
+
+
+def logical_xor(x1, x2):
+    return not_equal(_cast(x1, np.bool_), _cast(x2, np.bool_))
+
+
+def invert(x):
+    """~x: bitwise for integers, logical for bools (np.invert, np.bitwise_not)."""
+    _check_operand(x, "invert")
+    if _dtype(x) == np.bool_:
+        return logical_not(x)
+    return OPS["invert"](x)
+
+
+bitwise_not = bitwise_invert = invert
+
+
+def positive(x):
+    return x
+
+
+def square(x):
+    return multiply(x, x)
+
+
+def reciprocal(x):
+    if not is_float(_dtype(x)):
+        raise TypeError(with_location("np.reciprocal of an integer array is not supported; use 1.0 / x"))
+    return divide(1, x)
+
+
+def isnan(x):
+    return not_equal(x, x)
+
+
+def isinf(x):
+    return equal(absolute(x), np.inf)
+
+
+def isfinite(x):
+    return less(absolute(x), np.inf)
+
+
+def isposinf(x):
+    return equal(x, np.inf)
+
+
+def isneginf(x):
+    return equal(x, -np.inf)
+
+
+def signbit(x):
+    """True where the sign bit is set (-0.0 and -nan included), as NumPy."""
+    if not is_float(_dtype(x)):
+        return less(x, 0)
+    return less(copysign(1, x), 0)
+
+
+def isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
+    """|a - b| <= atol + rtol |b| (infinities equal only to themselves; NaNs equal with equal_nan)."""
+    a, b = _promote("isclose", a, b)
+    if not is_float(_dtype(a)):
+        a, b = _cast(a, np.float64), _cast(b, np.float64)
+    finite = bind(P.logical_and, isfinite(a), isfinite(b))
+    close = less_equal(absolute(subtract(a, b)), add(atol, multiply(rtol, absolute(b))))
+    result = _pick(finite, close, equal(a, b))
+    if equal_nan:
+        result = bind(P.logical_or, result, bind(P.logical_and, isnan(a), isnan(b)))
+    return result
+
+
+def fabs(x):
+    if not is_float(_dtype(x)):
+        raise TypeError(with_location("np.fabs is defined for floats only; use np.abs"))
+    return absolute(x)
+
+
+def float_power(x1, x2):
+    return power(_cast(x1, np.float64), _cast(x2, np.float64))
+
+
+def _pick(c, a, b):
+    return bind(P.select, c, *_promote("where", a, b))
+
+
+def logaddexp(x1, x2):
+    """log(exp(x1) + exp(x2)) without overflow: max + log1p(exp(-|x1 - x2|)); equal operands (both
+    infinite included) give x + log 2, and their gradients share 1/2 each (maximum's ties)."""
+    x1, x2 = _promote("logaddexp", x1, x2)
+    same = equal(x1, x2)
+    gap = _pick(same, 0, negative(absolute(subtract(x1, x2))))
+    return add(maximum(x1, x2), log1p(exp(gap)))
+
+
+def logaddexp2(x1, x2):
+    x1, x2 = _promote("logaddexp2", x1, x2)
+    same = equal(x1, x2)
+    gap = _pick(same, 0, negative(absolute(subtract(x1, x2))))
+    return add(maximum(x1, x2), divide(log1p(exp2(gap)), math.log(2.0)))
+
+
+def fmax(x1, x2):
+    """maximum that ignores a NaN operand (NaN only when both are)."""
+    x1, x2 = _promote("fmax", x1, x2)
+    if not is_float(_dtype(x1)):
+        return maximum(x1, x2)
+    return _pick(isnan(x2), x1, _pick(isnan(x1), x2, maximum(x1, x2)))
+
+
+def fmin(x1, x2):
+    x1, x2 = _promote("fmin", x1, x2)
+    if not is_float(_dtype(x1)):
+        return minimum(x1, x2)
+    return _pick(isnan(x2), x1, _pick(isnan(x1), x2, minimum(x1, x2)))
+
+
+def heaviside(x1, x2):
+    """0 below zero, x2 at zero, 1 above (NaN stays NaN)."""
+    x1, x2 = _promote("heaviside", x1, x2)
+    step = _pick(less(x1, 0), 0, _pick(equal(x1, 0), x2, 1))
+    return _pick(isnan(x1), x1, step)
+
+
+def deg2rad(x):
+    x = x if is_float(_dtype(x)) else _cast(x, np.float64)
+    return multiply(x, math.pi / 180)
+
+
+def rad2deg(x):
+    x = x if is_float(_dtype(x)) else _cast(x, np.float64)
+    return multiply(x, 180 / math.pi)
+
+
+radians, degrees = deg2rad, rad2deg
+
+
+def sinc(x):
+    """sin(pi x) / (pi x), 1 at 0 (the zero is replaced before dividing, so gradients stay finite)."""
+    x = x if is_float(_dtype(x)) else _cast(x, np.float64)
+    zero = equal(x, 0)
+    y = multiply(_pick(zero, 1, x), math.pi)
+    return _pick(zero, 1, divide(sin(y), y))
+
+
+def spacing(x):
+    """The distance to the next float away from zero (negative for negative x), as NumPy."""
+    x = x if is_float(_dtype(x)) else _cast(x, np.float64)
+    return subtract(_pick(less(x, 0), nextafter(x, -np.inf), nextafter(x, np.inf)), x)
+
+
+def ldexp(x1, x2):
+    """x1 * 2**x2 (x2 integer), exact while 2**x2 is a normal float."""
+    if _dtype(x2).kind not in "iub":
+        raise TypeError(with_location(f"np.ldexp: the exponent must be an integer array, got {_dtype(x2)}"))
+    x1 = x1 if is_float(_dtype(x1)) else _cast(x1, np.float64)
+    return multiply(x1, exp2(_cast(x2, _dtype(x1))))
+
+
+def divmod(x1, x2):   # noqa: A001
+    return floor_divide(x1, x2), remainder(x1, x2)
+
+
+def modf(x):
+    """(fractional part, integral part), both with x's sign; modf(inf) = (0, inf)."""
+    x = x if is_float(_dtype(x)) else _cast(x, np.float64)
+    whole = trunc(x)
+    return _pick(isinf(x), copysign(0, x), subtract(x, whole)), whole
+
+
+def frexp(x):
+    """(mantissa in [0.5, 1) with x's sign, integer exponent: int32): x = m * 2**e; 0, inf and NaN
+    give (x, 0). The exponent from log2, corrected by one where log2 rounded across a power of two."""
+    x = x if is_float(_dtype(x)) else _cast(x, np.float64)
+    finite = logical_and(isfinite(x), not_equal(x, 0))
+    safe = _pick(finite, x, 1)
+    e = add(floor(log2(absolute(safe))), 1)
+    m = divide(safe, exp2(e))
+    big, small = greater_equal(absolute(m), 1), less(absolute(m), 0.5)
+    m = _pick(big, multiply(m, 0.5), _pick(small, multiply(m, 2), m))
+    e = _pick(big, add(e, 1), _pick(small, subtract(e, 1), e))
+    return _pick(finite, m, x), _cast(_pick(finite, e, 0), np.int32)
+
+
+def nan_to_num(x, copy=True, nan=0.0, posinf=None, neginf=None):
+    """NaN -> nan, +inf -> posinf (default: the largest float), -inf -> neginf (the most negative)."""
+    if not is_float(_dtype(x)):
+        return x
+    info = np.finfo(_dtype(x))
+    y = _pick(isnan(x), nan, x)
+    y = _pick(equal(x, np.inf), info.max if posinf is None else posinf, y)
+    return _pick(equal(x, -np.inf), info.min if neginf is None else neginf, y)
+
+
+def real(val):
+    return val
+
+
+def conj(x):
+    return x
+
+
+conjugate = conj
+
+
+def imag(val):
+    return zeros_like_of(val)
+
+
+def angle(z, deg=False):
+    """0 for x >= 0, pi for x < 0 (real inputs)."""
+    z = z if is_float(_dtype(z)) else _cast(z, np.float64)
+    return _pick(less(z, 0), 180.0 if deg else math.pi, multiply(z, 0))
+
+
+def zeros_like_of(x):
+    dtype = _dtype(x)
+    return bind(P.full, shape=tuple(np.shape(x) if not isinstance(x, Tracer) else x.shape), dtype=dtype,
+                value=np.asarray(0, dtype).item())
+
+
+def round(a, decimals=0, out=None):  # noqa: A001 (np.round)
+    """np.round / np.around: half to even; decimals scale by 10**decimals first, as NumPy does."""
+    _reject("round", out=out)
+    if not isinstance(decimals, (int, np.integer)):
+        raise TypeError(with_location(f"np.round: decimals must be an integer, got {decimals!r}"))
+    if not is_float(_dtype(a)):
+        if decimals >= 0:
+            return a
+        raise NotImplementedError(with_location("np.round of integers to negative decimals is not supported while "
+                                                "tracing; round a float copy: np.round(x.astype(float), d)"))
+    if decimals == 0:
+        return rint(a)
+    scale = 10.0 ** builtins.abs(decimals)
+    if decimals > 0:
+        return divide(rint(multiply(a, scale)), scale)
+    return multiply(rint(divide(a, scale)), scale)
+
+
+around = round
+
+
+def where(condition, x=None, y=None):
+    """np.where(condition, x, y); the one-argument form (indices) is not traceable."""
+    if x is None or y is None:
+        raise NotImplementedError(with_location(
+            "np.where(condition) with one argument returns data-dependent indices and cannot be "
+            "traced; use np.where(condition, x, y)"))
+    _check_operand(condition, "where")
+    c = condition if _dtype(condition) == np.bool_ else not_equal(condition, 0)
+    a, b = _promote("where", x, y)
+    return bind(P.select, c, a, b)
+
+
+def clip(a, a_min=np._NoValue, a_max=np._NoValue, out=None, *, min=np._NoValue, max=np._NoValue, **kwargs):
+    """np.clip as minimum(maximum(a, a_min), a_max): either bound may be None."""
+    _reject("clip", out=out)
+    lo = min if a_min is np._NoValue else a_min
+    hi = max if a_max is np._NoValue else a_max
+    lo = None if lo is np._NoValue else lo
+    hi = None if hi is np._NoValue else hi
+    y = a
+    if lo is not None:
+        y = maximum(y, lo)
+    if hi is not None:
+        y = minimum(y, hi)
+    return y
+
+
+def astype(x, dtype, /, *, copy=True, device=None):
+    dtype = _check_dtype(dtype, "astype")
+    _check_operand(x, "astype")
+    return _cast(x, dtype)
+
+
+def stop_gradient(x):
+    """Identity in the forward pass; no gradient flows through it."""
+    return bind(P.stop_gradient, x)
+
+
+# ufunc -> traced function, for __array_ufunc__ (np.abs is np.absolute, np.acos is np.arccos...)
+UFUNCS: dict = {u: OPS[u.__name__] for u in BY_UFUNC}
+UFUNCS.update({
+    np.positive: positive, np.square: square, np.reciprocal: reciprocal,
+    np.isnan: isnan, np.isinf: isinf, np.isfinite: isfinite, np.logical_and: logical_and,
+    np.logical_or: logical_or, np.logical_not: logical_not, np.logical_xor: logical_xor, np.invert: invert,
+    np.signbit: signbit, np.fabs: fabs, np.float_power: float_power, np.logaddexp: logaddexp,
+    np.logaddexp2: logaddexp2, np.fmax: fmax, np.fmin: fmin, np.heaviside: heaviside, np.deg2rad: deg2rad,
+    np.rad2deg: rad2deg, np.radians: radians, np.degrees: degrees, np.spacing: spacing, np.ldexp: ldexp,
+    np.divmod: divmod, np.modf: modf, np.frexp: frexp, np.conjugate: conj,
+})

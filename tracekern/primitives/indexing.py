@@ -1,0 +1,132 @@
+"""Gather and scatter along one axis, with indices that are data: what integer-array indexing,
+np.take / np.take_along_axis, the gradients of sort and of every gather, and tk.at are built from.
+
+Indices are int32 or int64; a negative one counts from the end, and one out of range is clamped
+(as JAX does), so that no kernel ever reads or writes outside its operand. tracekern.numpy checks
+constant indices against NumPy's bounds at trace time."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import ShapeError
+from ..ir import Aval
+from . import ops
+from .core import Primitive
+
+
+def normalize(idx: np.ndarray, n: int) -> np.ndarray:
+    """NumPy's reading of indices into an axis of n (the impls' side of scalar_rules.take_index)."""
+    idx = np.asarray(idx).astype(np.int64)
+    idx = np.where(idx < 0, idx + n, idx)
+    return np.clip(idx, 0, max(n - 1, 0))
+
+
+def _check_axis_shapes(name: str, x: Aval, idx: Aval, axis: int) -> None:
+    if idx.dtype.kind != "i":
+        raise TypeError(f"{name}: indices must be int32 or int64, got {idx.dtype}")
+    if x.ndim == 0 or x.ndim != idx.ndim or not 0 <= axis < x.ndim:
+        raise ShapeError(f"{name}: an operand of shape {x.shape} and indices of shape {idx.shape} along axis {axis}: "
+                         "they need the same number (>0) of dimensions")
+    if any(a != b for i, (a, b) in enumerate(zip(x.shape, idx.shape)) if i != axis):
+        raise ShapeError(f"{name}: indices of shape {idx.shape} do not match the operand's shape {x.shape} "
+                         f"off axis {axis}")
+    if x.shape[axis] == 0 and idx.size:
+        raise ShapeError(f"{name}: cannot index axis {axis} of size 0 (shape {x.shape})")
+
+
+def _grid(idx: np.ndarray, axis: int) -> tuple:
+    """The full index tuple of an axis gather/scatter: open grids off the axis, the indices on it."""
+    grids = list(np.indices(idx.shape, sparse=True)) if idx.ndim else []
+    grids[axis] = idx
+    return tuple(grids)
+
+
+class Gather(Primitive):
+    """gather(x, idx, axis): out[..., j, ...] = x[..., idx[..., j, ...], ...] (np.take_along_axis). idx has
+    the output's shape, which is x's off `axis`. Fused into loops: each output element reads its
+    operand element at a computed index (`gather_index`)."""
+
+    fusion = "gather"
+
+    def abstract_eval(self, x: Aval, idx: Aval, *, axis: int):
+        _check_axis_shapes("gather", x, idx, axis)
+        return (Aval(idx.shape, x.dtype),)
+
+    def gather_index(self, idx: list[str], index: str, in_shape: tuple[int, ...], *, axis: int) -> list[str]:
+        """The operand's index expressions for the output element at `idx`, whose index value is the
+        scalar named `index`."""
+        out = list(idx)
+        out[axis] = f"take_index({index}, {in_shape[axis]})"
+        return out
+
+    def impl(self, x, idx, *, axis):
+        return np.take_along_axis(x, normalize(idx, x.shape[axis]), axis)
+
+    def vjp(self, cts, ins, outs, active, *, axis):
+        x, idx = ins
+        return [ops.scatter(ops.zeros_like(x), idx, cts[0], axis=axis, mode="add"), None]
+
+
+# how each mode combines an update u into the value o already there (in the order of the updates)
+SCATTER_MODES = ("add", "set", "mul", "min", "max")
+
+
+class Scatter(Primitive):
+    """scatter(base, idx, updates, axis, mode): base, with each update combined into the element its
+    index names along `axis` (idx and updates share a shape, which is base's off the axis), in C
+    order of the updates: "add" accumulates repeated indices (np.add.at), "set" keeps the last,
+    "mul", "min" and "max" combine them (np.multiply.at, np.minimum.at, np.maximum.at)."""
+
+    def abstract_eval(self, base: Aval, idx: Aval, updates: Aval, *, axis: int, mode: str):
+        if mode not in SCATTER_MODES:
+            raise ValueError(f"scatter: mode {mode!r} is not one of {SCATTER_MODES}")
+        _check_axis_shapes("scatter", base, idx, axis)
+        if updates.shape != idx.shape or updates.dtype != base.dtype:
+            raise ShapeError(f"scatter: updates {updates} must have the indices' shape {idx.shape} and the operand's "
+                             f"dtype {base.dtype}")
+        return (base,)
+
+    def impl(self, base, idx, updates, *, axis, mode):
+        out = np.array(base, copy=True)
+        where = _grid(normalize(idx, base.shape[axis]), axis)
+        if mode == "set":
+            flat = [np.broadcast_to(w, idx.shape).ravel() for w in where]
+            for k, u in zip(zip(*flat), np.ravel(updates)):   # in order: the last of repeated indices wins
+                out[k] = u
+        else:
+            {"add": np.add, "mul": np.multiply, "min": np.minimum, "max": np.maximum}[mode].at(out, where, updates)
+        return out
+
+    def vjp(self, cts, ins, outs, active, *, axis, mode):
+        (ct,), (base, idx, upd), (out,) = cts, ins, outs
+        gather = lambda v: ops.gather(v, idx, axis=axis)   # noqa: E731
+        count = lambda flags: ops.scatter(ops.zeros_like(base), idx, ops.convert(flags, dtype=base.dtype),   # noqa: E731
+                                          axis=axis, mode="add")
+        zero_b, zero_u = ops.zeros_like(base), ops.zeros_like(upd)
+        if mode == "add":
+            return [ct, None, gather(ct)]
+        if mode == "set":
+            # the updates that survive (the last at each index) get the cotangent of where they went
+            ids = ops.constant(upd, np.arange(int(np.prod(upd.shape)), dtype=np.int64).reshape(upd.shape))
+            last = ops.scatter(ops.full_like(base, -1, dtype=np.int64), idx, ids, axis=axis, mode="set")
+            wins = ops.eq(ops.gather(last, idx, axis=axis), ids)
+            return [ops.scatter(ct, idx, zero_u, axis=axis, mode="set"), None, ops.select(wins, gather(ct), zero_u)]
+        if mode == "mul":
+            # the product of the other updates at the same index, without dividing by zero
+            is_zero = ops.eq(upd, zero_u)
+            nonzero = ops.select(is_zero, ops.full_like(upd, 1), upd)
+            prod = gather(ops.scatter(ops.full_like(base, 1), idx, nonzero, axis=axis, mode="mul"))
+            zeros = gather(count(is_zero))
+            others = ops.select(ops.eq(zeros, zero_u), ops.div(prod, nonzero),
+                                ops.select(ops.logical_and(is_zero, ops.eq(zeros, ops.full_like(upd, 1))), prod, zero_u))
+            return [ops.scatter(ct, idx, upd, axis=axis, mode="mul"), None, ops.mul(gather(ops.mul(ct, base)), others)]
+        # min / max: the cotangent goes to the values equal to the result, shared equally between ties
+        base_wins = ops.eq(base, out)
+        upd_wins = ops.eq(upd, gather(out))
+        total = ops.add(ops.convert(base_wins, dtype=base.dtype), count(upd_wins))
+        share = ops.div(ct, ops.select(ops.eq(total, zero_b), ops.full_like(base, 1), total))
+        return [ops.select(base_wins, share, zero_b), None, ops.select(upd_wins, gather(share), zero_u)]
+
+
+gather = Gather("gather")
+scatter = Scatter("scatter")

@@ -1,0 +1,71 @@
+"""Sorting along the last axis (tracekern.numpy moves another axis there), and binary search.
+
+sort and argsort order NaN last, as NumPy does; argsort is stable (equal values keep their order),
+and sort's gradient sends each cotangent back to the element that landed there (a scatter through
+argsort's permutation). searchsorted finds insertion points in a sorted 1-D array."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import ShapeError
+from ..ir import Aval
+from . import ops
+from .core import Primitive
+
+
+def _last_axis(name: str, x: Aval) -> None:
+    if x.ndim == 0:
+        raise ShapeError(f"{name}: needs an array of at least one dimension, got a 0-d one")
+
+
+class Sort(Primitive):
+    def abstract_eval(self, x: Aval):
+        _last_axis("sort", x)
+        return (x,)
+
+    def impl(self, x):
+        return np.sort(x, axis=-1)
+
+    def vjp(self, cts, ins, outs, active):
+        (x,) = ins
+        perm = ops.argsort(x)
+        return [ops.scatter(ops.zeros_like(x), perm, cts[0], axis=x.ndim - 1, mode="add")]
+
+
+class Argsort(Primitive):
+    """Stable: ties keep their order (NumPy's kind="stable"); int64 indices."""
+
+    def abstract_eval(self, x: Aval):
+        _last_axis("argsort", x)
+        return (Aval(x.shape, np.dtype(np.int64)),)
+
+    def impl(self, x):
+        return np.argsort(x, axis=-1, kind="stable")
+
+    def differentiable(self, **params) -> bool:
+        return False
+
+
+class SearchSorted(Primitive):
+    """searchsorted(a, v, side): for each element of v, the index in the sorted 1-D `a` where it would
+    be inserted (side "left": before equal values; "right": after them); int64 of v's shape."""
+
+    def abstract_eval(self, a: Aval, v: Aval, *, side: str):
+        if a.ndim != 1:
+            raise ShapeError(f"searchsorted: the sorted array must be 1-D, got shape {a.shape}")
+        if side not in ("left", "right"):
+            raise ValueError(f"searchsorted: side must be 'left' or 'right', got {side!r}")
+        if a.dtype != v.dtype:
+            raise TypeError(f"searchsorted: dtypes differ ({a.dtype}, {v.dtype})")
+        return (Aval(v.shape, np.dtype(np.int64)),)
+
+    def impl(self, a, v, *, side):
+        return np.asarray(np.searchsorted(a, v, side=side), dtype=np.int64)
+
+    def differentiable(self, **params) -> bool:
+        return False
+
+
+sort = Sort("sort")
+argsort = Argsort("argsort")
+searchsorted = SearchSorted("searchsorted")
