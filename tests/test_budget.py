@@ -240,7 +240,8 @@ def test_the_lagrangian_heuristic_above_the_size_limit(monkeypatch):
 @st.composite
 def graphs(draw):
     """A small random forward graph (elementwise, matmul and reduction equations on two inputs), the
-    values its backward reads, a budget, and a cost model."""
+    values its backward reads, a budget, a cost model, and the values a whole-array kernel of the
+    backward reads (which pay a kernel boundary when they are recomputed)."""
     from tracekern.ir import Aval, Eqn, Var
     from tracekern.primitives import REGISTRY
     n = draw(st.sampled_from([4, 8]))
@@ -272,10 +273,11 @@ def graphs(draw):
                             arithmetic=draw(st.sampled_from([1e-11, 1e-9])), per_byte=draw(st.sampled_from([1e-11, 1e-9])),
                             per_flop=1e-10)
     materialized = {v for e in eqns if e.primitive.name in ("matmul", "reduce_sum") for v in e.outputs}
-    return eqns, inputs, needed, model, materialized, draw(st.integers(0, 2000))
+    arrays = set(draw(st.lists(st.sampled_from(pool), max_size=3, unique_by=id)))
+    return eqns, inputs, needed, model, materialized, arrays, draw(st.integers(0, 2000))
 
 
-def brute_force(eqns, inputs, needed, model, materialized, budget):
+def brute_force(eqns, inputs, needed, model, materialized, arrays, budget):
     """(objective, bytes) of the best plan by enumeration: every set of saved values, the needed
     values not saved recomputed from their operands (when they can be), lexicographic min."""
     import itertools
@@ -299,7 +301,7 @@ def brute_force(eqns, inputs, needed, model, materialized, budget):
             size = sum(v.aval.nbytes for v in saved)
             if not ok or size > budget:
                 continue
-            cost = sum(model.eqn_cost(e) for e in rerun) + sum(
+            cost = sum(model.eqn_cost(e, arrays) for e in rerun) + sum(
                 0.0 if v in inputs else model.save_cost(v, v in materialized) for v in saved)
             key = (round(cost * 1e12), size)
             best = key if best is None or key < best else best
@@ -311,24 +313,49 @@ def brute_force(eqns, inputs, needed, model, materialized, budget):
 def test_the_milp_finds_the_best_plan(graph):
     """On small random graphs the MILP's plan is the enumeration's best (cheapest, then fewest bytes);
     the Lagrangian heuristic's fits the budget and costs no less; an infeasible budget says so."""
-    eqns, inputs, needed, model, materialized, budget = graph
-    want = brute_force(eqns, inputs, needed, model, materialized, budget)
+    eqns, inputs, needed, model, materialized, arrays, budget = graph
+    want = brute_force(eqns, inputs, needed, model, materialized, arrays, budget)
 
     def objective(plan):
         return round((plan.recompute_cost + sum(0.0 if v in inputs else model.save_cost(v, v in materialized)
                                                 for v in plan.saved)) * 1e12)
     if want is None:
         with pytest.raises(tk.MemoryBudgetError) as err:
-            remat.plan_residuals(eqns, inputs, needed, budget, model, materialized)
+            remat.plan_residuals(eqns, inputs, needed, budget, model, materialized, arrays=arrays)
         assert err.value.smallest > budget
-        assert brute_force(eqns, inputs, needed, model, materialized, err.value.smallest) is not None
+        assert brute_force(eqns, inputs, needed, model, materialized, arrays, err.value.smallest) is not None
         return
-    plan = remat.plan_residuals(eqns, inputs, needed, budget, model, materialized)
+    plan = remat.plan_residuals(eqns, inputs, needed, budget, model, materialized, arrays=arrays)
     assert plan.solver == "milp" and plan.residual_bytes <= budget
     assert abs(objective(plan) - want[0]) <= 2 and plan.residual_bytes == want[1]
-    heuristic = remat.plan_residuals(eqns, inputs, needed, budget, model, materialized, exact_limit=0)
+    heuristic = remat.plan_residuals(eqns, inputs, needed, budget, model, materialized, exact_limit=0, arrays=arrays)
     assert heuristic.solver == "lagrangian" and heuristic.residual_bytes <= budget
     assert objective(heuristic) >= want[0] - 2
+
+
+def test_the_cost_model_prices_a_kernel_boundary():
+    """A recomputed elementwise value that a backward matmul reads (here through a transpose) must
+    become an array there: re-running it costs a write and a read of its bytes more; a matmul's
+    output is an array anyway; a re-run reduction reads its input."""
+    from tracekern.ir import Aval, Eqn, Var
+    from tracekern.primitives import REGISTRY
+    F32 = np.dtype("float32")
+    x, w, dy = (Var(Aval((8, 8), F32)) for _ in range(3))
+    h, z, hT, dw, s, t = (Var(Aval((8, 8), F32)) for _ in range(6))
+    r = Var(Aval((8,), F32))
+    tanh = Eqn(REGISTRY["tanh"], (x,), (h,), {})
+    mm = Eqn(REGISTRY["matmul"], (h, w), (z,), {})
+    red = Eqn(REGISTRY["reduce_sum"], (z,), (r,), {"axes": (1,)})
+    exp = Eqn(REGISTRY["exp"], (x,), (s,), {})
+    back = [Eqn(REGISTRY["transpose"], (h,), (hT,), {"perm": (1, 0)}), Eqn(REGISTRY["matmul"], (hT, dy), (dw,), {}),
+            Eqn(REGISTRY["mul"], (s, dy), (t,), {})]
+    arrays = remat.backward_arrays([tanh, mm, red, exp], back)
+    assert h in arrays and s not in arrays and z not in arrays
+    model = remat.CostModel(per_element={"tanh": 1e-9}, arithmetic=1e-10, per_byte=1e-11, per_flop=1e-12)
+    assert model.eqn_cost(tanh, arrays) == pytest.approx(model.eqn_cost(tanh) + 2 * h.aval.nbytes * 1e-11)
+    assert model.eqn_cost(exp, arrays) == model.eqn_cost(exp)
+    assert model.eqn_cost(mm, {z}) == model.eqn_cost(mm)
+    assert model.eqn_cost(red) == pytest.approx(64 * 1e-10 + (z.aval.nbytes + r.aval.nbytes) * 1e-11)
 
 
 def test_measured_saved_state_of_vjp_matches_the_plan():

@@ -11,7 +11,7 @@ equations is cheap too: its inputs need not be saved either when what they are m
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -19,7 +19,7 @@ import numpy as np
 from . import passes
 from .errors import IRError, MemoryBudgetError
 from .ir import Eqn, Graph, Var, verify
-from .primitives.annotations import recompute_call, remat_barrier
+from .primitives.annotations import Call, recompute_call, remat_barrier
 
 # ----------------------------------------------------------------------------- policies
 
@@ -188,7 +188,8 @@ def split_joint(joint: Graph, num_primals: int, num_outputs: int, memory_budget:
         unconstrained = int(sum(v.aval.nbytes for v in chosen))
         materialized = set(primal_outs) | {v for e in fwd_eqns if e.primitive.fusion not in _CHEAP for v in e.outputs}
         plan = plan_residuals(fwd_eqns, joint.inputs[:num_primals], residuals, budget_bytes(memory_budget, unconstrained),
-                              costs or CostModel(), materialized, EXACT_LIMIT if exact_limit is None else exact_limit)
+                              costs or CostModel(), materialized, EXACT_LIMIT if exact_limit is None else exact_limit,
+                              arrays=backward_arrays(fwd_eqns, bwd_eqns))
         chosen, recomputed = list(plan.saved), [e for e in plan.recomputed if e not in copied]
         bwd_order = copied + _just_in_time(recomputed, bwd_eqns, joint.outputs[num_outputs:])
     fwd = passes.simplify(Graph(joint.inputs[:num_primals], tuple(fwd_eqns), primal_outs + tuple(chosen)))
@@ -326,11 +327,20 @@ class CostModel:
 
     Recomputing an equation costs: elementwise, its output's elements times a time per element
     (`per_element` by primitive name: measured for the transcendentals and the random bits;
-    `arithmetic` for the rest); a reduction, its input's elements times `arithmetic` plus writing
-    its output; a matmul, its 2mnk flops times `per_flop` plus writing its output; another
-    whole-array kernel (concatenate, unslice), its output's bytes written and read; a recompute
-    region, the sum of its equations; views, fills, constants and positions nothing (they are index
-    arithmetic). Saving a value costs its bytes times `per_byte`: once when the forward makes it as
+    `arithmetic` for the rest); a reduction, its input's elements times `arithmetic` plus reading
+    its input and writing its output (a re-run reduction is a kernel of its own, a pass over its
+    input: rejoin runs it after a remat_barrier); a matmul, its 2mnk flops times `per_flop` plus
+    writing its output; another whole-array kernel (concatenate, unslice), its output's bytes
+    written and read; a recompute region, the sum of its equations; views, fills, constants and
+    positions nothing (they are index arithmetic).
+
+    The kernel boundary: a value that is otherwise computed inside the fused loops that read it
+    (elementwise work, a view, a recompute region) but that the backward must hold as an array,
+    because a whole-array kernel (a matmul, a call kernel) reads it there (`arrays`, from
+    backward_arrays), costs one write and one read of its bytes more when it is recomputed:
+    backends/fusion.py materializes a whole-array kernel's operands.
+
+    Saving a value costs its bytes times `per_byte`: once when the forward makes it as
     an array anyway (a matmul's or a reduction's output, an output of the function), twice when it
     would otherwise stay inside a fused loop (a write, then a read back); saving the caller's own
     inputs costs nothing. backends/calibrate.py measures these figures once per machine."""
@@ -341,23 +351,65 @@ class CostModel:
     per_flop: float = 3e-11
     origin: str = "defaults"
 
-    def eqn_cost(self, e: Eqn) -> float:
+    def eqn_cost(self, e: Eqn, arrays: Collection[Var] = ()) -> float:
+        """What re-running `e` in the backward costs; `arrays`: the values the backward must hold
+        as arrays (backward_arrays)."""
+        boundary = sum(v.aval.nbytes for i, v in enumerate(e.outputs) if v in arrays and not array_anyway(e, i))
+        return 2.0 * self.per_byte * boundary + self._work(e)
+
+    def _work(self, e: Eqn) -> float:
         kind = e.primitive.fusion
         if e.primitive is recompute_call:
-            return sum(self.eqn_cost(b) for b in e.params["body"].eqns)
+            return sum(self._work(b) for b in e.params["body"].eqns)
         if not e.outputs or kind in ("view", "fill", "const", "index"):
             return 0.0
         out = e.outputs[0].aval
         if kind == "elementwise":
             return out.size * self.per_element.get(e.primitive.name, self.arithmetic)
         if kind == "reduce":
-            return e.inputs[0].aval.size * self.arithmetic + out.nbytes * self.per_byte
+            src = e.inputs[0].aval
+            return src.size * self.arithmetic + (src.nbytes + out.nbytes) * self.per_byte
         if kind == "matmul":
             return 2.0 * out.size * e.inputs[0].aval.shape[-1] * self.per_flop + out.nbytes * self.per_byte
         return 2.0 * sum(v.aval.nbytes for v in e.outputs) * self.per_byte
 
     def save_cost(self, v: Var, materialized: bool) -> float:
         return v.aval.nbytes * self.per_byte * (1.0 if materialized else 2.0)
+
+
+def whole_array(e: Eqn) -> bool:
+    """Whether the kernels run `e` as a kernel of its own that reads and writes whole arrays (a
+    matmul, a call kernel), not inside fused loops; a higher-order equation with a body (recompute,
+    custom_gradient) is inlined, not a kernel (passes.inline_calls)."""
+    return e.primitive.fusion in ("matmul", "call") and not isinstance(e.primitive, Call)
+
+
+def array_anyway(e: Eqn, i: int) -> bool:
+    """Whether e's output i is an array wherever it is computed (backends/fusion.py): a whole-array
+    kernel's or a reduction's output; for an inlined region, what its body's equation makes."""
+    if isinstance(e.primitive, Call):
+        body = e.params["body"]
+        inner = {v: b for b in body.eqns for v in b.outputs}.get(body.outputs[i])
+        return inner is not None and array_anyway(inner, inner.outputs.index(body.outputs[i]))
+    return whole_array(e) or e.primitive.fusion == "reduce"
+
+
+def backward_arrays(fwd_eqns: Sequence[Eqn], bwd_eqns: Sequence[Eqn]) -> set[Var]:
+    """The forward values that the backward must hold as arrays if it recomputes them: those a
+    whole-array kernel of the backward (a matmul, a call kernel) reads, directly or through views
+    (a transpose, a reshape: the value under the views is what gets written)."""
+    producer = {v: e for e in (*fwd_eqns, *bwd_eqns) for v in e.outputs}
+    arrays: set[Var] = set()
+    for e in bwd_eqns:
+        if not whole_array(e):
+            continue
+        for v in e.inputs:
+            p = producer.get(v)
+            while p is not None and p.primitive.fusion == "view" and p.inputs:
+                v = p.inputs[0]
+                p = producer.get(v)
+            arrays.add(v)
+    return arrays
 
 
 @dataclass(frozen=True)
@@ -419,7 +471,7 @@ class _Problem:
     so its linear relaxation is integral; the budget row is what makes the exact problem a MILP."""
 
     def __init__(self, fwd_eqns: Sequence[Eqn], inputs: Sequence[Var], needed: Sequence[Var], model: CostModel,
-                 materialized: set[Var]):
+                 materialized: set[Var], arrays: Collection[Var] = ()):
         self.producer = {v: e for e in fwd_eqns for v in e.outputs}
         self.position = {e: i for i, e in enumerate(fwd_eqns)}
         self.input_index = {v: i for i, v in enumerate(inputs)}
@@ -447,7 +499,7 @@ class _Problem:
             self.bytes[i] = v.aval.nbytes
             self.save[i] = 0.0 if v in self.input_index else model.save_cost(v, v in materialized)
         for e, j in eqns.items():
-            self.cost[nx + j] = model.eqn_cost(e)
+            self.cost[nx + j] = model.eqn_cost(e, arrays)
         for k, v in enumerate(self.z):
             self.bytes[nx + ny + k] = -v.aval.nbytes
             self.save[nx + ny + k] = -self.save[values[v]]
@@ -471,7 +523,7 @@ class _Problem:
         for v in self.needed:
             if v in values:
                 self.lower[values[v]] = 1.0
-        self.model = model
+        self.model, self.arrays = model, arrays
 
     def free(self, v: Var) -> bool:
         e = self.producer.get(v)
@@ -527,7 +579,7 @@ class _Problem:
                    (1, self.position[self.producer[v]], self.producer[v].outputs.index(v)))
         order = sorted(recomputed, key=self.position.__getitem__)
         return Plan(tuple(saved), tuple(order), int(sum(v.aval.nbytes for v in saved)),
-                    float(sum(self.model.eqn_cost(e) for e in order)), solver, budget, smallest)
+                    float(sum(self.model.eqn_cost(e, self.arrays) for e in order)), solver, budget, smallest)
 
     def describe(self, plan: Plan) -> str:
         parts = []
@@ -543,7 +595,8 @@ class _Problem:
 
 
 def plan_residuals(fwd_eqns: Sequence[Eqn], inputs: Sequence[Var], needed: Sequence[Var], budget: int,
-                   model: CostModel, materialized: set[Var], exact_limit: int = EXACT_LIMIT) -> Plan:
+                   model: CostModel, materialized: set[Var], exact_limit: int = EXACT_LIMIT,
+                   arrays: Collection[Var] = ()) -> Plan:
     """Choose, for every value the backward pass reads, whether the forward saves it or the backward
     recomputes it from saved values, minimising the model's estimated cost with residual bytes <=
     `budget`; among the cheapest plans, the one with the fewest bytes (so a smaller budget never
@@ -551,7 +604,7 @@ def plan_residuals(fwd_eqns: Sequence[Eqn], inputs: Sequence[Var], needed: Seque
     the Lagrangian heuristic: the closure problem with the bytes priced at each of a fixed ladder of
     multipliers (each an integral linear program), and the cheapest-priced plan that fits.
     MemoryBudgetError when no plan fits."""
-    problem = _Problem(fwd_eqns, inputs, needed, model, materialized)
+    problem = _Problem(fwd_eqns, inputs, needed, model, materialized, arrays)
     cost = problem.objective()
     # the fewest bytes any plan saves (and the cheapest such plan)
     x_min, _ = problem.solve(problem.bytes)
