@@ -1,6 +1,8 @@
 """Every primitive and NumPy function on each compiled backend (cpu; cuda on the simulator): values
 against NumPy (float32 and float64, dtype kept), gradients against central finite differences (cpu)
 and the interpreter (cuda) in float64, broadcasting included."""
+import zlib
+
 import numpy as np
 import pytest
 
@@ -58,7 +60,7 @@ def _check(fn, args, dtype=np.float64):
 @pytest.mark.parametrize("shape", UNARY_SHAPES)
 @pytest.mark.parametrize("name,fn,kind", UNARY, ids=[u[0] for u in UNARY])
 def test_unary(name, fn, kind, shape, dtype):
-    rng = np.random.default_rng(abs(hash((name, shape))) % 2**32)
+    rng = np.random.default_rng(zlib.crc32(repr((name, shape)).encode()))   # (stable across processes)
     _check(fn, (make_input(kind, shape, rng, dtype),), dtype)
 
 
@@ -66,7 +68,7 @@ def test_unary(name, fn, kind, shape, dtype):
 @pytest.mark.parametrize("shapes", BCAST, ids=[str(s) for s in BCAST])
 @pytest.mark.parametrize("name,fn,ka,kb", BINARY, ids=[b[0] for b in BINARY])
 def test_binary_broadcasting(name, fn, ka, kb, shapes, dtype):
-    rng = np.random.default_rng(abs(hash((name, shapes))) % 2**32)
+    rng = np.random.default_rng(zlib.crc32(repr((name, shapes)).encode()))
     a = make_input(ka, shapes[0], rng, dtype)
     b = make_input(kb, shapes[1], rng, dtype)
     _check(fn, (a, b), dtype)
