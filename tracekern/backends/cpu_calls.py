@@ -6,19 +6,10 @@ Sizes are read from the arrays (p0.shape[d]), so one kernel serves every shape o
 Sorting and linear algebra call Numba's np.sort / np.argsort / np.linalg (LAPACK through SciPy)."""
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from . import cpu_math
+from .render import kernel_registry, subscript
 
-KERNELS: dict[str, Callable] = {}
-
-
-def kernel(*names: str):
-    def register(fn):
-        for name in names:
-            KERNELS[name] = fn
-        return fn
-    return register
+KERNELS, kernel = kernel_registry()
 
 
 def _loops(t, array: str, dims: list[int], depth: int = 1) -> tuple[list[str], int]:
@@ -29,10 +20,6 @@ def _loops(t, array: str, dims: list[int], depth: int = 1) -> tuple[list[str], i
         names.append(f"q{d}")
         depth += 1
     return names, depth
-
-
-def _at(array: str, idx: list[str]) -> str:
-    return f"{array}[{', '.join(idx)}]" if idx else f"{array}[()]"
 
 
 @kernel("cumsum", "cumprod", "cummax", "cummin")
@@ -46,13 +33,13 @@ def _cumulative(t, ops, dsts, e) -> None:
     t.emit(depth, f"n = {x}.shape[{axis}]")
     t.emit(depth, "if n > 0:")
     first = "n - 1" if reverse else "0"
-    t.emit(depth + 1, f"acc = {_at(x, idx(first))}")
-    t.emit(depth + 1, f"{_at(out, idx(first))} = acc")
+    t.emit(depth + 1, f"acc = {subscript(x, idx(first))}")
+    t.emit(depth + 1, f"{subscript(out, idx(first))} = acc")
     t.emit(depth + 1, "for j in range(1, n):")
     t.emit(depth + 2, f"jj = {'n - 1 - j' if reverse else 'j'}")
-    combine = e.primitive.combine.format(acc="acc", x=_at(x, idx("jj")), **cpu_math.functions(e.inputs[0].dtype))
+    combine = e.primitive.combine.format(acc="acc", x=subscript(x, idx("jj")), **cpu_math.functions(e.inputs[0].dtype))
     t.emit(depth + 2, f"acc = {combine}", eqn=e)
-    t.emit(depth + 2, f"{_at(out, idx('jj'))} = acc")
+    t.emit(depth + 2, f"{subscript(out, idx('jj'))} = acc")
 
 
 @kernel("sort", "argsort")
@@ -70,7 +57,7 @@ def _searchsorted(t, ops, dsts, e) -> None:
     (a, v), (out,) = ops, dsts
     side = e.params["side"]
     names, depth = _loops(t, v, list(range(e.inputs[1].ndim)))
-    t.emit(depth, f"{_at(out, names)} = np.searchsorted({a}, {_at(v, names)}, side={side!r})", eqn=e)
+    t.emit(depth, f"{subscript(out, names)} = np.searchsorted({a}, {subscript(v, names)}, side={side!r})", eqn=e)
 
 
 @kernel("scatter")
@@ -80,9 +67,9 @@ def _scatter(t, ops, dsts, e) -> None:
     axis, mode = e.params["axis"], e.params["mode"]
     t.emit(1, f"{out}[...] = {base}")
     names, depth = _loops(t, idx, list(range(e.inputs[1].ndim)))
-    t.emit(depth, f"j = take_index({_at(idx, names)}, {base}.shape[{axis}])")
-    cell = _at(out, names[:axis] + ["j"] + names[axis + 1:])
-    u = _at(upd, names)
+    t.emit(depth, f"j = take_index({subscript(idx, names)}, {base}.shape[{axis}])")
+    cell = subscript(out, names[:axis] + ["j"] + names[axis + 1:])
+    u = subscript(upd, names)
     fns = cpu_math.functions(e.inputs[0].dtype)
     value = {"set": u, "add": f"{cell} + {u}", "mul": f"{cell} * {u}",
              "min": f"{fns['minimum']}({cell}, {u})", "max": f"{fns['maximum']}({cell}, {u})"}[mode]

@@ -10,30 +10,17 @@ sort, not for sorting millions of keys). np.linalg has no CUDA kernels: it raise
 function and the backends that run it."""
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 
 from ..errors import TracekernError
 from . import cuda_math
+from .render import kernel_registry, subscript
 
-KERNELS: dict[str, Callable] = {}
-
-
-def kernel(*names: str):
-    def register(fn):
-        for name in names:
-            KERNELS[name] = fn
-        return fn
-    return register
+KERNELS, kernel = kernel_registry()
 
 
 def _size(shape) -> int:
     return int(np.prod(shape, dtype=np.int64)) if len(shape) else 1
-
-
-def _at(array: str, idx: list[str]) -> str:
-    return f"{array}[{', '.join(idx)}]" if idx else f"{array}[()]"
 
 
 def _per_row(r, kn, dims: list[int], names: list[str]) -> int:
@@ -67,13 +54,13 @@ def _cumulative(r, k, ops) -> None:
     m = _per_row(r, kn, [shape[d] for d in others], names)
     idx = lambda j: names[:axis] + [j] + names[axis:]   # noqa: E731
     first = str(n - 1) if reverse else "0"
-    kn.emit(2, f"acc = {_at(x, idx(first))}")
-    kn.emit(2, f"{_at(y, idx(first))} = acc")
+    kn.emit(2, f"acc = {subscript(x, idx(first))}")
+    kn.emit(2, f"{subscript(y, idx(first))} = acc")
     kn.emit(2, f"for j in range(1, {n}):")
     kn.emit(3, f"jj = {f'{n - 1} - j' if reverse else 'j'}")
-    combine = e.primitive.combine.format(acc="acc", x=_at(x, idx("jj")), **cuda_math.functions(x_var.dtype))
+    combine = e.primitive.combine.format(acc="acc", x=subscript(x, idx("jj")), **cuda_math.functions(x_var.dtype))
     kn.emit(3, f"acc = {combine}", eqn=e)
-    kn.emit(3, f"{_at(y, idx('jj'))} = acc")
+    kn.emit(3, f"{subscript(y, idx('jj'))} = acc")
     _launch(r, kn, f"{e.primitive.name} along axis {axis} -> {out.aval}", m, e)
 
 
@@ -99,16 +86,16 @@ def _sort(r, k, ops) -> None:
     names = [f"q{d}" for d in range(len(shape))]
     _per_row(r, kn, list(shape), names)
     row = names[:-1]
-    kn.emit(2, f"v = {_at(x, names)}")
+    kn.emit(2, f"v = {subscript(x, names)}")
     kn.emit(2, "rank = 0")
     kn.emit(2, f"for j in range({n}):")
-    kn.emit(3, f"w = {_at(x, row + ['j'])}")
+    kn.emit(3, f"w = {subscript(x, row + ['j'])}")
     before = _LESS.format(a="w", b="v")
     tie = _SAME.format(a="w", b="v")
     kn.emit(3, f"if {before} or ({tie} and j < {names[-1]}):")
     kn.emit(4, "rank += 1")
     value = "v" if e.primitive.name == "sort" else names[-1]
-    kn.emit(2, f"{_at(y, row + ['rank'])} = {value}", eqn=e)
+    kn.emit(2, f"{subscript(y, row + ['rank'])} = {value}", eqn=e)
     _launch(r, kn, f"{e.primitive.name} rows of {n} -> {out.aval}", size, e)
 
 
@@ -127,7 +114,7 @@ def _searchsorted(r, k, ops) -> None:
     a, v, y = kn.param(ops[0], a_var), kn.param(ops[1], v_var), kn.param(r.names[out], out)
     names = [f"q{d}" for d in range(len(v_var.shape))]
     _per_row(r, kn, list(v_var.shape), names)
-    kn.emit(2, f"key = {_at(v, names)}")
+    kn.emit(2, f"key = {subscript(v, names)}")
     kn.emit(2, "lo = 0")
     kn.emit(2, f"hi = {a_var.shape[0]}")
     kn.emit(2, "while lo < hi:")
@@ -139,7 +126,7 @@ def _searchsorted(r, k, ops) -> None:
     kn.emit(4, "lo = mid + 1")
     kn.emit(3, "else:")
     kn.emit(4, "hi = mid")
-    kn.emit(2, f"{_at(y, names)} = lo", eqn=e)
+    kn.emit(2, f"{subscript(y, names)} = lo", eqn=e)
     _launch(r, kn, f"searchsorted -> {out.aval}", size, e)
 
 
@@ -162,8 +149,8 @@ def _scatter(r, k, ops) -> None:
     m = _per_row(r, kn, [shape[d] for d in others], names)
     at = lambda j: names[:axis] + [j] + names[axis:]   # noqa: E731
     kn.emit(2, f"for j in range({shape[axis]}):")
-    kn.emit(3, f"t = take_index({_at(idx, at('j'))}, {base_var.shape[axis]})")
-    cell, u = _at(y, at("t")), _at(upd, at("j"))
+    kn.emit(3, f"t = take_index({subscript(idx, at('j'))}, {base_var.shape[axis]})")
+    cell, u = subscript(y, at("t")), subscript(upd, at("j"))
     fns = cuda_math.functions(base_var.dtype)
     value = {"set": u, "add": f"{cell} + {u}", "mul": f"{cell} * {u}",
              "min": f"{fns['minimum']}({cell}, {u})", "max": f"{fns['maximum']}({cell}, {u})"}[mode]

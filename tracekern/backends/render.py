@@ -7,6 +7,7 @@ that differ (the hooks below: allocation, copies, reading a flag on the host, th
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -16,6 +17,25 @@ from ..ir import Graph, Var
 CONTROL = ("cond", "scan", "while", "scan_revolve")
 # the names both math modules (cpu_math, cuda_math) give the casts to each dtype
 CASTS = {"float32": "f32", "float64": "f64", "int32": "i32", "int64": "i64", "bool": "boolean"}
+
+
+def kernel_registry() -> tuple[dict, Callable]:
+    """A table of kernel writers by primitive name (backends' *_calls modules), and the decorator
+    `@kernel("name", ...)` that fills it."""
+    table: dict[str, Callable] = {}
+
+    def kernel(*names: str):
+        def register(fn):
+            for name in names:
+                table[name] = fn
+            return fn
+        return register
+    return table, kernel
+
+
+def subscript(array: str, idx: Sequence[str]) -> str:
+    """`array[i, j]`, or `array[()]` for a 0-d array."""
+    return f"{array}[{', '.join(idx)}]" if idx else f"{array}[()]"
 
 
 def literal(value, dtype: np.dtype) -> str:

@@ -47,26 +47,24 @@ def _count(a, axis) -> int:
     return math.prod(shape[i] for i in _axes(axis, len(shape), "count"))
 
 
-def sum(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=None):  # noqa: A001
-    _reject("sum", out=out)
-    a = _array(a, "sum")
+def _sum_or_prod(prim, name, identity, combine, a, axis, dtype, out, keepdims, initial, where):
+    """np.sum / np.prod: dtype=, where= (masked out as the identity) and initial= (combined after)."""
+    _reject(name, out=out)
+    a = _array(a, name)
     if dtype is not None:
         a = astype(a, dtype)
     if where is not None:
-        a = _select(where, a, 0)
-    y = _reduce(P.reduce_sum, "sum", a, axis, keepdims, promote_int=True)
-    return y if initial is None else add(y, initial)
+        a = _select(where, a, identity)
+    y = _reduce(prim, name, a, axis, keepdims, promote_int=True)
+    return y if initial is None else combine(y, initial)
+
+
+def sum(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=None):  # noqa: A001
+    return _sum_or_prod(P.reduce_sum, "sum", 0, add, a, axis, dtype, out, keepdims, initial, where)
 
 
 def prod(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=None):
-    _reject("prod", out=out)
-    a = _array(a, "prod")
-    if dtype is not None:
-        a = astype(a, dtype)
-    if where is not None:
-        a = _select(where, a, 1)
-    y = _reduce(P.reduce_prod, "prod", a, axis, keepdims, promote_int=True)
-    return y if initial is None else multiply(y, initial)
+    return _sum_or_prod(P.reduce_prod, "prod", 1, multiply, a, axis, dtype, out, keepdims, initial, where)
 
 
 def _select(mask, a, fill):

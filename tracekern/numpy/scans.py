@@ -59,24 +59,24 @@ def _with_initial(y, axis, value):
     return concatenate([first, y], axis=axis)
 
 
-def cumulative_sum(x, /, *, axis=None, dtype=None, out=None, include_initial=False):
-    x = _array(x, "cumulative_sum")
+def _array_api_cumulative(name, scan, identity, x, axis, dtype, out, include_initial):
+    """The array API's cumulative_sum / cumulative_prod: cumsum / cumprod along `axis` (optional for
+    1-D input), with the identity first when include_initial."""
+    x = _array(x, name)
     if axis is None:
         if len(_shape(x)) > 1:
-            raise ValueError(with_location("cumulative_sum: axis is needed for an array of more than one dimension"))
+            raise ValueError(with_location(f"{name}: axis is needed for an array of more than one dimension"))
         axis = 0
-    y = cumsum(x, axis, dtype, out)
-    return _with_initial(y, axis, 0) if include_initial else y
+    y = scan(x, axis, dtype, out)
+    return _with_initial(y, axis, identity) if include_initial else y
+
+
+def cumulative_sum(x, /, *, axis=None, dtype=None, out=None, include_initial=False):
+    return _array_api_cumulative("cumulative_sum", cumsum, 0, x, axis, dtype, out, include_initial)
 
 
 def cumulative_prod(x, /, *, axis=None, dtype=None, out=None, include_initial=False):
-    x = _array(x, "cumulative_prod")
-    if axis is None:
-        if len(_shape(x)) > 1:
-            raise ValueError(with_location("cumulative_prod: axis is needed for an array of more than one dimension"))
-        axis = 0
-    y = cumprod(x, axis, dtype, out)
-    return _with_initial(y, axis, 1) if include_initial else y
+    return _array_api_cumulative("cumulative_prod", cumprod, 1, x, axis, dtype, out, include_initial)
 
 
 def accumulate(ufunc, a, axis=0, dtype=None):
