@@ -8,8 +8,9 @@ activation_memory_budget swept the same way, when torch is importable).
     python -m bench --sections budget
 
 For every point: the time of value_and_grad (median, min to max, in interleaved rounds with every
-other point of the workload) and its CPU time (time.process_time, likewise: what the targets compare,
-since another process's work stretches the wall time on a shared machine but not the CPU time),
+other point of the workload) and its CPU time (time.process_time, likewise, in rounds of a shuffled
+order: what the targets compare, since another process's work stretches the wall time on a shared
+machine but not the CPU time; two points compare by the median of their ratio round by round),
 the residual bytes planned, the saved state measured (the resident
 memory that tk.vjp's forward keeps for its pullback, in this process with glibc returning freed
 memory at once), and the measured peak of the whole step. The budget bounds the residuals: the
@@ -24,7 +25,7 @@ keeps no more memory, on every workload.
 JSON: the section "budget" holds {"size", "notes", "rows": [{"workload", "tool", "kind" ("budget",
 "hand-placed", "peer budget"), "label", "budget_bytes", "fraction", "residual_bytes",
 "recompute_cost_s", "solver", "saved_state_bytes", "planned_peak_bytes", "peak_bytes", "time_s",
-"time_min_s", "time_max_s", "runs", "cpu_s", "cpu_min_s", "cpu_max_s"}], "workloads": {name: {"sizes", "unconstrained_bytes",
+"time_min_s", "time_max_s", "runs", "cpu_s", "cpu_min_s", "cpu_max_s", "cpu_rounds"}], "workloads": {name: {"sizes", "unconstrained_bytes",
 "smallest_bytes", "top_bytes"}}}."""
 from __future__ import annotations
 
@@ -67,22 +68,40 @@ NOISE = 0.03     # times within 3% of each other are equal, for the targets (the
 # wall-clock timing: on this shared machine another process's work preempts a step and stretches
 # its wall time (the same compiled step measured 32 and 40 ms medians in two runs), but not the CPU
 # time it uses; with one thread per tool, that is what a step costs. The targets compare it.
-CPU_RUNS = {"quick": 15, "full": 10, "test": 2}
+CPU_RUNS = {"quick": 40, "full": 15, "test": 2}
 
 
 # -- in the measuring processes --------------------------------------------------------------------
 def cpu_times(fns: dict, runs: int) -> dict[str, dict]:
-    """CPU seconds (time.process_time) of each function, `runs` calls each in interleaved rounds:
-    {label: {"cpu_s" (median), "cpu_min_s", "cpu_max_s"}}. Call each once before."""
+    """CPU seconds (time.process_time) of each function, `runs` calls each in interleaved rounds, in a
+    shuffled order each round (seeded: the same order on every run): {label: {"cpu_s" (median),
+    "cpu_min_s", "cpu_max_s", "cpu_rounds" (the seconds of each round, for paired comparisons)}}.
+    Call each once before."""
     import numpy as np
 
     got: dict[str, list[float]] = {k: [] for k in fns}
+    order = list(fns)
+    rng = np.random.default_rng(20)
     for _ in range(runs):
-        for k, fn in fns.items():
+        rng.shuffle(order)
+        for k in order:
             t = time.process_time()
-            fn()
+            fns[k]()
             got[k].append(time.process_time() - t)
-    return {k: {"cpu_s": float(np.median(t)), "cpu_min_s": min(t), "cpu_max_s": max(t)} for k, t in got.items()}
+    return {k: {"cpu_s": float(np.median(t)), "cpu_min_s": min(t), "cpu_max_s": max(t), "cpu_rounds": t}
+            for k, t in got.items()}
+
+
+def paired_ratio(a: list[float], b: list[float]) -> tuple[float, float, float]:
+    """The median over rounds of a's time / b's time in the same round, and a 90% bootstrap interval
+    of that median (1000 resamples of the rounds, seeded). Timed in the same round, a and b met the
+    same load on the machine, so the ratio's spread is far smaller than that of either time."""
+    import numpy as np
+
+    r = np.asarray(a, float) / np.asarray(b, float)
+    rng = np.random.default_rng(0)
+    boots = np.median(r[rng.integers(0, len(r), (1000, len(r)))], axis=1)
+    return float(np.median(r)), float(np.percentile(boots, 5)), float(np.percentile(boots, 95))
 
 
 def _workload(name: str, size: str):
@@ -248,12 +267,26 @@ def _clock(rows: list[dict]) -> tuple[str, str]:
     return ("cpu_s", "CPU") if rows and all(r.get("cpu_s") for r in rows) else ("time_s", "wall")
 
 
+def _ratio(a: dict, b: dict, key: str) -> tuple[float, str]:
+    """a's time over b's: the paired median over their interleaved rounds with its 90% interval
+    where both rows have the rounds of the same process, else the ratio of the medians."""
+    ra, rb = a.get("cpu_rounds"), b.get("cpu_rounds")
+    if key == "cpu_s" and ra and rb and len(ra) == len(rb) and len(ra) >= 3:
+        mid, lo, hi = paired_ratio(ra, rb)
+        return mid, f"{mid:.2f}x [{lo:.2f}-{hi:.2f}]"
+    return a[key] / b[key], f"{a[key] / b[key]:.2f}x"
+
+
 def _targets(rows: list[dict], names: list[str]) -> list[str]:
-    """The two targets, per workload, met or not, with the figures that say so (medians of the CPU
-    time per step, or of the wall time where a row lacks it; within NOISE of each other counts as
-    equal)."""
+    """The two targets, per workload, met or not, with the figures that say so: the CPU time per step
+    (or the wall time where a row lacks it) of two points as the median of their ratio in the same
+    round, with a 90% bootstrap interval (a ratio within NOISE of 1 counts as equal)."""
     key, clock = _clock(rows)
-    notes = [f"the targets compare the median {clock} time per step"]
+    paired = key == "cpu_s" and all(r.get("cpu_rounds") for r in rows)
+    notes = [f"the targets compare the {clock} time per step: "
+             + ("the median over interleaved rounds of the ratio of two points' times in the same round, [with its "
+                "90% bootstrap interval]" if paired else "the ratio of the medians")
+             + f"; within {NOISE:.0%} of 1 counts as equal"]
     for name in names:
         curve = [r for r in rows if r["workload"] == name and r["tool"] == "tracekern" and r["kind"] == "budget"]
         hand = [r for r in rows if r["workload"] == name and r["tool"] == "tracekern" and r["kind"] == "hand-placed"]
@@ -263,8 +296,9 @@ def _targets(rows: list[dict], names: list[str]) -> list[str]:
         for a, b in zip(curve, curve[1:]):      # budgets in decreasing order
             if b["residual_bytes"] > a["residual_bytes"]:
                 bad.append(f"{b['label']} plans more bytes than {a['label']}")
-            if b[key] < a[key] * (1 - NOISE):
-                bad.append(f"{b['label']} runs faster ({ms(b[key])} ms) than {a['label']} ({ms(a[key])} ms)")
+            ratio, text = _ratio(b, a, key)
+            if ratio < 1 - NOISE:
+                bad.append(f"{b['label']} runs faster than {a['label']} ({text})")
         notes.append(f"{name}: the curve is {'monotone' if not bad else 'not monotone: ' + '; '.join(bad)} "
                      f"({len(curve)} budgets, {mb(curve[0]['residual_bytes'])} to {mb(curve[-1]['residual_bytes'])} MB "
                      f"of residuals, {ms(curve[0][key])} to {ms(curve[-1][key])} ms)")
@@ -273,9 +307,9 @@ def _targets(rows: list[dict], names: list[str]) -> list[str]:
             fits = [h for h in hand if h["residual_bytes"] <= r["residual_bytes"]]
             if not fits:
                 continue
-            best = min(fits, key=lambda h: h[key])
-            ratio = r[key] / best[key]
-            (met if ratio <= 1 + NOISE else misses).append(f"{r['label']} {ratio:.2f}x {best['label']}")
+            best = max(fits, key=lambda h: _ratio(r, h, key)[0])     # the fastest, as r compares with it
+            ratio, text = _ratio(r, best, key)
+            (met if ratio <= 1 + NOISE else misses).append(f"{r['label']} {text} {best['label']}")
         compared = len(met) + len(misses)
         notes.append(f"{name}: at {len(met)} of the {compared} budgets where a hand-placed strategy keeps no more, "
                      f"tracekern's time is at most the best such strategy's (+{NOISE:.0%}): {', '.join(met) or '-'}"

@@ -445,7 +445,7 @@ def test_the_budget_benchmark_plans_its_sweep_and_checks_its_targets(tmp_path):
     # that is slower than a hand-placed strategy keeping no more memory
     good = [_row("none", "hand-placed", 100, 1.0), _row("b100", "budget", 100, 1.0), _row("b50", "budget", 50, 1.2)]
     notes = budget._targets(good, ["w"])
-    assert notes[0] == "the targets compare the median CPU time per step"
+    assert notes[0].startswith("the targets compare the CPU time per step: the ratio of the medians")
     assert notes[1].startswith("w: the curve is monotone") and "at 1 of the 1 budgets" in notes[2]
     assert "not at" not in notes[2]
     bad = [_row("rec", "hand-placed", 40, 1.0), _row("b100", "budget", 100, 1.5), _row("b50", "budget", 60, 1.2),
@@ -453,7 +453,21 @@ def test_the_budget_benchmark_plans_its_sweep_and_checks_its_targets(tmp_path):
     notes = budget._targets(bad, ["w"])
     assert "not monotone" in notes[1] and "b50 runs faster" in notes[1]
     assert "at 0 of the 3 budgets" in notes[2] and "b40 2.00x rec" in notes[2]
-    assert budget._targets([dict(r, cpu_s=None) for r in bad], ["w"])[0].endswith("wall time per step")
+    assert budget._targets([dict(r, cpu_s=None) for r in bad], ["w"])[0].startswith(
+        "the targets compare the wall time per step")
+    # with the rounds of one process, two points compare round by round: a load that slows one round
+    # slows both, and the medians of their times alone would mislead
+    load = [1.0, 3.0, 1.2, 2.5, 1.1, 2.8, 1.05, 2.9, 1.15]
+    rounds = [_row("none", "hand-placed", 100, 1.0), _row("b100", "budget", 100, 1.0), _row("b90", "budget", 100, 1.0)]
+    for r, times in zip(rounds, (load, [t * 1.01 for t in load], [t * 1.05 for t in load])):
+        r["cpu_rounds"], r["cpu_s"] = times, float(np.median(times))
+    notes = budget._targets(rounds, ["w"])
+    assert "the ratio of two points' times in the same round" in notes[0]
+    assert "b100 1.01x [1.01-1.01] none" in notes[2], notes[2]
+    # b90 takes 5% longer than none in every round: a miss, and its 2% difference from b100's a tie
+    assert "not at: b90 1.05x [1.05-1.05] none" in notes[2] and "monotone (" in notes[1], notes
+    ratio, lo, hi = budget.paired_ratio([2.0, 4.0, 2.2], [1.0, 2.0, 1.0])
+    assert ratio == 2.0 and lo <= ratio <= hi <= 2.2
     result = {"size": "test", "rows": bad, "notes": notes}
     assert "b40" in budget.table(result) and "| w | tracekern | b40 |" in budget.markdown(result)
     assert budget.cpu_times({"f": lambda: sum(range(1000))}, 3)["f"]["cpu_s"] >= 0

@@ -249,7 +249,8 @@ def rejoin(split: SplitVJP) -> Graph:
 
     A forward equation the plan re-runs in the backward is re-run here only where that frees
     memory in one fused step: when it is not cheap (a matmul, a reduction) or when a whole-array
-    kernel (a matmul) reads its result, which must then be an array. It reads the saved values
+    kernel (a matmul) reads its result, directly or through views, which must then be an array
+    (backward_arrays: the values the planner's cost model charges as arrays). It reads the saved values
     through a remat_barrier whose token is the first cotangent, so that common-subexpression
     elimination cannot merge it back into the forward and fusion does not run it before the backward
     starts (backends/fusion.py). A cheap elementwise re-run of values the forward already has is
@@ -260,10 +261,7 @@ def rejoin(split: SplitVJP) -> Graph:
     res_in, cts = bwd.inputs[:n_res], bwd.inputs[n_res:]
     value = dict(zip(res_in, fwd.outputs[split.num_outputs:]))    # backward Var -> the Var it reads here
     defined = set(fwd.inputs) | {v for e in fwd.eqns for v in e.outputs}
-    consumers: dict[Var, list[Eqn]] = {}
-    for e in bwd.eqns:
-        for v in e.inputs:
-            consumers.setdefault(v, []).append(e)
+    as_arrays = backward_arrays(fwd.eqns, bwd.eqns)
     barrier: dict[Var, Var] = {}
     barriers: list[Eqn] = []
     eqns: list[Eqn] = []
@@ -272,8 +270,7 @@ def rejoin(split: SplitVJP) -> Graph:
         if not remakes:
             eqns.append(_rename_eqn(e, value))
             continue
-        arrays = any(c.primitive.fusion in ("matmul", "call") for v in e.outputs for c in consumers.get(v, ()))
-        if cheap(e) and not arrays and all(value.get(v, v) in defined for v in e.inputs):
+        if cheap(e) and not any(v in as_arrays for v in e.outputs) and all(value.get(v, v) in defined for v in e.inputs):
             value.update((v, v) for v in e.outputs)    # the forward's own value
             continue
         ins = []
