@@ -11,9 +11,11 @@ For every point: the time of value_and_grad (median, min to max, in interleaved 
 other point of the workload) and its CPU time (time.process_time, likewise, in rounds of a shuffled
 order: what the targets compare, since another process's work stretches the wall time on a shared
 machine but not the CPU time; two points compare by the median of their ratio round by round),
-the residual bytes planned, the saved state measured (the resident
-memory that tk.vjp's forward keeps for its pullback, in this process with glibc returning freed
-memory at once), and the measured peak of the whole step. The budget bounds the residuals: the
+the residual bytes the step's plan keeps (a grad step's plan keeps only the forward's arrays:
+remat.plan_residuals' arrays_only), the saved state measured (the resident memory that tk.vjp's
+forward keeps for its pullback at the same budget, in this process with glibc returning freed
+memory at once; tk.vjp's plan may also save elementwise values: its planned bytes are
+"vjp_residual_bytes"), and the measured peak of the whole step. The budget bounds the residuals: the
 saved state, not what the backward pass holds while it recomputes (the step's peak). The sweep
 runs from the larger of the unconstrained residual bytes and the planner's own choice with no
 budget at all, down to the smallest feasible budget, in POINTS steps.
@@ -24,7 +26,7 @@ keeps no more memory, on every workload.
 
 JSON: the section "budget" holds {"size", "notes", "rows": [{"workload", "tool", "kind" ("budget",
 "hand-placed", "peer budget"), "label", "budget_bytes", "fraction", "residual_bytes",
-"recompute_cost_s", "solver", "saved_state_bytes", "planned_peak_bytes", "peak_bytes", "time_s",
+"recompute_cost_s", "solver", "vjp_residual_bytes", "saved_state_bytes", "planned_peak_bytes", "peak_bytes", "time_s",
 "time_min_s", "time_max_s", "runs", "cpu_s", "cpu_min_s", "cpu_max_s", "cpu_rounds"}], "workloads": {name: {"sizes", "unconstrained_bytes",
 "smallest_bytes", "top_bytes"}}}."""
 from __future__ import annotations
@@ -118,14 +120,17 @@ def _hand_placed(module, strategy: str):
 
 def plan(name: str, size: str) -> dict:
     """The budgets of the sweep: POINTS of them from the top (the unconstrained residuals, or the
-    planner's own choice with no limit if larger) down to the smallest feasible budget."""
+    planner's own choice with no limit if larger) down to the smallest feasible budget, for the
+    value_and_grad step's own plans."""
     import tracekern as tk
 
     module, args = _workload(name, size)
-    planned = tk.make_ir(module.loss, mode="vjp", memory_budget=1.0)(*args)
-    free = tk.make_ir(module.loss, mode="vjp", memory_budget=2 ** 62)(*args)
+    planned = tk.value_and_grad(module.loss, memory_budget=1.0).lower(*args).vjp      # (the step's own plans)
+    free = tk.value_and_grad(module.loss, memory_budget=2 ** 62).lower(*args).vjp
     top, low = max(planned.unconstrained_bytes, free.residual_bytes), planned.smallest_budget
-    budgets = [int(round(low + (top - low) * k / (POINTS - 1))) for k in reversed(range(POINTS))]
+    # (where the step has one plan only, top == low, e.g. an elementwise chain, whose fused step
+    # keeps just its input: one point)
+    budgets = sorted({int(round(low + (top - low) * k / (POINTS - 1))) for k in range(POINTS)}, reverse=True)
     return {"sizes": list(SIZES[size][name]), "unconstrained_bytes": planned.unconstrained_bytes,
             "smallest_bytes": low, "top_bytes": top, "budgets": budgets}
 
@@ -168,23 +173,27 @@ def time_tracekern(name: str, size: str, budgets: list[int]) -> list[dict]:
             configs[strategy] = ("hand-placed", _hand_placed(module, strategy), None)
     for b in budgets:
         configs[f"budget {b}"] = ("budget", module.loss, b)
-    steps, lowered = {}, {}
+    steps, lowered, step_plan = {}, {}, {}
     for label, (_, loss, budget) in configs.items():
         step = tk.jit(tk.value_and_grad(loss, memory_budget=budget))
         steps[label] = (lambda step=step: step(*args))
         steps[label]()                                            # compile (or load from the disk cache)
-        lowered[label] = (step.lower(*args).memory, tk.make_ir(loss, mode="vjp", memory_budget=budget)(*args))
+        low = step.lower(*args)
+        step_plan[label] = low.vjp
+        lowered[label] = (low.memory, tk.make_ir(loss, mode="vjp", memory_budget=budget)(*args))
     timings = interleaved(steps, *RUNS[size])
     cpu = cpu_times(steps, CPU_RUNS[size])
     rows = []
     for label, (kind, loss, budget) in configs.items():
         memory, split = lowered[label]
         saved = _saved_state(lambda loss=loss, budget=budget: tk.vjp(loss, *args, memory_budget=budget))
+        plan = split if budget is None else step_plan[label]      # the residuals the step keeps, as planned
         rows.append({"workload": name, "tool": "tracekern", "kind": kind, "label": label if kind == "hand-placed" else
                      f"budget {_size(budget)}", "budget_bytes": budget,
-                     "fraction": None if budget is None else budget / split.unconstrained_bytes,
-                     "residual_bytes": split.residual_bytes, "recompute_cost_s": split.recompute_cost,
-                     "solver": split.solver, "saved_state_bytes": saved, "planned_peak_bytes": memory.peak_bytes["step"],
+                     "fraction": None if budget is None else budget / plan.unconstrained_bytes,
+                     "residual_bytes": plan.residual_bytes, "recompute_cost_s": plan.recompute_cost,
+                     "solver": plan.solver, "vjp_residual_bytes": split.residual_bytes, "saved_state_bytes": saved,
+                     "planned_peak_bytes": memory.peak_bytes["step"],
                      "peak_bytes": sampled_peak(steps[label]), **timings[label].as_dict(), **cpu[label]})
     return rows
 

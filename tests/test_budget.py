@@ -162,6 +162,37 @@ def test_a_budgeted_grad_step_runs_the_plan():
     assert counts["matmul"] > plain["matmul"]                                # re-run matmuls
 
 
+def test_a_fused_grad_step_keeps_only_the_forwards_arrays():
+    """tk.grad runs its plan as one fused step, where the loops that read an elementwise value
+    compute it from the arrays it is made of: its plan saves only what the forward makes as arrays
+    (inputs, matmul and reduction outputs, matmul operands), so its bytes are what the step keeps.
+    tk.vjp's two halves are separate functions: its plan may save an elementwise value, at the same
+    budget. Both fit the budget, and the values are those without one."""
+    def chain(x):
+        for _ in range(6):
+            x = np.sin(np.tanh(x)) * np.float32(1.5)
+        return np.sum(x)
+
+    x = np.linspace(-1, 1, 4096, dtype=np.float32)
+    budget = 64 * x.nbytes
+    step = tk.grad(chain, memory_budget=budget)
+    fused = step.lower(x).vjp
+    assert fused.residual_bytes == x.nbytes and fused.residuals == tuple(fused.forward.inputs)
+    split = tk.make_ir(chain, mode="vjp", memory_budget=budget)(x)
+    assert x.nbytes < split.residual_bytes <= budget, "tk.vjp saves elementwise values when the budget allows"
+    np.testing.assert_array_equal(step(x), tk.grad(chain)(x))
+
+    ws, xm = mlp_args()
+    top = tk.value_and_grad(mlp_loss, memory_budget=1.0).lower(ws, xm).memory
+    for budget in (1.0, (top.residual_bytes + top.smallest_budget) // 2, top.smallest_budget):
+        plan = tk.value_and_grad(mlp_loss, memory_budget=budget).lower(ws, xm).vjp
+        producer = {v: e for e in plan.forward.eqns for v in e.outputs}
+        arrays = remat.backward_arrays(plan.forward.eqns, plan.forward.eqns)
+        for v in plan.residuals:
+            e = producer.get(v)
+            assert e is None or e.primitive.fusion not in ("elementwise", "view") or v in arrays, (budget, e)
+
+
 def test_hand_placed_annotations_are_respected():
     ws, x = mlp_args()
     layer = tk.recompute(lambda h, w: np.tanh(h @ w))
@@ -301,7 +332,7 @@ def brute_force(eqns, inputs, needed, model, materialized, arrays, budget):
             size = sum(v.aval.nbytes for v in saved)
             if not ok or size > budget:
                 continue
-            cost = sum(model.eqn_cost(e, arrays) for e in rerun) + sum(
+            cost = sum(model.eqn_cost(e, arrays, producer) for e in rerun) + sum(
                 0.0 if v in inputs else model.save_cost(v, v in materialized) for v in saved)
             key = (round(cost * 1e12), size)
             best = key if best is None or key < best else best
@@ -356,6 +387,31 @@ def test_the_cost_model_prices_a_kernel_boundary():
     assert model.eqn_cost(exp, arrays) == model.eqn_cost(exp)
     assert model.eqn_cost(mm, {z}) == model.eqn_cost(mm)
     assert model.eqn_cost(red) == pytest.approx(64 * 1e-10 + (z.aval.nbytes + r.aval.nbytes) * 1e-11)
+
+
+def test_the_cost_model_prices_what_fusion_renders():
+    """x ** 2 with a literal exponent renders as x * x: priced as arithmetic, not as libm's pow (which
+    made a layernorm's variance look 300x dearer to recompute than it is); a literal exponent
+    without a cheaper expression, or an array exponent, is pow; so is x ** 2 inside a recompute
+    region's body."""
+    from tracekern.ir import Aval, Eqn, Graph, Var
+    from tracekern.primitives import REGISTRY
+    F32 = np.dtype("float32")
+    x, y, c, d, e_ = (Var(Aval((4, 4), F32)) for _ in range(5))
+    two, half = Var(Aval((), F32)), Var(Aval((), F32))
+    k2 = Eqn(REGISTRY["const"], (), (two,), {"value": np.float32(2.0)})
+    k5 = Eqn(REGISTRY["const"], (), (half,), {"value": np.float32(2.5)})
+    sq = Eqn(REGISTRY["pow"], (x, two), (c,), {})
+    odd = Eqn(REGISTRY["pow"], (x, half), (d,), {})
+    arr = Eqn(REGISTRY["pow"], (x, y), (e_,), {})
+    producer = {two: k2, half: k5}
+    model = remat.CostModel(per_element={"pow": 2e-8}, arithmetic=1e-10, per_byte=0.0, per_flop=0.0)
+    assert model.eqn_cost(sq, (), producer) == pytest.approx(16 * 1e-10)
+    assert model.eqn_cost(odd, (), producer) == pytest.approx(16 * 2e-8)
+    assert model.eqn_cost(arr, (), producer) == pytest.approx(16 * 2e-8)
+    assert model.eqn_cost(sq) == pytest.approx(16 * 2e-8)     # (no producers given: the literal is unknown)
+    region = Eqn(REGISTRY["recompute_call"], (x,), (c,), {"body": Graph((x,), (k2, sq), (c,))})
+    assert model.eqn_cost(region) == pytest.approx(16 * 1e-10)
 
 
 def test_measured_saved_state_of_vjp_matches_the_plan():
@@ -437,10 +493,14 @@ def test_the_budget_benchmark_plans_its_sweep_and_checks_its_targets(tmp_path):
     with open(os.path.join(ROOT, "bench", "__main__.py")) as f:    # (importing it would run the main job)
         assert "budget.SECTION" in f.read(), "the main job runs the budget section"
 
-    info = budget.plan("chain", "test")        # (traces only)
+    info = budget.plan("mlp", "test")        # (traces only)
     points = info["budgets"]
     assert len(points) == budget.POINTS >= 8 and points == sorted(points, reverse=True)
     assert points[0] == info["top_bytes"] >= info["unconstrained_bytes"] and points[-1] == info["smallest_bytes"] > 0
+    # the chain's fused step has one plan (it keeps its input: elementwise values are remade in the
+    # loops): one point
+    info = budget.plan("chain", "test")
+    assert info["budgets"] == [info["smallest_bytes"]] == [info["top_bytes"]] == [256 * 4]
     # the targets: a curve that keeps more at a smaller budget, or runs faster, is named; so is a budget
     # that is slower than a hand-placed strategy keeping no more memory
     good = [_row("none", "hand-placed", 100, 1.0), _row("b100", "budget", 100, 1.0), _row("b50", "budget", 50, 1.2)]

@@ -87,7 +87,8 @@ def _budgeted(fun: Callable, joint: autodiff.JointVJP, memory_budget) -> tuple[a
     memory budget (the residuals the backward reads are the plan's), and the plan."""
     if memory_budget is None:
         return joint, None
-    split = plan_split(fun, passes.simplify(joint.graph), joint.num_primals, joint.num_outputs, memory_budget)
+    split = plan_split(fun, passes.simplify(joint.graph), joint.num_primals, joint.num_outputs, memory_budget,
+                       fused=True)
     return dataclasses.replace(joint, graph=remat.rejoin(split), num_forward=len(split.forward.eqns)), split
 
 

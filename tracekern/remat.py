@@ -11,6 +11,7 @@ equations is cheap too: its inputs need not be saved either when what they are m
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -20,6 +21,7 @@ from . import passes
 from .errors import IRError, MemoryBudgetError
 from .ir import Eqn, Graph, Var, verify
 from .primitives.annotations import Call, recompute_call, remat_barrier
+from .primitives.core import literal_value
 
 # ----------------------------------------------------------------------------- policies
 
@@ -135,14 +137,16 @@ class SplitVJP:
 
 
 def split_joint(joint: Graph, num_primals: int, num_outputs: int, memory_budget: int | float | None = None,
-                costs: CostModel | None = None, exact_limit: int | None = None) -> SplitVJP:
+                costs: CostModel | None = None, exact_limit: int | None = None, fused: bool = False) -> SplitVJP:
     """Split `joint` (inputs: primals then cotangents; outputs: primal outputs then input cotangents)
     by dependence on the cotangent inputs. Constants the backward needs are re-made there, not saved.
 
     Without a budget, cheap values are recomputed when that saves bytes (choose_residuals). With
     `memory_budget` (bytes, or a fraction of what the split saves without one), plan_residuals
     chooses every residual, minimising the cost model's estimate (`costs`) within the budget, and
-    the backward re-runs each recomputed equation just before its first use."""
+    the backward re-runs each recomputed equation just before its first use. `fused`: the plan runs
+    as one fused step (rejoin, for tk.grad), where only the forward's arrays can be kept for the
+    backward (see plan_residuals)."""
     ct_inputs = set(joint.inputs[num_primals:])
     depends_on_ct: set[Var] = set(ct_inputs)
     for e in joint.eqns:
@@ -186,10 +190,13 @@ def split_joint(joint: Graph, num_primals: int, num_outputs: int, memory_budget:
         bwd_order = copied + [e for e in recomputed if e not in copied] + bwd_eqns   # constants first: no inputs
     else:
         unconstrained = int(sum(v.aval.nbytes for v in chosen))
-        materialized = set(primal_outs) | {v for e in fwd_eqns if e.primitive.fusion not in _CHEAP for v in e.outputs}
+        # the forward's arrays: its outputs, what is not fused elementwise work (a matmul's, a
+        # reduction's output), and what its own whole-array kernels read (a matmul's operands)
+        materialized = (set(primal_outs) | {v for e in fwd_eqns if e.primitive.fusion not in _CHEAP for v in e.outputs}
+                        | backward_arrays(fwd_eqns, fwd_eqns))
         plan = plan_residuals(fwd_eqns, joint.inputs[:num_primals], residuals, budget_bytes(memory_budget, unconstrained),
                               costs or CostModel(), materialized, EXACT_LIMIT if exact_limit is None else exact_limit,
-                              arrays=backward_arrays(fwd_eqns, bwd_eqns))
+                              arrays=backward_arrays(fwd_eqns, bwd_eqns), arrays_only=fused)
         chosen, recomputed = list(plan.saved), [e for e in plan.recomputed if e not in copied]
         bwd_order = copied + _just_in_time(recomputed, bwd_eqns, joint.outputs[num_outputs:])
     fwd = passes.simplify(Graph(joint.inputs[:num_primals], tuple(fwd_eqns), primal_outs + tuple(chosen)))
@@ -348,27 +355,43 @@ class CostModel:
     per_flop: float = 3e-11
     origin: str = "defaults"
 
-    def eqn_cost(self, e: Eqn, arrays: Collection[Var] = ()) -> float:
+    def eqn_cost(self, e: Eqn, arrays: Collection[Var] = (), producer: Mapping[Var, Eqn] | None = None) -> float:
         """What re-running `e` in the backward costs; `arrays`: the values the backward must hold
-        as arrays (backward_arrays)."""
+        as arrays (backward_arrays); `producer`: the equation of each value, to see the literal
+        operands that make fusion render a cheaper expression (x ** 2 is x * x, not pow)."""
         boundary = sum(v.aval.nbytes for i, v in enumerate(e.outputs) if v in arrays and not array_anyway(e, i))
-        return 2.0 * self.per_byte * boundary + self._work(e)
+        return 2.0 * self.per_byte * boundary + self._work(e, producer or {})
 
-    def _work(self, e: Eqn) -> float:
+    def _work(self, e: Eqn, producer: Mapping[Var, Eqn]) -> float:
         kind = e.primitive.fusion
         if e.primitive is recompute_call:
-            return sum(self._work(b) for b in e.params["body"].eqns)
+            body = e.params["body"].eqns
+            inner = {v: b for b in body for v in b.outputs}
+            return sum(self._work(b, inner) for b in body)
         if not e.outputs or kind in ("view", "fill", "const", "index"):
             return 0.0
         out = e.outputs[0].aval
         if kind == "elementwise":
-            return out.size * self.per_element.get(e.primitive.name, self.arithmetic)
+            return out.size * self.element_cost(e, producer)
         if kind == "reduce":
             src = e.inputs[0].aval
             return src.size * self.arithmetic + (src.nbytes + out.nbytes) * self.per_byte
         if kind == "matmul":
             return 2.0 * out.size * e.inputs[0].aval.shape[-1] * self.per_flop + out.nbytes * self.per_byte
         return 2.0 * sum(v.aval.nbytes for v in e.outputs) * self.per_byte
+
+    def element_cost(self, e: Eqn, producer: Mapping[Var, Eqn]) -> float:
+        """Seconds per element of elementwise `e` as fusion renders it: the primitive's own figure,
+        or, where a literal operand gives a cheaper expression (Primitive.scalar_for: pow with a
+        literal exponent 2 is a product), the figures of the functions that expression calls
+        (arithmetic where it calls none)."""
+        literals = [literal_value(a, producer) for a in e.inputs]
+        if any(x is not None for x in literals):
+            expr = e.primitive.scalar_for(literals, **e.params)
+            if expr != getattr(e.primitive, "scalar", expr):
+                called = re.findall(r"\{([a-z_][a-z0-9_]*)\}", expr)
+                return sum(self.per_element.get(f, self.arithmetic) for f in called) or self.arithmetic
+        return self.per_element.get(e.primitive.name, self.arithmetic)
 
     def save_cost(self, v: Var, materialized: bool) -> float:
         return v.aval.nbytes * self.per_byte * (1.0 if materialized else 2.0)
@@ -465,10 +488,12 @@ class _Problem:
     operand u of e (a re-run needs its operands); z_v <= y_e and z_v <= x_v. Constants, fills and
     positions are always available (the backward makes them again). Without the budget row, every
     constraint has one +1 and one -1: the matrix is totally unimodular (a closure problem, as min-cut),
-    so its linear relaxation is integral; the budget row is what makes the exact problem a MILP."""
+    so its linear relaxation is integral; the budget row is what makes the exact problem a MILP.
+    With `arrays_only`, a value the forward does not make as an array (fused elementwise work) is
+    never saved, x_v <= z_v: one more row of the same kind."""
 
     def __init__(self, fwd_eqns: Sequence[Eqn], inputs: Sequence[Var], needed: Sequence[Var], model: CostModel,
-                 materialized: set[Var], arrays: Collection[Var] = ()):
+                 materialized: set[Var], arrays: Collection[Var] = (), arrays_only: bool = False):
         self.producer = {v: e for e in fwd_eqns for v in e.outputs}
         self.position = {e: i for i, e in enumerate(fwd_eqns)}
         self.input_index = {v: i for i, v in enumerate(inputs)}
@@ -496,7 +521,7 @@ class _Problem:
             self.bytes[i] = v.aval.nbytes
             self.save[i] = 0.0 if v in self.input_index else model.save_cost(v, v in materialized)
         for e, j in eqns.items():
-            self.cost[nx + j] = model.eqn_cost(e, arrays)
+            self.cost[nx + j] = model.eqn_cost(e, arrays, self.producer)
         for k, v in enumerate(self.z):
             self.bytes[nx + ny + k] = -v.aval.nbytes
             self.save[nx + ny + k] = -self.save[values[v]]
@@ -515,6 +540,8 @@ class _Problem:
         for k, v in enumerate(self.z):
             row(nx + ny + k, nx + eqns[self.producer[v]])
             row(nx + ny + k, values[v])
+            if arrays_only and v not in materialized:   # not an array in the forward: never saved (x_v <= z_v)
+                row(values[v], nx + ny + k)
         self.closure = (np.array(rows, int), np.array(cols, int), np.array(data), len(rows) // 2)
         self.lower = np.zeros(self.size)
         for v in self.needed:
@@ -576,7 +603,7 @@ class _Problem:
                    (1, self.position[self.producer[v]], self.producer[v].outputs.index(v)))
         order = sorted(recomputed, key=self.position.__getitem__)
         return Plan(tuple(saved), tuple(order), int(sum(v.aval.nbytes for v in saved)),
-                    float(sum(self.model.eqn_cost(e, self.arrays) for e in order)), solver, budget, smallest)
+                    float(sum(self.model.eqn_cost(e, self.arrays, self.producer) for e in order)), solver, budget, smallest)
 
     def describe(self, plan: Plan) -> str:
         parts = []
@@ -593,15 +620,21 @@ class _Problem:
 
 def plan_residuals(fwd_eqns: Sequence[Eqn], inputs: Sequence[Var], needed: Sequence[Var], budget: int,
                    model: CostModel, materialized: set[Var], exact_limit: int = EXACT_LIMIT,
-                   arrays: Collection[Var] = ()) -> Plan:
+                   arrays: Collection[Var] = (), arrays_only: bool = False) -> Plan:
     """Choose, for every value the backward pass reads, whether the forward saves it or the backward
     recomputes it from saved values, minimising the model's estimated cost with residual bytes <=
     `budget`; among the cheapest plans, the one with the fewest bytes (so a smaller budget never
     plans more bytes). Exact (scipy.optimize.milp, HiGHS) up to `exact_limit` variables; above it,
     the Lagrangian heuristic: the closure problem with the bytes priced at each of a fixed ladder of
     multipliers (each an integral linear program), and the cheapest-priced plan that fits.
-    MemoryBudgetError when no plan fits."""
-    problem = _Problem(fwd_eqns, inputs, needed, model, materialized, arrays)
+    MemoryBudgetError when no plan fits.
+
+    `arrays_only` (for a step that runs the forward and the backward fused, tk.grad): only the
+    forward's arrays (`materialized`) are saved; elementwise values are remade from them. In a fused
+    step, the loops that read an elementwise value compute it from the arrays it is made of, so
+    "saving" it would keep those arrays alive and still do the work: the plan's bytes would not be
+    what the step keeps, and its cost not what the step pays."""
+    problem = _Problem(fwd_eqns, inputs, needed, model, materialized, arrays, arrays_only)
     cost = problem.objective()
     # the fewest bytes any plan saves (and the cheapest such plan)
     x_min, _ = problem.solve(problem.bytes)

@@ -392,14 +392,14 @@ def cost_model() -> remat.CostModel:
 
 
 def plan_split(fun: Callable, joint: Graph, num_primals: int, num_outputs: int,
-               memory_budget: int | float | None) -> remat.SplitVJP:
-    """remat.split_joint of a joint graph, planned under memory_budget when one is given; an infeasible
-    budget raises MemoryBudgetError naming the function, the smallest feasible budget and the
-    user's line."""
+               memory_budget: int | float | None, fused: bool = False) -> remat.SplitVJP:
+    """remat.split_joint of a joint graph, planned under memory_budget when one is given (`fused`: for
+    a step that runs both passes fused, remat.rejoin); an infeasible budget raises MemoryBudgetError
+    naming the function, the smallest feasible budget and the user's line."""
     if memory_budget is None:
         return remat.split_joint(joint, num_primals, num_outputs)
     try:
-        return remat.split_joint(joint, num_primals, num_outputs, memory_budget, cost_model())
+        return remat.split_joint(joint, num_primals, num_outputs, memory_budget, cost_model(), fused=fused)
     except MemoryBudgetError as err:
         asked = f"memory_budget={memory_budget!r}" + (f" ({err.requested} bytes)" if isinstance(memory_budget, float) else "")
         raise MemoryBudgetError(with_location(f"{fun_name(fun)}: {asked}: {err}"), err.smallest, err.requested) from None

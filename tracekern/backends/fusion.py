@@ -13,10 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from ..errors import IRError
 from ..ir import Eqn, Graph, Var
+from ..primitives.core import literal_value
 from ..primitives.shape import broadcast_index
 
 # Loops over at least this many elements run in parallel (prange), in chunks of about CHUNK
@@ -181,7 +180,7 @@ class _Walker:
         elif e.primitive.fusion == "elementwise":
             args = tuple(self.value(a, tuple(broadcast_index(list(idx), a.shape, v.shape))) for a in e.inputs)
             stmt = Compute(self._name(v), e, args,
-                           e.primitive.scalar_for([self._literal(a) for a in e.inputs], **e.params))
+                           e.primitive.scalar_for([literal_value(a, self.producer) for a in e.inputs], **e.params))
         elif e.primitive.fusion == "index":   # a value made from its own position (iota): index arithmetic
             stmt = Compute(self._name(v), e, (), e.primitive.index_scalar(idx, **e.params))
         else:
@@ -189,14 +188,6 @@ class _Walker:
         self.body.append(stmt)
         self.memo[key] = stmt.name
         return stmt.name
-
-
-    def _literal(self, v: Var) -> float | None:
-        """The value of a one-element constant operand, else None."""
-        p = self.producer.get(v)
-        if p is not None and p.primitive.fusion in ("fill", "const") and _size(v.shape) == 1:
-            return float(np.asarray(p.params["value"]).reshape(-1)[0])
-        return None
 
 
 def _size(shape) -> int:

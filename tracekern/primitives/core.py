@@ -80,6 +80,16 @@ class Primitive:
         return True
 
 
+def literal_value(v, producer) -> float | None:
+    """The value of a one-element constant or fill operand `v` (`producer`: Var -> its Eqn), else
+    None: what Primitive.scalar_for receives as a literal (fusion renders it, the memory planner's
+    cost model prices what fusion renders)."""
+    p = producer.get(v)
+    if p is not None and p.primitive.fusion in ("fill", "const") and int(np.prod(v.shape)) == 1:
+        return float(np.asarray(p.params["value"]).reshape(-1)[0])
+    return None
+
+
 def eval_graph(graph: Graph, args: Sequence[Any]) -> list[np.ndarray]:
     """Run `graph` on NumPy arrays, equation by equation with each primitive's impl (the NumPy
     implementation of higher-order primitives: the sub-graphs of calls, branches and loops)."""
