@@ -259,8 +259,10 @@ def rejoin(split: SplitVJP) -> Graph:
     kernel (a matmul) reads its result, directly or through views, which must then be an array
     (backward_arrays: the values the planner's cost model charges as arrays). It reads the saved values
     through a remat_barrier whose token is the first cotangent, so that common-subexpression
-    elimination cannot merge it back into the forward and fusion does not run it before the backward
-    starts (backends/fusion.py). A cheap elementwise re-run of values the forward already has is
+    elimination cannot merge it back into the forward, placed right before the re-run in the graph:
+    fusion places no work that reads through a barrier in a kernel before it (backends/fusion.py),
+    so a re-run runs, and its array lives, only from where the backward needs it (the backward's
+    order puts each re-run just before its first use: _just_in_time). A cheap elementwise re-run of values the forward already has is
     left out: the backward reads the forward's value, and the fused loops recompute it from their
     arrays anyway (re-running it next to the forward's would only do the work twice)."""
     fwd, bwd = split.forward, split.backward
@@ -270,7 +272,6 @@ def rejoin(split: SplitVJP) -> Graph:
     defined = set(fwd.inputs) | {v for e in fwd.eqns for v in e.outputs}
     as_arrays = backward_arrays(fwd.eqns, bwd.eqns)
     barrier: dict[Var, Var] = {}
-    barriers: list[Eqn] = []
     eqns: list[Eqn] = []
     for e in bwd.eqns:
         remakes = bool(e.outputs) and all(v in defined for v in e.outputs)   # a forward equation, re-run
@@ -286,14 +287,14 @@ def rejoin(split: SplitVJP) -> Graph:
             if u in defined and cts:
                 if u not in barrier:
                     barrier[u] = Var(u.aval)
-                    barriers.append(Eqn(remat_barrier, (u, cts[0]), (barrier[u],), {}, e.source))
+                    eqns.append(Eqn(remat_barrier, (u, cts[0]), (barrier[u],), {}, e.source))
                 u = barrier[u]
             ins.append(u)
         outs = tuple(Var(v.aval) for v in e.outputs)
         value.update(zip(e.outputs, outs))
         eqns.append(Eqn(e.primitive, tuple(ins), outs, e.params, e.source))
     outputs = fwd.outputs[:split.num_outputs] + tuple(value.get(v, v) for v in bwd.outputs)
-    return verify(passes.dce(Graph(fwd.inputs + cts, fwd.eqns + tuple(barriers) + tuple(eqns), outputs)))
+    return verify(passes.dce(Graph(fwd.inputs + cts, fwd.eqns + tuple(eqns), outputs)))
 
 
 def mark_recomputed(bwd: Graph, num_saved: int) -> Graph:
