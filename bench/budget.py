@@ -256,6 +256,11 @@ def run(options: argparse.Namespace) -> dict:
         print(f"budget: {name} ...", end="", flush=True, file=sys.stderr)
         info = in_process("bench.budget", "--plan", name, size, env=THREAD_ENV)
         workloads[name] = info
+        if len(info["budgets"]) == 1:
+            notes.append(f"{name}: one point: its value_and_grad step has one plan whatever the budget "
+                         f"({_size(info['budgets'][0])}, the smallest feasible): a fused step remakes elementwise "
+                         "values from the forward's arrays, and this one makes no others (tk.vjp, whose halves are "
+                         "separate functions, can save more)")
         for tool in tools:
             args = [json.dumps(info["budgets"])] if tool == "tracekern" else []
             try:
