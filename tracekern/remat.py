@@ -189,11 +189,14 @@ def split_joint(joint: Graph, num_primals: int, num_outputs: int, memory_budget:
     if memory_budget is None:
         bwd_order = copied + [e for e in recomputed if e not in copied] + bwd_eqns   # constants first: no inputs
     else:
-        unconstrained = int(sum(v.aval.nbytes for v in chosen))
-        # the forward's arrays: its outputs, what is not fused elementwise work (a matmul's, a
-        # reduction's output), and what its own whole-array kernels read (a matmul's operands)
-        materialized = (set(primal_outs) | {v for e in fwd_eqns if e.primitive.fusion not in _CHEAP for v in e.outputs}
-                        | backward_arrays(fwd_eqns, fwd_eqns))
+        # the forward's arrays: its outputs, a whole-array kernel's or a reduction's output (through
+        # an inlined region, what its body makes), what the planner never re-runs (a loop, a
+        # custom_gradient's forward), and what the forward's own whole-array kernels read
+        materialized = (set(primal_outs) | backward_arrays(fwd_eqns, fwd_eqns)
+                        | {v for e in fwd_eqns for i, v in enumerate(e.outputs) if array_anyway(e, i) or not recomputable(e)})
+        # (a fused step keeps, without a budget, the arrays behind what the split would save)
+        kept = arrays_behind(chosen, producer, materialized) if fused else chosen
+        unconstrained = int(sum(v.aval.nbytes for v in kept))
         plan = plan_residuals(fwd_eqns, joint.inputs[:num_primals], residuals, budget_bytes(memory_budget, unconstrained),
                               costs or CostModel(), materialized, EXACT_LIMIT if exact_limit is None else exact_limit,
                               arrays=backward_arrays(fwd_eqns, bwd_eqns), arrays_only=fused)
@@ -212,6 +215,28 @@ def split_joint(joint: Graph, num_primals: int, num_outputs: int, memory_budget:
     return SplitVJP(verify(fwd), verify(bwd), num_outputs, tuple(chosen), memory_budget=plan.budget,
                     recompute_cost=plan.recompute_cost, solver=plan.solver, smallest_budget=plan.smallest_bytes,
                     unconstrained_bytes=unconstrained)
+
+
+def arrays_behind(values: Sequence[Var], producer: Mapping[Var, Eqn], materialized: Collection[Var]) -> list[Var]:
+    """The arrays a fused step keeps to have `values` in its backward: each value that is an array
+    (`materialized`, an input, or the output of an equation the planner never re-runs) as it is,
+    and for fused elementwise work, the arrays it is computed from (constants are remade)."""
+    out: list[Var] = []
+    seen: set[Var] = set()
+    stack = list(reversed(values))
+    while stack:
+        v = stack.pop()
+        if v in seen:
+            continue
+        seen.add(v)
+        e = producer.get(v)
+        if e is not None and not e.inputs:
+            continue
+        if e is None or v in materialized or not recomputable(e):
+            out.append(v)
+        else:
+            stack.extend(reversed(e.inputs))
+    return out
 
 
 def _just_in_time(recomputed: Sequence[Eqn], bwd_eqns: Sequence[Eqn], outputs: Sequence[Var]) -> list[Eqn]:
@@ -409,7 +434,9 @@ def array_anyway(e: Eqn, i: int) -> bool:
     """Whether e's output i is an array wherever it is computed (backends/fusion.py): a whole-array
     kernel's or a reduction's output; for an inlined region, what its body's equation makes."""
     if isinstance(e.primitive, Call):
-        body = e.params["body"]
+        body = e.params.get("body")
+        if body is None:     # (a reversible block: f and g, inlined; its outputs are sums)
+            return False
         inner = {v: b for b in body.eqns for v in b.outputs}.get(body.outputs[i])
         return inner is not None and array_anyway(inner, inner.outputs.index(body.outputs[i]))
     return whole_array(e) or e.primitive.fusion == "reduce"
@@ -418,13 +445,20 @@ def array_anyway(e: Eqn, i: int) -> bool:
 def backward_arrays(fwd_eqns: Sequence[Eqn], bwd_eqns: Sequence[Eqn]) -> set[Var]:
     """The forward values that the backward must hold as arrays if it recomputes them: those a
     whole-array kernel of the backward (a matmul, a call kernel) reads, directly or through views
-    (a transpose, a reshape: the value under the views is what gets written)."""
+    (a transpose, a reshape: the value under the views is what gets written), also inside an
+    inlined region (a recompute or custom_gradient body: its operands that its kernels read)."""
     producer = {v: e for e in (*fwd_eqns, *bwd_eqns) for v in e.outputs}
     arrays: set[Var] = set()
     for e in bwd_eqns:
-        if not whole_array(e):
+        if whole_array(e):
+            read = list(e.inputs)
+        elif isinstance(e.primitive, Call) and "body" in e.params:   # an inlined region: the operands its body's kernels read
+            body = e.params["body"]
+            inner = backward_arrays((), body.eqns)
+            read = [v for v, b in zip(e.inputs, body.inputs) if b in inner]
+        else:
             continue
-        for v in e.inputs:
+        for v in read:
             p = producer.get(v)
             while p is not None and p.primitive.fusion == "view" and p.inputs:
                 v = p.inputs[0]
