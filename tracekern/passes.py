@@ -104,11 +104,17 @@ def inline_calls(graph: Graph) -> Graph:
     reversible) by its body's equations, recursively, with fresh Vars: what backends run."""
     if not any(_is_call(e) for e in graph.eqns):
         return graph
+    return simplify(inline_calls_renamed(graph)[0])
+
+
+def inline_calls_renamed(graph: Graph) -> tuple[Graph, dict[Var, Var]]:
+    """inline_calls without simplifying, and the Var that stands for each output of an inlined
+    equation (the memory planner asks which of its values the backend makes as arrays)."""
     eqns: list[Eqn] = []
     rename: dict[Var, Var] = {}
     _inline_into(graph.eqns, rename, eqns)
     outputs = tuple(rename.get(v, v) for v in graph.outputs)
-    return simplify(Graph(graph.inputs, tuple(eqns), outputs, graph.input_notes))
+    return Graph(graph.inputs, tuple(eqns), outputs, graph.input_notes), rename
 
 
 def _is_call(e: Eqn) -> bool:

@@ -137,7 +137,8 @@ class SplitVJP:
 
 
 def split_joint(joint: Graph, num_primals: int, num_outputs: int, memory_budget: int | float | None = None,
-                costs: CostModel | None = None, exact_limit: int | None = None, fused: bool = False) -> SplitVJP:
+                costs: CostModel | None = None, exact_limit: int | None = None, fused: bool = False,
+                arrays_of: Callable[[Graph], Collection[Var]] | None = None) -> SplitVJP:
     """Split `joint` (inputs: primals then cotangents; outputs: primal outputs then input cotangents)
     by dependence on the cotangent inputs. Constants the backward needs are re-made there, not saved.
 
@@ -146,7 +147,8 @@ def split_joint(joint: Graph, num_primals: int, num_outputs: int, memory_budget:
     chooses every residual, minimising the cost model's estimate (`costs`) within the budget, and
     the backward re-runs each recomputed equation just before its first use. `fused`: the plan runs
     as one fused step (rejoin, for tk.grad), where only the forward's arrays can be kept for the
-    backward (see plan_residuals)."""
+    backward (see plan_residuals); `arrays_of(forward graph)`: the values the backend makes as arrays
+    there beyond the structural rule (fusion materializes a value many loops read)."""
     ct_inputs = set(joint.inputs[num_primals:])
     depends_on_ct: set[Var] = set(ct_inputs)
     for e in joint.eqns:
@@ -194,6 +196,8 @@ def split_joint(joint: Graph, num_primals: int, num_outputs: int, memory_budget:
         # custom_gradient's forward), and what the forward's own whole-array kernels read
         materialized = (set(primal_outs) | backward_arrays(fwd_eqns, fwd_eqns)
                         | {v for e in fwd_eqns for i, v in enumerate(e.outputs) if array_anyway(e, i) or not recomputable(e)})
+        if arrays_of is not None:
+            materialized |= set(arrays_of(Graph(joint.inputs[:num_primals], tuple(fwd_eqns), primal_outs)))
         # (a fused step keeps, without a budget, the arrays behind what the split would save)
         kept = arrays_behind(chosen, producer, materialized) if fused else chosen
         unconstrained = int(sum(v.aval.nbytes for v in kept))

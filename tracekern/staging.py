@@ -14,6 +14,7 @@ import numpy as np
 
 from . import autodiff, backends, passes, remat
 from .arguments import arg_name, flatten_call, fun_name, to_user
+from .backends import fusion
 from .errors import MemoryBudgetError, TracekernError, with_location
 from .ir import Aval, Graph, is_float
 from .pytree import TreeDef, tree_flatten, tree_unflatten
@@ -391,6 +392,16 @@ def cost_model() -> remat.CostModel:
     return remat.CostModel(**backends.cost_table())
 
 
+def forward_arrays(graph: Graph) -> set:
+    """The values fusion makes as arrays when it runs `graph` (buffers and constants), e.g. a
+    transformer's residual stream, which many loops read: what a fused step can keep without
+    keeping the arrays it is made of."""
+    inlined, rename = passes.inline_calls_renamed(graph)
+    plan = fusion.plan(inlined)
+    made = set(plan.buffers) | set(plan.consts)
+    return {v for e in graph.eqns for v in e.outputs if rename.get(v, v) in made}
+
+
 def plan_split(fun: Callable, joint: Graph, num_primals: int, num_outputs: int,
                memory_budget: int | float | None, fused: bool = False) -> remat.SplitVJP:
     """remat.split_joint of a joint graph, planned under memory_budget when one is given (`fused`: for
@@ -399,7 +410,8 @@ def plan_split(fun: Callable, joint: Graph, num_primals: int, num_outputs: int,
     if memory_budget is None:
         return remat.split_joint(joint, num_primals, num_outputs)
     try:
-        return remat.split_joint(joint, num_primals, num_outputs, memory_budget, cost_model(), fused=fused)
+        return remat.split_joint(joint, num_primals, num_outputs, memory_budget, cost_model(), fused=fused,
+                                 arrays_of=forward_arrays if fused else None)
     except MemoryBudgetError as err:
         asked = f"memory_budget={memory_budget!r}" + (f" ({err.requested} bytes)" if isinstance(memory_budget, float) else "")
         raise MemoryBudgetError(with_location(f"{fun_name(fun)}: {asked}: {err}"), err.smallest, err.requested) from None
