@@ -300,6 +300,7 @@ def rejoin(split: SplitVJP) -> Graph:
     value = dict(zip(res_in, fwd.outputs[split.num_outputs:]))    # backward Var -> the Var it reads here
     defined = set(fwd.inputs) | {v for e in fwd.eqns for v in e.outputs}
     as_arrays = backward_arrays(fwd.eqns, bwd.eqns)
+    made_by = {v: e for e in fwd.eqns for v in e.outputs}
     barrier: dict[Var, Var] = {}
     eqns: list[Eqn] = []
     for e in bwd.eqns:
@@ -313,7 +314,10 @@ def rejoin(split: SplitVJP) -> Graph:
         ins = []
         for v in e.inputs:
             u = value.get(v, v)
-            if u in defined and cts:
+            made = made_by.get(u)
+            # (a constant is read as it is: through a barrier it would no longer be a literal, and
+            # x ** 2 would be rendered as pow instead of x * x)
+            if u in defined and cts and not (made is not None and not made.inputs):
                 if u not in barrier:
                     barrier[u] = Var(u.aval)
                     eqns.append(Eqn(remat_barrier, (u, cts[0]), (barrier[u],), {}, e.source))

@@ -85,6 +85,9 @@ def literal_value(v, producer) -> float | None:
     None: what Primitive.scalar_for receives as a literal (fusion renders it, the memory planner's
     cost model prices what fusion renders)."""
     p = producer.get(v)
+    while p is not None and p.primitive.aliases_input:     # (through a remat_barrier: the same value)
+        v = p.inputs[0]
+        p = producer.get(v)
     if p is not None and p.primitive.fusion in ("fill", "const") and int(np.prod(v.shape)) == 1:
         return float(np.asarray(p.params["value"]).reshape(-1)[0])
     return None
