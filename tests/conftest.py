@@ -29,6 +29,9 @@ def backend(request):
     return request.param
 
 
+INPUT_KINDS = ("any", "pos", "unit", "nz", "gt1")   # (tests/numpy_cases.make adds its own kinds to these)
+
+
 def make_input(kind: str, shape, rng, dtype=np.float64):
     if kind == "any":
         x = rng.standard_normal(shape)

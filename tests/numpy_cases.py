@@ -21,6 +21,7 @@ import numpy as np
 
 import tracekern as tk
 import tracekern.numpy as tnp
+from tests.conftest import INPUT_KINDS, make_input
 
 
 @dataclass(frozen=True)
@@ -86,17 +87,9 @@ def make(spec: Spec, dtype: np.dtype, rng: np.random.Generator, int_dtype=np.int
     if k == "given":
         v = spec.value
         return v.astype(dtype) if v.dtype.kind == "f" else v.copy()
-    if k == "any":
-        x = rng.standard_normal(s)
-    elif k == "pos":
-        x = rng.uniform(0.5, 2.0, s)
-    elif k == "unit":
-        x = rng.uniform(-0.9, 0.9, s)
-    elif k == "nz":
-        x = rng.uniform(0.5, 2.0, s) * rng.choice([-1.0, 1.0], s)
-    elif k == "gt1":
-        x = rng.uniform(1.1, 3.0, s)
-    elif k == "distinct":   # values at least 0.1 apart (sorting: no ties for finite differences to cross)
+    if k in INPUT_KINDS:
+        return make_input(k, s, rng, dtype)
+    if k == "distinct":   # values at least 0.1 apart (sorting: no ties for finite differences to cross)
         n = int(np.prod(s))
         x = (rng.permutation(n) * 0.25 + rng.uniform(0, 0.1, n) - n * 0.125).reshape(s)
     elif k == "zeros":      # some exact zeros (cumprod's and prod's gradients)
