@@ -22,6 +22,11 @@ from ..primitives.shape import broadcast_index
 # elements split along axis 0. Both depend only on shapes, so results do not depend on threads.
 PARALLEL_MIN_ELEMENTS = 1 << 16
 CHUNK_ELEMENTS = 1 << 15
+# The most scalar statements one loop body holds. Numba's compile time grows with a function's
+# statements (about 10 ms each), so a program of 10,000 chained operations is split into loops of
+# at most this many, storing the value at each cut; a repeated layer then gives a few loops of
+# equal text, compiled once. The largest body of the main job's workloads is 200: none is split.
+MAX_BODY = 256
 
 
 @dataclass
@@ -62,6 +67,9 @@ class LoopKernel:
     epilogue_results: dict = field(default_factory=dict)
     epilogue_first: int = 0
     epilogue_domain: tuple[int, ...] = ()
+    # (planning only: the (value, index) pairs the stores placed so far compute, to keep the body
+    # within MAX_BODY)
+    computes: set = field(default_factory=set, repr=False)
 
     @property
     def writes(self) -> list[Var]:
@@ -142,6 +150,7 @@ class _Walker:
         self.here = set(here)         # materialized values this loop computes (at the identity index)
         self.memo: dict = {}
         self.body: list = []
+        self.keys: list = []          # the (value, index) each statement of body computes
         self.reads: set[tuple[Var, bool]] = set()
         self.needs: set[Var] = set()    # values to materialize (broadcast into a larger domain)
 
@@ -149,6 +158,29 @@ class _Walker:
         return f"{self.prefix}{len(self.body)}"   # (by position: kernels of equal content render to equal text)
 
     def value(self, v: Var, idx: tuple[str, ...], root: bool = False) -> str:
+        """The scalar name of v at index idx, adding the statements that compute it. Iterative (each
+        operand a request to a driver loop, not a recursive call): a chain of 10,000 elementwise
+        operations is as deep as the program, and Python's stack is not."""
+        pending = [self._visit(v, idx, root)]
+        result = None
+        while pending:
+            try:
+                request = pending[-1].send(result)
+            except StopIteration as done:
+                pending.pop()
+                result = done.value
+                continue
+            hit = self.memo.get(request[:2])
+            if hit is not None:
+                result = hit
+            else:
+                pending.append(self._visit(*request))
+                result = None
+        return result
+
+    def _visit(self, v: Var, idx: tuple[str, ...], root: bool = False):
+        """value() of one Var: a generator that yields (operand, index, False) for each operand's
+        name and returns v's."""
         key = (v, idx)
         if key in self.memo:
             return self.memo[key]
@@ -168,24 +200,27 @@ class _Walker:
         elif e.primitive.fusion == "view":
             if e.primitive.barrier:
                 self.floor = max(self.floor, self.floors.get(v, 0))
-            name = self.value(e.inputs[0], tuple(e.primitive.view_index(list(idx), e.inputs[0].shape, **e.params)))
+            name = yield (e.inputs[0], tuple(e.primitive.view_index(list(idx), e.inputs[0].shape, **e.params)), False)
             self.memo[key] = name
             return name
         elif e.primitive.fusion == "gather":   # the operand read at an index that is data (its own scalar)
             x, indices = e.inputs
-            where = self.value(indices, idx)
-            name = self.value(x, tuple(e.primitive.gather_index(list(idx), where, x.shape, **e.params)))
+            where = yield (indices, idx, False)
+            name = yield (x, tuple(e.primitive.gather_index(list(idx), where, x.shape, **e.params)), False)
             self.memo[key] = name
             return name
         elif e.primitive.fusion == "elementwise":
-            args = tuple(self.value(a, tuple(broadcast_index(list(idx), a.shape, v.shape))) for a in e.inputs)
-            stmt = Compute(self._name(v), e, args,
+            args = []
+            for a in e.inputs:
+                args.append((yield (a, tuple(broadcast_index(list(idx), a.shape, v.shape)), False)))
+            stmt = Compute(self._name(v), e, tuple(args),
                            e.primitive.scalar_for([literal_value(a, self.producer) for a in e.inputs], **e.params))
         elif e.primitive.fusion == "index":   # a value made from its own position (iota): index arithmetic
             stmt = Compute(self._name(v), e, (), e.primitive.index_scalar(idx, **e.params))
         else:
             raise IRError(f"fusion: {e.primitive.name} output {v} should have been materialized")
         self.body.append(stmt)
+        self.keys.append(key)
         self.memo[key] = stmt.name
         return stmt.name
 
@@ -233,21 +268,31 @@ def _worth_materializing(p: Plan, producer, materialized: set[Var]) -> set[Var]:
     memo: dict[Var, tuple[frozenset, int]] = {}
 
     def leaves(v: Var) -> tuple[frozenset, int]:
-        """(materialized values v is computed from, transcendentals on the way)."""
-        if v in memo:
-            return memo[v]
-        e = producer.get(v)
-        if v in materialized or e is None or e.primitive.fusion not in ("elementwise", "view", "gather"):
-            out = (frozenset([v]) if (v in materialized or e is None) else frozenset(), 0)
-        else:
+        """(materialized values v is computed from, transcendentals on the way); a post-order walk
+        with a stack of its own (a chain of 10,000 operations is deeper than Python's)."""
+        stack = [v]
+        while stack:
+            u = stack[-1]
+            if u in memo:
+                stack.pop()
+                continue
+            e = producer.get(u)
+            if u in materialized or e is None or e.primitive.fusion not in ("elementwise", "view", "gather"):
+                memo[u] = (frozenset([u]) if (u in materialized or e is None) else frozenset(), 0)
+                stack.pop()
+                continue
+            missing = [a for a in e.inputs if a not in memo]
+            if missing:
+                stack.extend(missing)
+                continue
             reads, costly = frozenset(), int(e.primitive.fusion == "elementwise"
                                              and any(f in (e.primitive.scalar or "") for f in _COSTLY))
             for a in e.inputs:
-                r, c = leaves(a)
+                r, c = memo[a]
                 reads, costly = reads | r, costly + c
-            out = (reads, costly)
-        memo[v] = out
-        return out
+            memo[u] = (reads, costly)
+            stack.pop()
+        return memo[v]
 
     chosen = set()
     for v, c in count.items():
@@ -395,13 +440,19 @@ def _place(kernels, kernel_of, domain, store: Var | None, reduction: Eqn | None,
         walker.value(store, identity_index(domain), root=True)
     else:
         walker.value(reduction.inputs[0], identity_index(domain))
+    cuts = _cuts(walker) if len(walker.body) > MAX_BODY else set()
+    if cuts:
+        return walker.needs | cuts
     start = max([kernel_of.get(v, -1) for v, _ in walker.reads], default=-1)
     if (store if store is not None else reduction.outputs[0]) not in outputs:
         start = max(start, walker.floor)
+    computes = set(walker.keys)
     target = None
     for pos in range(max(start, 0), len(kernels)):
         k = kernels[pos]
         if not isinstance(k, LoopKernel) or k.domain != tuple(domain):
+            continue
+        if len(k.computes | computes) > MAX_BODY:   # (full: the store starts a loop of its own)
             continue
         if all(kernel_of.get(v, -1) < pos or (kernel_of.get(v) == pos and ident and v in k.stores)
                for v, ident in walker.reads):
@@ -411,6 +462,7 @@ def _place(kernels, kernel_of, domain, store: Var | None, reduction: Eqn | None,
         kernels.append(LoopKernel(tuple(domain), parallel=_size(domain) >= PARALLEL_MIN_ELEMENTS and domain[0] > 1))
         target = len(kernels) - 1
     k = kernels[target]
+    k.computes |= computes
     if store is not None:
         k.stores.append(store)
         kernel_of[store] = target
@@ -418,6 +470,21 @@ def _place(kernels, kernel_of, domain, store: Var | None, reduction: Eqn | None,
         k.reductions.append(reduction)
         kernel_of[reduction.outputs[0]] = target
     return walker.needs
+
+
+def _cuts(walker: _Walker) -> set[Var]:
+    """Values to store so that a store or reduction whose computation takes more than MAX_BODY
+    statements is split into loops of at most about that many: every MAX_BODY / 2-th elementwise
+    value of its body (in the order computed, each before what reads it) that has the loop's shape."""
+    cuts, since = set(), 0
+    for stmt, (v, idx) in list(zip(walker.body, walker.keys))[:-1]:   # (not the store itself)
+        since += 1
+        if since >= MAX_BODY // 2 and isinstance(stmt, Compute) and v.shape == walker.domain \
+                and idx == identity_index(walker.domain) and stmt.eqn.primitive.fusion == "elementwise" \
+                and v not in walker.materialized:
+            cuts.add(v)
+            since = 0
+    return cuts
 
 
 def _fill_body(k: LoopKernel, producer, materialized) -> None:
