@@ -16,10 +16,10 @@ import numpy as np
 
 from . import autodiff, backends, passes, remat
 from . import numpy as tnp
-from .arguments import device_view, differentiated, flatten_call, fun_name, host, on_device, to_user
-from .errors import TracerLeakError
+from .arguments import device_view, differentiated, flatten_call, fun_name, host, on_device, output_location, to_user
+from .errors import TracerLeakError, with_location
 from .ir import Aval, Graph, is_float
-from .pytree import TreeDef, tree_flatten, tree_unflatten
+from .pytree import Static, TreeDef, takes_static, tree_flatten, tree_unflatten
 from .staging import Staged, plan_split, split_aux, stage_vjp, trace_call
 from .trace import FlatArgs, Tracer, Variable, _read, aval_of, current_builder
 
@@ -48,11 +48,16 @@ def jit(fun: Callable | None = None, *, backend: str | None = None, static_argnu
 # ----------------------------------------------------------------------------- grad
 
 
-def _argnums(argnums: int | Sequence[int], nargs: int, fun: Callable) -> tuple[int, ...]:
+def _argnums(argnums: int | Sequence[int], args: tuple, fun: Callable) -> tuple[int, ...]:
     nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+    nargs = len(args)
     for i in nums:
         if not -nargs <= i < nargs:
-            raise ValueError(f"argnums={argnums} but {fun_name(fun)} was called with {nargs} positional arguments")
+            raise ValueError(with_location(f"argnums={argnums} but {fun_name(fun)} was called with {nargs} positional "
+                                           "arguments"))
+        if type(args[i]) is Static:
+            raise ValueError(with_location(f"argnums={argnums} names argument {i % nargs} of {fun_name(fun)}, which "
+                                           "tk.jit's static_argnums makes static: a static argument has no gradient"))
     return tuple(i % nargs for i in nums)
 
 
@@ -101,26 +106,28 @@ def _grad_emit(fun: Callable, argnums, has_aux: bool, unconnected: str, with_val
 
     def emit(*args, **kwargs):
         # keyword arguments are closed over: traced (captured) but never differentiated
-        return emit_positional(functools.partial(fun, **kwargs) if kwargs else fun, args)
+        return emit_positional(_bind_keywords(fun, kwargs), args)
 
     emit.plan = None   # the memory plan of the last trace (a remat.SplitVJP), under a budget
+    emit.takes_static = True   # (static arguments pass through to fun untraced)
 
     def emit_positional(bound, args):
         # `bound` is traced; errors name the user's `fun`
-        nums = _argnums(argnums, len(args), fun)
+        nums = _argnums(argnums, args, fun)
         flat = flatten_call(fun, args)
         active = differentiated(fun, flat, nums, check_float=True)
         graph, out_td, captured = trace_call(bound, flat)
         value_td, aux_td = split_aux(fun, out_td, has_aux)
         if value_td.kind != "leaf":
-            raise ValueError(f"grad of {fun_name(fun)}: the output must be a single scalar, got structure "
-                             f"{value_td!r}. Use tk.vjp(f, *args) for several or non-scalar outputs.")
+            raise ValueError(with_location(
+                f"grad of {fun_name(fun)}: the output must be a single scalar, got structure {value_td!r}. Use "
+                "tk.vjp(f, *args) for several or non-scalar outputs.", output_location(fun, graph, 0)))
         out_var = graph.outputs[0]
         if out_var.aval.shape != () or not is_float(out_var.aval.dtype):
-            raise (ValueError if is_float(out_var.aval.dtype) else TypeError)(
+            raise (ValueError if is_float(out_var.aval.dtype) else TypeError)(with_location(
                 f"grad of {fun_name(fun)}: the output must be a float scalar, got {out_var.aval}. Use "
                 "tk.vjp(f, *args) with a cotangent of the output's shape for non-scalar outputs "
-                "(or reduce the output, e.g. with .sum()).")
+                "(or reduce the output, e.g. with .sum()).", output_location(fun, graph, 0)))
         var_active = [any(c is v for v in wrt or ()) for c in captured]
         joint = autodiff.vjp(graph, active + var_active, seeded=[i == 0 for i in range(len(graph.outputs))])
         joint, emit.plan = _budgeted(fun, joint, memory_budget)   # (lower() reports the plan)
@@ -137,6 +144,15 @@ def _grad_emit(fun: Callable, argnums, has_aux: bool, unconnected: str, with_val
         return (value, grads) if with_value else grads
 
     return emit
+
+
+def _bind_keywords(fun: Callable, kwargs: dict) -> Callable:
+    """fun with keyword arguments bound (closed over), still passing static arguments on if fun does."""
+    if not kwargs:
+        return fun
+    bound = functools.partial(fun, **kwargs)
+    bound.takes_static = takes_static(fun)
+    return bound
 
 
 def _variable_grad(v: Variable, captured: list, cts: list, unconnected: str):
@@ -173,7 +189,8 @@ def grad(fun: Callable, argnums: int | Sequence[int] = 0, *, has_aux: bool = Fal
     the cheapest way (tracekern.remat.plan_residuals)."""
     memory_budget = remat.check_budget(memory_budget)
     return Staged(fun, _grad_emit(fun, argnums, has_aux, unconnected, with_value=False, wrt=wrt,
-                                  memory_budget=memory_budget), memory_budget=memory_budget)
+                                  memory_budget=memory_budget), memory_budget=memory_budget,
+                  rebudget=lambda b: _grad_emit(fun, argnums, has_aux, unconnected, with_value=False, wrt=wrt, memory_budget=b))
 
 
 def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, *, has_aux: bool = False,
@@ -182,7 +199,8 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, *, has_aux: 
     """(fun(*args), grad(fun)(*args)) from one joint pass (memory_budget: as for grad)."""
     memory_budget = remat.check_budget(memory_budget)
     return Staged(fun, _grad_emit(fun, argnums, has_aux, unconnected, with_value=True, wrt=wrt,
-                                  memory_budget=memory_budget), memory_budget=memory_budget)
+                                  memory_budget=memory_budget), memory_budget=memory_budget,
+                  rebudget=lambda b: _grad_emit(fun, argnums, has_aux, unconnected, with_value=True, wrt=wrt, memory_budget=b))
 
 
 # ----------------------------------------------------------------------------- vjp
@@ -210,8 +228,8 @@ class Pullback:
     def __call__(self, cotangent):
         leaves, td = tree_flatten(cotangent)
         if td != self._out_treedef:
-            raise ValueError(f"pullback of {fun_name(self._fun)}: the cotangent has structure {td!r}, "
-                             f"the output has {self._out_treedef!r}")
+            raise ValueError(with_location(f"pullback of {fun_name(self._fun)}: the cotangent has structure {td!r}, "
+                                           f"the output has {self._out_treedef!r}"))
         cts = []
         for j, (x, aval) in enumerate(zip(leaves, self._out_avals)):
             if isinstance(x, Tracer):
@@ -224,8 +242,8 @@ class Pullback:
             if isinstance(x, (int, float)) and not isinstance(x, bool) and got.shape == aval.shape:
                 x = np.asarray(x, aval.dtype)
             elif got != aval:
-                raise ValueError(f"pullback of {fun_name(self._fun)}: cotangent {j} is {got}, the output is {aval}; "
-                                 "a cotangent must have the output's shape and dtype")
+                raise ValueError(with_location(f"pullback of {fun_name(self._fun)}: cotangent {j} is {got}, the output "
+                                               f"is {aval}; a cotangent must have the output's shape and dtype"))
             cts.append(x)
         in_cts = self._run_backward(cts)
         return tuple(tree_unflatten(g.treedef, [in_cts[j] if act else None for j, act in g.leaves])
@@ -266,6 +284,14 @@ def vjp(fun: Callable, *args, has_aux: bool = False, backend: str | None = None,
     device = backend == "cuda"
 
     def run_backward(cts):
+        if current_builder() is not None:
+            # called inside a trace (tk.grad / tk.jit of a function that calls it): the backward graph is
+            # emitted there, reading the residuals as constants, so the pullback is differentiable
+            grads = _inline(staged.split.backward, [host(r) for r in residuals] + list(cts))
+            full = [None] * len(staged.active)
+            for j, g in zip(active_idx, grads):
+                full[j] = g
+            return full
         arrays = [c if device and on_device(c) else host(c) for c in cts]
         grads = staged.backward(list(residuals) + arrays)
         full = [None] * len(staged.active)
@@ -297,13 +323,20 @@ def _vjp_in_trace(fun: Callable, args: tuple, has_aux: bool, memory_budget=None)
     outs = [env[v] for v in jg.outputs[:joint.num_outputs]]
 
     def run_backward(cts):
-        if not builder.active:
-            raise TracerLeakError(f"the pullback of {fun_name(fun)} was called after the trace that made it ended")
+        here = current_builder()
+        if not builder.active or here is None or not (here is builder or here._is_ancestor(builder)):
+            raise TracerLeakError(with_location(
+                f"the pullback of {fun_name(fun)} was called outside the trace that made it (after it ended, or in "
+                "an unrelated one); call it inside the function that called tk.vjp, or return the values instead"))
         known = dict(env)
         known.update(zip(jg.inputs[len(primals):], cts))
-        builder.inline(jg, None, env=known, eqns=jg.eqns[joint.num_forward:])
+        # (emitted where it is called: inside a nested trace, e.g. tk.grad of a function of the cotangent,
+        # the forward's values are captured from the enclosing trace, so the pullback is differentiable)
+        here.inline(jg, None, env=known, eqns=jg.eqns[joint.num_forward:])
         grads = iter(known[v] for v in jg.outputs[joint.num_outputs:])
-        return [next(grads) if has else None for has in joint.has_grad][:len(flat.leaves)]
+        full = [next(grads) if has else None for has in joint.has_grad][:len(flat.leaves)]
+        # a float input the output does not depend on gets zeros, as outside a trace (unconnected="zero")
+        return [tnp.zeros_like(_read(x)) if g is None and act else g for g, x, act in zip(full, flat.leaves, active)]
 
     pull = Pullback(fun, value_td, [v.aval for v in graph.outputs[:n_out]], run_backward, _arg_groups(flat, active))
     out = tree_unflatten(value_td, outs[:n_out])

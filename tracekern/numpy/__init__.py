@@ -90,22 +90,54 @@ ALTERNATIVES: dict[str, str] = {
 }
 
 
+# advice for a whole module of functions that are not traced (by the public module's name, numpy's as "np")
+MODULE_ADVICE: dict[str, str] = {
+    "np.fft": "FFTs return complex arrays, which tracekern does not trace yet",
+    "np.random": "draw random numbers with tk.random (counter-based: tk.random.key, split, uniform, normal), or "
+                 "pass NumPy's draws in as arguments",
+    "scipy.special": "scipy.special's functions are not traced yet; tk.numpy has logsumexp, softmax, log_softmax "
+                     "and sigmoid (scipy.special.expit), and np.log / np.exp / np.tanh build most others",
+}
+
+
+def _public_module(module: str) -> str:
+    """A module's public name (its path up to the first private part), NumPy's written "np"."""
+    parts = []
+    for part in module.split("."):
+        if part.startswith("_"):
+            break
+        parts.append(part)
+    name = ".".join(parts) or module
+    return "np" + name[len("numpy"):] if name == "numpy" or name.startswith("numpy.") else name
+
+
 def _qualname(func) -> str:
-    module = getattr(func, "__module__", "") or ""
+    """The name a user wrote for a NumPy or SciPy function or ufunc: np.unique, np.fft.ifft,
+    np.linalg.eig, scipy.special.psi (a ufunc has no module: found in the modules that may hold it)."""
     name = getattr(func, "__name__", str(func))
-    return f"linalg.{name}" if "linalg" in module else name
+    if isinstance(func, np.ufunc):
+        if getattr(np, name, None) is func:
+            return f"np.{name}"
+        for module in ("scipy.special",):
+            if getattr(sys.modules.get(module), name, None) is func:
+                return f"{module}.{name}"
+        return f"the ufunc {name}"
+    return f"{_public_module(getattr(func, '__module__', '') or 'numpy')}.{name}"
 
 
-def _unsupported(name: str, kind: str) -> NotImplementedError:
-    """The error for np.<name>: what to do instead, or the closest supported names."""
-    advice = ALTERNATIVES.get(name)
-    if advice is None:
+def _unsupported(qualname: str, kind: str) -> NotImplementedError:
+    """The error for a function the user called (its public name, np.fft.ifft): what to do instead,
+    or the closest supported names of the same module."""
+    module, _, name = qualname.rpartition(".")
+    key = name if module == "np" else qualname.removeprefix("np.")
+    advice = ALTERNATIVES.get(key) or MODULE_ADVICE.get(module)
+    if advice is None and module in ("np", "np.linalg"):
         known = sorted(set(NAMES) | {f"linalg.{n}" for n in linalg.__all__} | {u.__name__ for u in UFUNCS})
-        close = difflib.get_close_matches(name, known, n=4, cutoff=0.6)
-        advice = (f"the closest supported: {', '.join('np.' + c for c in close)}" if close else
-                  "see the README's 'What can be traced' for the supported names")
+        close = difflib.get_close_matches(key, known, n=4, cutoff=0.6)
+        advice = f"the closest supported: {', '.join('np.' + c for c in close)}" if close else None
+    advice = advice or "see the README's 'What can be traced' for the supported names"
     return NotImplementedError(with_location(
-        f"np.{name} is not supported on traced arrays ({kind}): {advice}. tk.numpy supports {len(FUNCTIONS)} NumPy "
+        f"{qualname} is not supported on traced arrays ({kind}): {advice}. tk.numpy supports {len(FUNCTIONS)} NumPy "
         f"functions and {len(UFUNCS)} ufuncs (the README's 'What can be traced' lists them), and the extras "
         f"{', '.join(EXTRAS)}"))
 
@@ -118,7 +150,7 @@ def apply_ufunc(ufunc, method: str, inputs, kwargs):
     fn = UFUNCS.get(ufunc)
     if method == "__call__":
         if fn is None:
-            raise _unsupported(ufunc.__name__, "ufunc")
+            raise _unsupported(_qualname(ufunc), "ufunc")
         dtype = extra.pop("dtype", None)
         if extra:
             raise NotImplementedError(with_location(

@@ -10,7 +10,7 @@ from .. import primitives
 from ..errors import ShapeError, with_location
 from ..ir import SUPPORTED_DTYPES, is_float
 from ..primitives.core import REGISTRY
-from ..trace import ArrayOps, Tracer, bind
+from ..trace import WIDE, ArrayOps, Tracer, bind, refuse_subclass
 
 __all__ = ["P", "ShapeError", "Tracer", "bind", "with_location"]
 
@@ -53,6 +53,7 @@ def traced(x) -> bool:
 def _check_operand(x, fname: str) -> None:
     if not isinstance(x, (Tracer, np.ndarray, np.generic, bool, int, float)):
         raise TypeError(with_location(f"{fname}: expected an array or a number, got {type(x).__name__}"))
+    refuse_subclass(x, f"an operand of {fname}")
 
 
 def _array(x, fname: str = "tk.numpy"):
@@ -87,6 +88,11 @@ def _cast(x, dtype: np.dtype):
     """x as `dtype`: a convert equation for traced values, a typed constant otherwise."""
     dtype = np.dtype(dtype)
     if isinstance(x, Tracer):
+        if x.weak == WIDE and dtype.kind in "iu" and dtype.itemsize < 8:
+            raise OverflowError(with_location(
+                f"a Python integer argument out of bounds for {dtype} meets an {dtype} array: NumPy 2 raises "
+                f"OverflowError here (NEP 50: a Python int takes the array's dtype). Pass np.int64(value), or "
+                f"cast the array first with .astype(np.int64)"))
         return x if x.dtype == dtype else bind(P.convert, x, dtype=dtype)
     return np.asarray(x, dtype=dtype)
 

@@ -264,9 +264,11 @@ def einsum(*operands, out=None, dtype=None, order="K", casting="safe", optimize=
     sizes: dict = {}
     for t, x in zip(ins, arrays):
         for c, s in zip(t, _shape(x)):
-            if sizes.get(c, 1) != 1 and s not in (1, sizes[c]):
+            # a size-1 axis broadcasts against any other size, a zero-size one included (as NumPy)
+            if c not in sizes or sizes[c] == 1:
+                sizes[c] = s
+            elif s not in (1, sizes[c]):
                 raise ShapeError(with_location(f"einsum: operands disagree on the size of {c!r} ({sizes[c]} and {s})"))
-            sizes[c] = builtins.max(sizes.get(c, 1), s)
     if any(c not in sizes for c in out_labels):
         raise ValueError(with_location(f"einsum: output subscript {out_labels!r} names a label no operand has"))
     current = [_diagonal_labels(x, t) for x, t in zip(arrays, ins)]

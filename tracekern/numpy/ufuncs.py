@@ -22,6 +22,8 @@ def _ufunc_op(ufunc, prim, fname: str) -> Callable:
         for a in args:
             _check_operand(a, fname)
         tokens = tuple(_token(a) for a in args)
+        if all(isinstance(t, type) for t in tokens):   # Python scalars only (weak ones traced): their own dtypes
+            tokens = tuple(_dtype(a) for a in args)
         try:
             dtypes = ufunc.resolve_dtypes(tokens + (None,) * ufunc.nout)
         except (TypeError, ValueError, np.exceptions.DTypePromotionError):
