@@ -360,3 +360,14 @@ def test_functools_partial_of_a_jitted_function_keeps_working():
     f = tk.jit(lambda x, scale: x * scale)
     g = functools.partial(f, scale=3.0)
     assert np.array_equal(g(np.ones(2)), [3.0, 3.0])
+
+
+@pytest.mark.parametrize("budget", [None, 1.0, 0.5, 0])
+def test_budget_of_a_step_that_keeps_nothing(budget):
+    """A linear loss: the backward reads no forward value, so every budget fits (the planner has
+    nothing to choose; SciPy's milp refuses an empty problem)."""
+    f = tk.value_and_grad(lambda x: (x * 2.0).sum(), memory_budget=budget)
+    value, grad = f(np.ones(3))
+    assert value == 6.0 and np.array_equal(grad, [2.0, 2.0, 2.0])
+    report = f.lower(np.ones(3)).memory
+    assert report.residual_bytes == 0 and report.smallest_budget == 0
