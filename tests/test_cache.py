@@ -4,6 +4,7 @@ one tk.CacheWarning (the call compiles into a private temporary directory and st
 pickle planted in Numba's index or data files never runs (in a refused directory, or as a file of
 another user or writable by others in your own), what the cache creates is 0o700 (directories) and
 0o600 (files), Numba's files included, and a call never enters cache.py."""
+import hashlib
 import importlib.util
 import json
 import os
@@ -134,7 +135,9 @@ class _Planted:
 def _plant(genuine: Path, dest: Path, markers: dict, index: bool = True, data: bool = True) -> dict[str, list[Path]]:
     """A copy of a genuine cache whose Numba index and/or data files (every one: a step's driver and
     its kernels each have theirs) hold a pickle that creates a marker file when loaded (the index's
-    still names Numba's version, so the data is read next)."""
+    still names Numba's version, so the data is read next). Each ends with its checksum, as the
+    cache writes them: the checksum finds damage, it is no defence (whoever can write a file can
+    compute it)."""
     shutil.copytree(genuine, dest)
     nbis = sorted((dest / "__pycache__").glob("*.nbi"))
     nbcs = sorted((dest / "__pycache__").glob("*.nbc"))
@@ -143,11 +146,15 @@ def _plant(genuine: Path, dest: Path, markers: dict, index: bool = True, data: b
         with open(nbi, "rb") as f:
             pickle.load(f)                       # Numba's version: checked before the rest is unpickled
             rest = f.read()
-        nbi.write_bytes(pickle.dumps(_Planted(f"open({str(markers['nbi'])!r}, 'w').close() or {numba.__version__!r}"))
-                        + rest)
+        _write_sealed(nbi, pickle.dumps(_Planted(f"open({str(markers['nbi'])!r}, 'w').close() or {numba.__version__!r}"))
+                      + rest[:-len(cache._SEAL) - 32])
     for nbc in nbcs if data else ():
-        nbc.write_bytes(pickle.dumps(_Planted(f"open({str(markers['nbc'])!r}, 'w').close()")))
+        _write_sealed(nbc, pickle.dumps(_Planted(f"open({str(markers['nbc'])!r}, 'w').close()")))
     return {"nbi": nbis, "nbc": nbcs}
+
+
+def _write_sealed(path: Path, payload: bytes) -> None:
+    path.write_bytes(payload + cache._SEAL + hashlib.sha256(payload).digest())
 
 
 @posix_only
