@@ -3,6 +3,7 @@ with canonical source, shared by every layer, step and program that has it; the 
 keep kernels equal across depth (materialized shared values, reduction epilogues); parallel compile
 workers; and several processes compiling into one cache directory."""
 import gc
+import json
 import os
 import re
 import subprocess
@@ -250,6 +251,50 @@ def test_workers_compile_what_the_cache_lacks(tmp_path):
     assert ok == "True"
     assert int(here) < int(n_units), "the worker compiled some kernels"
     assert int(stems) >= int(n_units), "every kernel has machine code in the cache"
+
+
+_PLANTED_RUN = """
+import json, numba, numpy as np, tracekern as tk
+from tracekern.backends import workers
+workers.MIN_UNITS = 1    # (a worker for this small step)
+v, g = tk.value_and_grad(lambda x: np.sum(np.tanh(x) ** 2 * 0.953125))(np.linspace(0, 1, 16))
+# a job that only this process's tracekern compiles: the worker found it, not another copy
+job = ("import tracekern\\nassert tracekern.__file__ == %r\\nfrom numba import njit\\n"
+       "@njit(cache=True)\\ndef kernel(x):\\n    return x + 1\\n" % tk.__file__)
+answer = workers._workers(1)[0].run(([job], "kernel", [(numba.int64,)]))
+print(json.dumps(dict(value=float(v), grad=g.tolist(), answer=answer, workers=len(workers._WORKERS))))
+"""
+
+
+def test_a_worker_imports_nothing_from_the_working_directory(tmp_path):
+    """A program run from a directory holding a planted numpy.py and tracekern.py (as another local
+    user could leave in /tmp), with a compile worker and a cold cache: neither planted module runs
+    (no marker file), the worker compiles with this very tracekern, and the result is right."""
+    planted = tmp_path / "cwd"
+    planted.mkdir()
+    markers = [tmp_path / f"ran-{name}" for name in ("numpy", "tracekern")]
+    for marker in markers:
+        (planted / f"{marker.name[4:]}.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    script = tmp_path / "program" / "run.py"
+    script.parent.mkdir()
+    script.write_text(_PLANTED_RUN)
+    env = dict(os.environ, TRACEKERN_CACHE_DIR=str(tmp_path / "cache"), TRACEKERN_COMPILE_WORKERS="1",
+               PYTHONPATH=os.path.dirname(os.path.dirname(tk.__file__)))   # (this process's tracekern)
+    out = subprocess.run([sys.executable, str(script)], cwd=planted, env=env, capture_output=True, text=True,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert not [m for m in markers if m.exists()], "a planted module ran"
+    assert result["workers"] == 1 and result["answer"] is None, result["answer"]
+    loss = lambda x: np.sum(np.tanh(x) ** 2 * 0.953125)   # noqa: E731
+    x = np.linspace(0, 1, 16)
+    vi, gi = tk.jit(tk.value_and_grad(loss), backend="interpret")(x)
+    assert np.shape(result["grad"]) == gi.shape
+    np.testing.assert_allclose(result["value"], vi, rtol=1e-12)
+    np.testing.assert_allclose(result["grad"], gi, rtol=1e-10, atol=1e-12)
+    eps = 1e-6
+    fd = [(loss(x + eps * e) - loss(x - eps * e)) / (2 * eps) for e in np.eye(16)]
+    np.testing.assert_allclose(result["grad"], fd, rtol=1e-6, atol=1e-8)
 
 
 def test_a_failing_worker_job_is_compiled_here(monkeypatch):
