@@ -12,7 +12,13 @@ is read from it. Directories this module creates are 0o700 and its files 0o600, 
 Numba's cache files of the generated modules are kept in the checked directory's __pycache__
 (whatever NUMBA_CACHE_DIR says) and created 0o600 (_guard_numba). TRACEKERN_CACHE_SHARED=1
 declares a shared cache: everyone who can write to it is trusted, and only a directory that
-everyone can write is refused."""
+everyone can write is refused.
+
+Healing: Numba's files of generated modules end with a SHA-256 of their content (_SEAL), checked
+before Numba reads them; an entry that fails to load in any way is deleted, warned about once
+(tk.CacheWarning naming the file) and compiled again. Files or directories deleted while a module
+is written, imported or its machine code saved (another process clearing the cache) are made
+again and the step goes on."""
 from __future__ import annotations
 
 import atexit
@@ -462,8 +468,10 @@ def _guard_numba() -> None:
     """Keep Numba's cache files of the generated modules in the checked directory's __pycache__,
     create them 0o600 there and read none that another user wrote: a locator put first in Numba's
     list claims the functions of files in a directory in use (NUMBA_CACHE_DIR would send them
-    elsewhere, unchecked), the index and data files are opened with new_file(), and each is
-    checked by refused_file() before Numba unpickles it. Nothing changes for other functions' caches.
+    elsewhere, unchecked), the index and data files are written with new_file() and a checksum,
+    and each is checked by refused_file() and against its checksum before Numba unpickles it; an
+    entry that fails to load is deleted and compiled again, and a save into a directory deleted
+    meanwhile makes it again. Nothing changes for other functions' caches.
     Installed once per caching module: Numba's, and numba-cuda's once it is loaded (numba-cuda
     keeps its own copy). Not per call: only at a module's first load."""
     if len(_GUARDED) == len(_CACHING):

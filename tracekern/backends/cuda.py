@@ -425,7 +425,8 @@ class _Renderer(ControlRenderer):
         groups: dict[tuple, list] = {}
         for e in k.reductions:
             groups.setdefault(tuple(e.params["axes"]), []).append(e)
-        what = ", ".join([f"store {self.names[v]}" for v in k.stores] + [f"{e.primitive.name} -> {e.outputs[0].aval}" for e in k.reductions])
+        what = ", ".join([f"store {self.names[v]}" for v in k.stores]
+                         + [f"{e.primitive.name} -> {e.outputs[0].aval}" for e in k.reductions])
         comment = f"kernel {pos}: loop over {list(k.domain)}: {what}"
         if not groups:
             self.elementwise(k, comment)
