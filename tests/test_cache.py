@@ -176,6 +176,28 @@ def test_damaged_numba_files_heal_with_one_warning(tmp_path):
             assert mode == (0o700 if (tmp_path / kind / name).is_dir() else 0o600), (kind, name, oct(mode))
 
 
+@posix_only
+def test_machine_code_for_another_signature_is_not_served(fresh):
+    """An index that names another signature's data file (two entries swapped, as concurrent writers
+    numbering their entries alike could leave them): the entry is rebuilt with one warning, and each
+    call gets its own signature's code (else an int64 call ran the float64 code and returned a float)."""
+    path, caught = fresh
+    source = "from numba import njit\n\n\n@njit(cache=True)\ndef kernel(x):\n    return x * 2  # swapped\n"
+    module = cache.load_module(source)
+    assert module.kernel(3) == 6 and module.kernel(2.5) == 5.0
+    first, second = sorted((path / "__pycache__").glob("*.nbc"))
+    a, b = first.read_bytes(), second.read_bytes()
+    first.write_bytes(b)
+    second.write_bytes(a)
+    cache._MODULES.pop(cache.source_digest(source))        # (a fresh process's view: loaded from disk)
+    again = cache.load_module(source)
+    assert again is not module
+    got = [again.kernel(3), again.kernel(2.5)]
+    assert got == [6, 5.0] and type(got[0]) is int and type(got[1]) is float, got
+    (warning,) = _cache_warnings(caught)
+    assert "It was rebuilt" in warning and str(path / "__pycache__") in warning
+
+
 @pytest.fixture
 def numba_only_here(monkeypatch):
     """No compile workers: what is deleted while this process compiles is seen here."""

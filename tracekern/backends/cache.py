@@ -509,7 +509,6 @@ def _guard_caching_module(caching: ModuleType) -> None:
             "and are read without tracekern's per-file check. The cache directory itself is still checked."),
             stacklevel=user_stacklevel())
         return
-    normalize = importlib.import_module("numba.core.sigutils").normalize_signature
 
     class TracekernLocator(in_tree):
         """<directory in use>/__pycache__ for the functions of a generated module."""
@@ -593,9 +592,8 @@ def _guard_caching_module(caching: ModuleType) -> None:
         cache_file._tk_data = None
         try:
             data = numba_load_overload(self, sig, target_context)
-            wanted = tuple(normalize(sig)[0])
-            got = getattr(getattr(data, "signature", None), "args", None)
-            if data is not None and got is not None and tuple(got) != wanted:
+            got, wanted = getattr(getattr(data, "signature", None), "args", None), _arg_types(sig)
+            if data is not None and None not in (got, wanted) and tuple(got) != wanted:
                 raise ValueError(f"it holds machine code for {tuple(got)}, not for {wanted}")
         except _Damaged as err:
             _heal(cache_file, err.path, err.err)
@@ -625,6 +623,14 @@ def _guard_caching_module(caching: ModuleType) -> None:
         return None
 
     caching.Cache._load_overload, caching.Cache._save_overload = load_overload, save_overload
+
+
+def _arg_types(sig) -> tuple | None:
+    """The argument types of a signature Numba compiles for (a tuple of types, or a Signature)."""
+    if isinstance(sig, tuple):
+        return sig
+    args = getattr(sig, "args", None)
+    return tuple(args) if args is not None else None
 
 
 def _heal(cache_file, path: str, err: Exception) -> None:
