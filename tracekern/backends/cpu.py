@@ -597,8 +597,7 @@ class _Renderer(ControlRenderer):
             self.emit(0, "")
             self.emit(0, "")
             self.function("step_exact", exact=True, flag=False)
-        listing = "\n".join("# " + line for line in str(self.graph).splitlines())
-        return head + "\n".join(subs + self.lines) + "\n\n" + listing + "\n"
+        return head + "\n".join(subs + self.lines) + "\n\n" + self.listing() + "\n"
 
     def prepare(self) -> None:
         """Render the functions of the control-flow sub-graphs this plan calls; a driver calling a
@@ -613,7 +612,7 @@ class _Renderer(ControlRenderer):
 
     def function(self, name: str, exact: bool, flag: bool) -> None:
         g = self.graph
-        self.names, self.pool = {}, {}
+        self.start_function()
         args = []
         self.bind_arguments(args)
         self.exact_mode, self.flag_mode = exact, flag
@@ -653,9 +652,9 @@ class _Renderer(ControlRenderer):
     # -- kernel units -----------------------------------------------------------------------
     def unit_call(self, c: _Call, exact: bool, flag: bool) -> None:
         k = self.plan.kernels[c.pos]
-        self.emit(1, f"# kernel {c.pos}: {_describe(k)}")
         for v in c.writes:
             self.alloc(v)
+        self.emit(1, f"# kernel {c.pos}: {_describe(k, self.names)}")
         fn = self.module.aliases[c.unit.digest]
         args = ", ".join(self.names[v] + (".T" if t else "") for v, t in c.args)
         eqn = k.eqn if isinstance(k, CallKernel) else None
@@ -711,9 +710,10 @@ class _Renderer(ControlRenderer):
         self.emit(1, f"{name}[()] = {n}")
 
 
-def _describe(k) -> str:
+def _describe(k, names: dict) -> str:
+    """A comment on a kernel call, naming its buffers as the driver does (never by the IR's numbers)."""
     if isinstance(k, LoopKernel):
-        what = ", ".join([f"store {v}" for v in k.stores] + [f"{e.primitive.name} -> {e.outputs[0].aval}" for e in k.reductions]
-                         + [f"then store {v}" for v in k.epilogue])
+        what = ", ".join([f"store {names[v]}" for v in k.stores] + [f"{e.primitive.name} -> {e.outputs[0].aval}" for e in k.reductions]
+                         + [f"then store {names[v]}" for v in k.epilogue])
         return f"loop over {list(k.domain)}{' in parallel' if k.parallel else ''}: {what}"
     return f"{k.eqn.primitive.name} -> {', '.join(str(v.aval) for v in k.eqn.outputs)}"

@@ -363,8 +363,7 @@ class _Renderer(ControlRenderer):
         head = _header("the host launcher of one step", m.launch) + "".join(line + "\n" for line in m.imports()) + "\n"
         before = m.host_lines
         offset = head.count("\n") + len(before)
-        listing = "\n".join("# " + line for line in str(self.graph).splitlines())
-        source = head + "\n".join(before + self.lines) + "\n\n" + listing + "\n"
+        source = head + "\n".join(before + self.lines) + "\n\n" + self.listing() + "\n"
         return source, {line + offset: e for line, e in self.line_eqn.items()}
 
     def function(self, name: str) -> None:
@@ -426,14 +425,15 @@ class _Renderer(ControlRenderer):
         groups: dict[tuple, list] = {}
         for e in k.reductions:
             groups.setdefault(tuple(e.params["axes"]), []).append(e)
-        what = ", ".join([f"store {v}" for v in k.stores] + [f"{e.primitive.name} -> {e.outputs[0].aval}" for e in k.reductions])
+        what = ", ".join([f"store {self.names[v]}" for v in k.stores]
+                         + [f"{e.primitive.name} -> {e.outputs[0].aval}" for e in k.reductions])
         comment = f"kernel {pos}: loop over {list(k.domain)}: {what}"
         if not groups:
             self.elementwise(k, comment)
         for j, (axes, reds) in enumerate(groups.items()):
             self.reduction(k, axes, reds, stores=j == 0, comment=comment)
         if k.epilogue:
-            self.epilogue(k, f"kernel {pos}, then: " + ", ".join(f"store {v}" for v in k.epilogue))
+            self.epilogue(k, f"kernel {pos}, then: " + ", ".join(f"store {self.names[v]}" for v in k.epilogue))
 
     def epilogue(self, k: LoopKernel, comment: str) -> None:
         """A loop's epilogue (backends/fusion.py) as a kernel over the reductions' kept index, launched
@@ -497,7 +497,7 @@ class _Renderer(ControlRenderer):
             fns = cuda_math.functions(acc_dtype)
             target = self.names[out]
             if P > 1:
-                target = f"pt{out.id}"
+                target = f"pt{self.tag()}"
                 self.emit(1, f"{target} = {self.h_empty([P, M], acc_dtype)}")
             accs.append(dict(e=e, out=out, j=len(accs), acc=f"acc{len(accs)}", ident=identity_literal(e.primitive.identity, acc_dtype),
                              dtype=acc_dtype, fns=fns, target=target,
@@ -719,7 +719,7 @@ class _Renderer(ControlRenderer):
             return super().control_scan(e, ops)
         nc, nk, n = p["num_consts"], p["num_carry"], p["length"]
         n_y = len(body.outputs) - nk
-        tag = e.outputs[0].id
+        tag = self.tag()
         consts, init, xs = ops[:nc], ops[nc:nc + nk], ops[nc + nk:]
         ys, recorded = e.outputs[nk:nk + n_y], e.outputs[nk + n_y:]
         carries = self._double_buffers(e, tag, "cb", init, body.outputs[:nk])
@@ -731,13 +731,12 @@ class _Renderer(ControlRenderer):
         loop.line(2, f"t = {n - 1} - s" if p["reverse"] else "t = s")
         loop.line(2, "cur = s % 2")
         for c, v in zip(carries, recorded):   # the carry each step starts from, for the backward pass
-            loop.copy(2, (c, "cur"), (f"b{v.id}", "t"), tuple(v.shape[1:]), v.dtype)
+            loop.copy(2, (c, "cur"), (self.names[v], "t"), tuple(v.shape[1:]), v.dtype)
         loop.graph(2, body, plan, [(c, None) for c in consts] + [(c, "cur") for c in carries] + [(q, "t") for q in seqs],
-                   [(c, "1 - cur") for c in carries] + [(f"b{v.id}", "t") for v in ys])
+                   [(c, "1 - cur") for c in carries] + [(self.names[v], "t") for v in ys])
         loop.launch(e, f"{n} steps on the device")
         for i, v in enumerate(e.outputs[:nk]):
-            self.names[v] = f"b{v.id}"
-            self.emit(1, f"b{v.id} = {self.h_copy(f'{carries[i]}[{n % 2}:{n % 2 + 1}].reshape({tuple(v.shape)})')}")
+            self.emit(1, f"{self.fresh(v)} = {self.h_copy(f'{carries[i]}[{n % 2}:{n % 2 + 1}].reshape({tuple(v.shape)})')}")
 
     def control_scan_revolve(self, e, ops: list[str]) -> None:
         """A checkpointed scan's schedule (tracekern.schedule) run on the device when its body and
@@ -753,7 +752,7 @@ class _Renderer(ControlRenderer):
             return super().control_scan_revolve(e, ops)
         acts_host = np.ascontiguousarray(schedule.actions(n, p["checkpoint"]), np.int64)
         k = max(1, int(p["checkpoint"]))
-        tag = e.outputs[0].id if e.outputs else 0
+        tag = self.tag()
         n_y = len(body.outputs) - nk
         n_xs = len(ops) - nc - nk - ns - n_y
         consts, init = ops[:nc], ops[nc:nc + nk]
@@ -803,12 +802,11 @@ class _Renderer(ControlRenderer):
         loop.line(3, f"t = {tindex}")
         loop.graph(3, back, plans[1], [(c, None) for c in consts] + [(st, "sc") for st in states] + [(c, "cc") for c in carries]
                    + [(q, "t") for q in seqs] + [(q, "t") for q in cseqs],
-                   [(st, "1 - sc") for st in states] + [(f"b{v.id}", "t") for v in grads])
+                   [(st, "1 - sc") for st in states] + [(self.names[v], "t") for v in grads])
         loop.line(3, "sc = 1 - sc")
         loop.launch(e, f"the checkpointed schedule of {n} steps on the device")
         for i, v in enumerate(e.outputs[:ns]):   # n backward steps: the state is in half n % 2
-            self.names[v] = f"b{v.id}"
-            self.emit(1, f"b{v.id} = {self.h_copy(f'{states[i]}[{n % 2}:{n % 2 + 1}].reshape({tuple(v.shape)})')}")
+            self.emit(1, f"{self.fresh(v)} = {self.h_copy(f'{states[i]}[{n % 2}:{n % 2 + 1}].reshape({tuple(v.shape)})')}")
 
     def _double_buffers(self, e, tag: int, prefix: str, init: list[str], avals: list) -> list[str]:
         """Device arrays of two halves (2, *shape) per value, the first filled from `init`."""
@@ -907,7 +905,7 @@ class _DeviceLoop:
     def graph(self, depth: int, graph: Graph, plan: fusion.Plan, inputs: list, outputs: list) -> None:
         """Phases running one step of `graph` (its plan): input k is inputs[k], output k written to
         outputs[k], each (host array, row index or None). Its other buffers are made on the host once."""
-        body = _LoopBody(plan, self.r.module, self.tag)
+        body = _LoopBody(plan, self.r.module, self.tag, self.r.serial)
         body.function()
         for text in body.host:
             self.r.emit(1, text)
@@ -943,9 +941,10 @@ class _LoopBody(_Renderer):
 
     one_block_size = True
 
-    def __init__(self, plan: fusion.Plan, module: _Module, tag: int):
+    def __init__(self, plan: fusion.Plan, module: _Module, tag: int, serial):
         super().__init__(plan, module, sub=True)
-        self.tag = tag
+        self.loop_tag = tag
+        self.serial = serial      # the enclosing function's: the body's buffers are made in it
         self.phases: list[_Kernel] = []
         self.host: list[str] = []
         self.avals: dict[str, tuple] = {}
@@ -960,9 +959,9 @@ class _LoopBody(_Renderer):
 
     def alloc(self, v: Var) -> str:
         if v in self.graph.outputs:   # written where the step's output goes: a row of ys, a carry half
-            name = self.names[v] = f"o{self.tag}_{self.graph.outputs.index(v)}"
+            name = self.names[v] = f"o{self.loop_tag}_{self.graph.outputs.index(v)}"
             return name
-        return super().alloc(v)   # (b<id>: Var ids are unique, so no clash with the enclosing function)
+        return super().alloc(v)   # (numbered by the enclosing function's serial: no clash with its names)
 
     def function(self, name: str = "") -> None:
         self.names, self.pool = {}, {}

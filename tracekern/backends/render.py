@@ -6,13 +6,14 @@ cpu renders these into its njit step, cuda into its host launcher; each supplies
 that differ (the hooks below: allocation, copies, reading a flag on the host, the run-time schedule)."""
 from __future__ import annotations
 
+import itertools
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from .. import schedule
-from ..ir import Graph, Var
+from ..ir import Graph, Var, format_graph
 
 CONTROL = ("cond", "scan", "while", "scan_revolve")
 # the names both math modules (cpu_math, cuda_math) give the casts to each dtype
@@ -77,6 +78,7 @@ class ControlRenderer(ABC):
         self.line_eqn: dict[int, object] = {}
         self.names: dict[Var, str] = {}
         self.pool: dict[tuple, list[str]] = {}   # dead buffers by (shape, dtype), ready for reuse
+        self.serial = itertools.count()          # numbers of the function's buffers and loops, in order of first use
 
     @abstractmethod
     def emit(self, depth: int, text: str, eqn=None) -> None:
@@ -115,12 +117,32 @@ class ControlRenderer(ABC):
         return x
 
     # -- shared ----------------------------------------------------------------------------
+    def start_function(self) -> None:
+        """Forget the previous function's names: each function numbers its buffers and loops from 0."""
+        self.names, self.pool, self.serial = {}, {}, itertools.count()
+
+    def fresh(self, v: Var) -> str:
+        """A new buffer name for v: b0, b1, ... in order of first use in the function, never the IR's
+        variable numbers, so that the same program renders the same text (and hits the same disk
+        cache entry and compiled driver) however often it is traced."""
+        name = self.names[v] = f"b{next(self.serial)}"
+        return name
+
+    def tag(self) -> int:
+        """A number for one control-flow construct's local names (its carries, results, sequences)."""
+        return next(self.serial)
+
+    def listing(self) -> str:
+        """The graph as comments at the end of a driver: its values named by first use, without
+        the user's source lines (a driver's text depends only on the program it runs)."""
+        return "\n".join("# " + line for line in format_graph(self.graph, show_source=False).splitlines())
+
     def const_value(self, v: Var) -> np.ndarray:
         return np.ascontiguousarray(next(e for e in self.graph.eqns if v in e.outputs).params["value"])
 
     def alloc(self, v: Var) -> str:
         """Bind v to a buffer: a dead one of its shape and dtype if there is one, else a new one."""
-        name = self.names[v] = f"b{v.id}"
+        name = self.fresh(v)
         free = self.pool.get((v.shape, v.dtype.str))
         if free:
             self.emit(1, f"{name} = {free.pop()}  # reuses a dead buffer")
@@ -157,21 +179,21 @@ class ControlRenderer(ABC):
     def _outputs(self, e, outputs, values: list[str], depth: int = 1) -> None:
         """Bind `outputs` (of equation e) to copies of `values` (fresh arrays: no aliasing of inputs)."""
         for v, val in zip(outputs, values):
-            self.names[v] = f"b{v.id}"
-            self.emit(depth, f"b{v.id} = {self.h_copy(val)}", eqn=e)
+            name = self.names.get(v) or self.fresh(v)    # (a cond's branches bind the same names)
+            self.emit(depth, f"{name} = {self.h_copy(val)}", eqn=e)
 
     @staticmethod
     def _row(seq: str, shape: tuple) -> str:
         return f"{seq}[t:t + 1].reshape({shape})"
 
     def _new(self, v) -> str:
-        self.names[v] = f"b{v.id}"
-        self.emit(1, f"b{v.id} = {self.h_empty(list(v.shape), v.dtype)}")
-        return f"b{v.id}"
+        name = self.fresh(v)
+        self.emit(1, f"{name} = {self.h_empty(list(v.shape), v.dtype)}")
+        return name
 
     def control_cond(self, e, ops: list[str]) -> None:
         p = e.params
-        tag = e.outputs[0].id if e.outputs else 0
+        tag = self.tag()
         self.emit(1, f"if {self.h_truth(ops[0])}:", eqn=e)
         self.emit(2, f"rt{tag} = {self.subcall(p['true'], ops[1:])}", eqn=e)
         self._outputs(e, e.outputs, [f"rt{tag}[{i}]" for i in range(len(e.outputs))], 2)
@@ -183,7 +205,7 @@ class ControlRenderer(ABC):
         p = e.params
         nc, nk, n = p["num_consts"], p["num_carry"], p["length"]
         body = p["body"]
-        tag = e.outputs[0].id
+        tag = self.tag()
         consts, init, xs = ops[:nc], ops[nc:nc + nk], ops[nc + nk:]
         carry = [f"k{tag}_{i}" for i in range(nk)]
         for c, x in zip(carry, init):
@@ -198,19 +220,19 @@ class ControlRenderer(ABC):
         rng = f"range({n} - 1, -1, -1)" if p["reverse"] else f"range({n})"
         self.emit(1, f"for t in {rng}:", eqn=e)
         for c, v in zip(carry, e.outputs[nk + n_y:]):
-            self.emit(2, self.h_assign(self._row(f"b{v.id}", tuple(v.shape[1:])), c))
+            self.emit(2, self.h_assign(self._row(self.names[v], tuple(v.shape[1:])), c))
         rows = [self._row(q, tuple(x.shape[1:])) for q, x in zip(seqs, e.inputs[nc + nk:])]
         self.emit(2, f"r{tag} = {self.subcall(body, consts + carry + rows)}", eqn=e)
         for i, c in enumerate(carry):
             self.emit(2, f"{c} = r{tag}[{i}]")
         for j, v in enumerate(e.outputs[nk:nk + n_y]):
-            self.emit(2, self.h_assign(self._row(f"b{v.id}", tuple(v.shape[1:])), f"r{tag}[{nk + j}]"))
+            self.emit(2, self.h_assign(self._row(self.names[v], tuple(v.shape[1:])), f"r{tag}[{nk + j}]"))
         self._outputs(e, e.outputs[:nk], carry)
 
     def control_while(self, e, ops: list[str]) -> None:
         p = e.params
         nc = p["num_consts"]
-        tag = e.outputs[0].id
+        tag = self.tag()
         consts, init = ops[:nc], ops[nc:]
         carry = [f"k{tag}_{i}" for i in range(len(init))]
         for c, x in zip(carry, init):
@@ -221,16 +243,14 @@ class ControlRenderer(ABC):
         for i, c in enumerate(carry):
             self.emit(2, f"{c} = r{tag}[{i}]")
         self.emit(2, f"n{tag} += 1")
-        trip = e.outputs[-1]
-        self.names[trip] = f"b{trip.id}"
-        self.h_trip(f"b{trip.id}", f"n{tag}")
+        self.h_trip(self.fresh(e.outputs[-1]), f"n{tag}")
         self._outputs(e, e.outputs[:-1], carry)
 
     def control_scan_revolve(self, e, ops: list[str]) -> None:
         """Runs the checkpoint schedule (tracekern.schedule): a loop over its actions."""
         p = e.params
         body, nc, nk, ns, n = p["body"], p["num_consts"], p["num_carry"], p["num_state"], p["length"]
-        tag = e.outputs[0].id if e.outputs else 0
+        tag = self.tag()
         ins = list(e.inputs)
         if n is None:   # a while loop's: the schedule is made when the trip count is known
             trip = ops[nc + nk]
@@ -289,10 +309,9 @@ class ControlRenderer(ABC):
         for i, st in enumerate(state):
             self.emit(3, f"{st} = g{tag}[{i}]")
         for j, v in enumerate(grads):
-            self.emit(3, self.h_assign(self._row(f"b{v.id}", tuple(v.shape[1:])), f"g{tag}[{ns + j}]"))
+            self.emit(3, self.h_assign(self._row(self.names[v], tuple(v.shape[1:])), f"g{tag}[{ns + j}]"))
         for v, st in zip(e.outputs[:ns], state):
-            self.names[v] = f"b{v.id}"
-            self.emit(1, f"b{v.id} = {self.h_copy(st)}")
+            self.emit(1, f"{self.fresh(v)} = {self.h_copy(st)}")
 
     def _contiguous_as(self, x: str, new: str) -> str:
         self.emit(1, f"{new} = {self.h_contiguous(x)}")
