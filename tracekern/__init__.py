@@ -28,6 +28,7 @@ from .ir import Aval, Eqn, Graph, Var, verify
 from .numpy import at, where
 from .pytree import tree_flatten, tree_map, tree_unflatten
 from .remat import SplitVJP
+from .settings import config
 from .staging import Staged
 from .trace import Variable
 
@@ -37,7 +38,7 @@ __all__ = [
     "Aval", "CacheWarning", "at", "Eqn", "Graph", "GradientCheckError", "IRError", "MemoryBudgetError", "ShapeError",
     "SplitVJP", "Staged",
     "TracekernError", "TracerBoolError", "TracerLeakError", "Var", "Variable", "available_backends",
-    "check_grad", "checkpoint", "cond", "custom_gradient", "default_backend", "fori_loop", "grad", "grad_pass_through", "jit",
+    "check_grad", "checkpoint", "cond", "config", "custom_gradient", "default_backend", "fori_loop", "grad", "grad_pass_through", "jit",
     "make_ir", "numpy", "print", "random", "recompute", "recompute_grad", "reversible", "scan", "stop_gradient",
     "tree_flatten", "tree_map", "tree_unflatten", "value_and_grad", "verify", "vjp", "where", "while_loop",
 ]

@@ -100,6 +100,36 @@ def _empty(T):
 empty_f32, empty_f64, empty_i32, empty_i64, empty_boolean = (_empty(T) for T in (f32, f64, i32, i64, boolean))
 
 
+# What a loop compiled whole does with its arrays besides running kernels (cpu.py, _LoopFunction).
+# NumPy's versions of these (x.copy(), x[...] = y, a slice's reshape) are overloads that Numba
+# compiles again in every process (x[...] = y alone took seconds: its broadcasting setitem); these
+# are compiled once per machine and signature, and LLVM inlines them into the loop.
+@njit(**INLINE)
+def fresh_copy(x):
+    """A new C-contiguous array holding x."""
+    return x.copy()
+
+
+@njit(**INLINE)
+def assign(dst, src):
+    """dst[...] = src for arrays of one shape, dst C-contiguous (a buffer, or a row of one)."""
+    d = dst.reshape(dst.size)
+    s = src.ravel()
+    for i in range(d.size):
+        d[i] = s[i]
+
+
+@njit(**INLINE)
+def row(seq, t):
+    """seq[t] as an array (0-d for a 1-d seq): a view of the row, seq C-contiguous."""
+    return seq[t:t + 1].reshape(seq.shape[1:])
+
+
+@njit(**INLINE)
+def contiguous(x):
+    return np.ascontiguousarray(x)
+
+
 def _rounded(fn, T):
     @jit_named(f"{fn.__name__}_{CASTS[np.dtype(T).name]}")
     def rounded(x):

@@ -79,6 +79,7 @@ class ControlRenderer(ABC):
         self.names: dict[Var, str] = {}
         self.pool: dict[tuple, list[str]] = {}   # dead buffers by (shape, dtype), ready for reuse
         self.serial = itertools.count()          # numbers of the function's buffers and loops, in order of first use
+        self.prefix = ""                         # of those names: graphs written into one function each have their own
 
     @abstractmethod
     def emit(self, depth: int, text: str, eqn=None) -> None:
@@ -125,12 +126,12 @@ class ControlRenderer(ABC):
         """A new buffer name for v: b0, b1, ... in order of first use in the function, never the IR's
         variable numbers, so that the same program renders the same text (and hits the same disk
         cache entry and compiled driver) however often it is traced."""
-        name = self.names[v] = f"b{next(self.serial)}"
+        name = self.names[v] = f"{self.prefix}b{next(self.serial)}"
         return name
 
-    def tag(self) -> int:
+    def tag(self) -> str:
         """A number for one control-flow construct's local names (its carries, results, sequences)."""
-        return next(self.serial)
+        return f"{self.prefix}{next(self.serial)}"
 
     def listing(self) -> str:
         """The graph as comments at the end of a driver: its values named by first use, without
