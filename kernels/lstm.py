@@ -4,6 +4,8 @@ log-softmax of the top layer's output. A loop whose body is small (hidden size 1
 step has at most 4 * 14 values): the cost of a step is its kernel calls, not its arithmetic.
 Strategies: keep every step's carry (checkpoint=None), or give the loop a memory budget and let it
 choose its snapshots (checkpoint="auto")."""
+import math
+
 import numpy as np
 
 import tracekern as tk
@@ -14,38 +16,43 @@ STRATEGIES = ("none", "auto")
 SIZES = {"full": (4, 4096, 14, 32), "quick": (2, 1024, 14, 32), "test": (2, 7, 3, 5)}
 
 
-def _sigmoid(z):
-    return 1 / (1 + np.exp(-z))
-
-
-def cell(x, h, c, wx, wh, b):
-    """One LSTM cell (gates i, f, g, o in that order: PyTorch's nn.LSTM layout, transposed)."""
+def cell(x, h, c, wx, wh, b, xp=np):
+    """One LSTM cell (gates i, f, g, o in that order: PyTorch's nn.LSTM layout, transposed). xp: the
+    array module (NumPy, traced by tracekern; jax.numpy for the JAX peer)."""
     n = h.shape[0]
     z = x @ wx + h @ wh + b
-    i, f, g, o = _sigmoid(z[:n]), _sigmoid(z[n:2 * n]), np.tanh(z[2 * n:3 * n]), _sigmoid(z[3 * n:])
+    sigmoid = lambda v: 1 / (1 + xp.exp(-v))   # noqa: E731
+    i, f, g, o = sigmoid(z[:n]), sigmoid(z[n:2 * n]), xp.tanh(z[2 * n:3 * n]), sigmoid(z[3 * n:])
     c = f * c + i * g
-    return o * np.tanh(c), c
+    return o * xp.tanh(c), c
 
 
-def step(params, carry, inputs):
+def step(params, carry, inputs, xp=np):
     """One character: (hs, cs) -> new (hs, cs), and the negative log-likelihood of the next one."""
     layers, (wout, bout) = params
     (hs, cs), (x, target) = carry, inputs
     new_h, new_c = [], []
     for (wx, wh, b), h, c in zip(layers, hs, cs):
-        x, c = cell(x, h, c, wx, wh, b)
+        x, c = cell(x, h, c, wx, wh, b, xp)
         new_h.append(x)
         new_c.append(c)
     logits = x @ wout + bout
-    top = np.max(logits)
-    logp = logits - (top + np.log(np.sum(np.exp(logits - top))))
-    return (tuple(new_h), tuple(new_c)), -np.sum(target * logp)
+    top = xp.max(logits)
+    logp = logits - (top + xp.log(xp.sum(xp.exp(logits - top))))
+    return (tuple(new_h), tuple(new_c)), -xp.sum(target * logp)
 
 
-def initial(params):
+def initial(params, xp=np):
     hidden = params[0][0][1].shape[0]
-    zeros = tuple(np.zeros(hidden, np.float32) for _ in params[0])
+    zeros = tuple(xp.zeros(hidden, np.float32) for _ in params[0])
     return zeros, zeros
+
+
+def segments(steps: int) -> int:
+    """The peers' two-level checkpointing of the same memory as checkpoint="auto" (about 2 sqrt(n)
+    carries): this many segments (the largest divisor of the step count at most ceil(sqrt(n))),
+    each re-run with its carries kept in the backward pass."""
+    return max(d for d in range(1, math.isqrt(steps - 1) + 2 if steps > 1 else 2) if steps % d == 0)
 
 
 def loss(params, xs, targets, checkpoint=None):

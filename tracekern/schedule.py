@@ -57,6 +57,44 @@ def revolve_bound(n: int, s: int) -> int:
     return r * n - math.comb(s + r, s + 1)
 
 
+def auto_carries(n: int) -> int:
+    """The carries checkpoint="auto" may keep for n steps: ceil(2 sqrt(n)) (two-level checkpointing
+    keeps about sqrt(n) segment starts and one segment's sqrt(n) carries)."""
+    return max(1, math.ceil(2 * math.sqrt(max(n, 1))))
+
+
+def best_slots(n: int, carries: int) -> int:
+    """The fewest slots, at most `carries`, whose schedule re-runs no more forward steps than one
+    with all of them (n or more: a slot per step, nothing re-run)."""
+    if carries >= n:
+        return max(n, 1)
+    target = revolve_bound(n, carries)
+    lo, hi = 1, carries          # revolve_bound falls as slots grow: the first k that reaches target
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if revolve_bound(n, mid) <= target:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def slots(n: int, checkpoint) -> int:
+    """The slots a loop of n steps keeps for its `checkpoint` (see the module docstring)."""
+    if checkpoint is None:
+        return max(n, 1)
+    if checkpoint == "auto":
+        return best_slots(n, auto_carries(n))
+    if isinstance(checkpoint, tuple) and checkpoint[0] == "within":
+        return best_slots(n, int(checkpoint[1]))
+    return int(checkpoint)
+
+
+def schedule_for(n: int, checkpoint) -> np.ndarray:
+    """actions(n, slots(n, checkpoint)): a while loop's schedule, made when its trip count is known."""
+    return actions(n, slots(n, checkpoint))
+
+
 @functools.lru_cache(maxsize=64)
 def actions(n: int, k: int) -> np.ndarray:
     """The schedule as an int64 array of (action, argument) rows."""

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from kernels import chain, heat, rnn, signal, transformer
+from kernels import chain, heat, lstm, rnn, signal, transformer
 from kernels.peers import Unsupported
 
 POLICIES = {"recompute": "nothing_saveable", "dots": "dots_saveable"}
@@ -237,10 +237,29 @@ def heat_version(args, strategy, size, **options):
     return "lax.while_loop", _step(loss, args), _to_numpy
 
 
+def lstm_version(args, strategy, size, **options):
+    steps = args[1].shape[0]
+
+    def loss(params, xs, targets):
+        step = lambda carry, inputs: lstm.step(params, carry, inputs, jnp)   # noqa: E731
+        init = lstm.initial(params, jnp)
+        if strategy == "none":
+            _, nll = lax.scan(step, init, (xs, targets))
+        else:
+            outer = lstm.segments(steps)
+            segment = jax.checkpoint(lambda carry, inputs: lax.scan(step, carry, inputs))
+            _, nll = lax.scan(segment, init, (xs.reshape(outer, steps // outer, -1), targets.reshape(outer, steps // outer, -1)))
+        return jnp.mean(nll)
+    how = ("lax.scan" if strategy == "none" else f"lax.scan over {lstm.segments(steps)} segments, each a jax.checkpoint'ed "
+           "inner scan (two levels, about 2 sqrt(n) carries: the memory of checkpoint='auto')")
+    return how, _step(loss, args), _to_numpy
+
+
 def signal_version(args, strategy, size, **options):
     k = signal.SIZES[size][-1]
     return "jax.numpy (the same code)", _step(lambda taps, x, target: signal.loss(taps, x, target, k, jnp), args), _to_numpy
 
 
 VERSIONS = {"chain": chain_version, "mlp": mlp_version, "transformer": transformer_version, "revnet": revnet_version,
-            "softplus": softplus_version, "rnn": rnn_version, "heat": heat_version, "signal": signal_version}
+            "softplus": softplus_version, "rnn": rnn_version, "heat": heat_version, "signal": signal_version,
+            "lstm": lstm_version}

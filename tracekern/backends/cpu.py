@@ -857,8 +857,13 @@ class _Renderer(ControlRenderer):
     def h_contiguous(self, x: str) -> str:
         return f"contiguous({x})" if self.inlined else f"np.ascontiguousarray({x})"
 
-    def h_schedule(self, acts: str, n: str, k: str, depth: int) -> None:
-        self.emit(depth, f"with objmode({acts}='int64[:, ::1]'):")
+    def h_schedule(self, acts: str, k: str, n: str, checkpoint: str, depth: int) -> None:
+        if not self.jitted:
+            self.emit(depth, f"{k} = schedule_slots({n}, {checkpoint})")
+            self.emit(depth, f"{acts} = schedule_actions({n}, {k})")
+            return
+        self.emit(depth, f"with objmode({acts}='int64[:, ::1]', {k}='int64'):")
+        self.emit(depth + 1, f"{k} = schedule_slots({n}, {checkpoint})")
         self.emit(depth + 1, f"{acts} = schedule_actions({n}, {k}).copy()")
 
     def h_trip(self, name: str, n: str) -> None:
@@ -1001,11 +1006,11 @@ class _LoopFunction:
         if n is None:   # a while loop's: the schedule is made when the trip count is known
             trip = ops[nc + nk]
             ops, ins = ops[:nc + nk] + ops[nc + nk + 1:], ins[:nc + nk] + ins[nc + nk + 1:]
-            n = "n"
+            n, k = "n", "k"
             self.emit(1, f"n = {trip}[()]")
-            k = "max(n, 1)" if p["checkpoint"] is None else str(p["checkpoint"])
-            self.emit(1, "with objmode(acts='int64[:, ::1]'):")
-            self.emit(2, f"acts = schedule_actions(n, {k}).copy()")
+            self.emit(1, "with objmode(acts='int64[:, ::1]', k='int64'):")
+            self.emit(2, f"k = schedule_slots(n, {p['checkpoint']!r})")
+            self.emit(2, "acts = schedule_actions(n, k).copy()")
         else:
             k = str(p["checkpoint"])
             self.m.extras.append(np.ascontiguousarray(schedule.actions(n, p["checkpoint"]), np.int64))

@@ -832,7 +832,8 @@ class _Renderer(ControlRenderer):
     def h_truth(self, x: str) -> str:
         return f"R.scalar({x})"
 
-    def h_schedule(self, acts: str, n: str, k: str, depth: int) -> None:
+    def h_schedule(self, acts: str, k: str, n: str, checkpoint: str, depth: int) -> None:
+        self.emit(depth, f"{k} = schedule_slots({n}, {checkpoint})")
         self.emit(depth, f"{acts} = schedule_actions({n}, {k})")
 
     def h_trip(self, name: str, n: str) -> None:

@@ -107,8 +107,9 @@ class ControlRenderer(ABC):
         """A 0-d bool array's value where the loop runs."""
 
     @abstractmethod
-    def h_schedule(self, acts: str, n: str, k: str, depth: int) -> None:
-        """Statements binding `acts` to schedule.actions(n, k) (an int64 array (steps, 2))."""
+    def h_schedule(self, acts: str, k: str, n: str, checkpoint: str, depth: int) -> None:
+        """Statements binding `k` to schedule.slots(n, checkpoint) and `acts` to schedule.actions(n, k)
+        (an int64 array (steps, 2)); `checkpoint` is the param's repr."""
 
     @abstractmethod
     def h_trip(self, name: str, n: str) -> None:
@@ -257,10 +258,9 @@ class ControlRenderer(ABC):
             trip = ops[nc + nk]
             ops = ops[:nc + nk] + ops[nc + nk + 1:]
             ins = ins[:nc + nk] + ins[nc + nk + 1:]
-            n, acts = f"n{tag}", f"acts{tag}"
+            n, acts, k = f"n{tag}", f"acts{tag}", f"slots{tag}"
             self.emit(1, f"{n} = {self.h_truth(trip)}", eqn=e)
-            k = f"max({n}, 1)" if p["checkpoint"] is None else str(p["checkpoint"])   # (a slot per iteration)
-            self.h_schedule(acts, n, k, 1)
+            self.h_schedule(acts, k, n, repr(p["checkpoint"]), 1)
         else:   # a scan's: the schedule for its length and checkpoint, made now
             acts = self.extra(np.ascontiguousarray(schedule.actions(n, p["checkpoint"]), np.int64))
             k = str(p["checkpoint"])

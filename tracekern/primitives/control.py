@@ -98,7 +98,8 @@ class ScanRevolve(Primitive):
     ys' cotangents. It runs tracekern.schedule.actions(length, checkpoint), storing at most
     `checkpoint` carries; outputs the final backward state and the stacked cotangents of the
     sequences in `dx`. A while loop's (length=None) has the trip count after the carry and no
-    sequences; its schedule is made at run time, with `checkpoint` slots or, without one
+    sequences; its schedule is made at run time, with `checkpoint` slots (or as many as its
+    budget, "auto" or ("within", carries), gives: schedule.slots) or, without one
     (checkpoint=None), a slot per iteration."""
 
     multiple_results = True
@@ -117,7 +118,7 @@ class ScanRevolve(Primitive):
         if length is None:   # a while loop: its schedule is made now that the trip count is known
             length = int(arrays[nc + nk])
             arrays = arrays[:nc + nk] + arrays[nc + nk + 1:]
-        actions = schedule.actions(length, max(length, 1) if checkpoint is None else checkpoint)
+        actions = schedule.schedule_for(length, checkpoint)
         n_y = len(body.outputs) - nk
         n_xs = len(arrays) - nc - nk - ns - n_y
         consts = list(arrays[:nc])
