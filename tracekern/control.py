@@ -3,11 +3,10 @@ its functions into sub-graphs and binds one primitive of primitives/control.py; 
 functions read by closure become the primitive's `consts` operands."""
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 import numpy as np
-
-import re
 
 from . import numpy as tnp
 from . import schedule

@@ -12,7 +12,7 @@ import numpy as np
 from numba import config, cuda
 
 from ..primitives import random as random_primitives
-from ..schedule import actions as schedule_actions, slots as schedule_slots  # noqa: F401  (while loops' schedules, on the host)
+from ..schedule import actions as schedule_actions  # noqa: F401  (while loops' schedules, on the host)
 from . import scalar_rules
 from .render import CASTS  # noqa: F401
 
