@@ -13,6 +13,7 @@ from numba.extending import intrinsic
 
 from ..primitives import random as random_primitives
 from ..schedule import actions as schedule_actions  # noqa: F401  (for while loops' schedules, in objmode)
+from ..schedule import slots as schedule_slots  # noqa: F401
 from . import scalar_rules
 from .render import CASTS  # noqa: F401
 from .vmath import (  # noqa: F401  (re-exported to generated modules)

@@ -13,6 +13,7 @@ from numba import config, cuda
 
 from ..primitives import random as random_primitives
 from ..schedule import actions as schedule_actions  # noqa: F401  (while loops' schedules, on the host)
+from ..schedule import slots as schedule_slots  # noqa: F401
 from . import scalar_rules
 from .render import CASTS  # noqa: F401
 
