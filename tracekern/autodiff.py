@@ -284,11 +284,17 @@ def _row(a: Aval) -> Aval:
 
 def _record_carries(eqn: Eqn) -> Eqn:
     """A scan as reverse mode emits it: recording the carry at the start of every step, which its
-    backward differentiates the body at (a checkpointed scan's backward re-runs steps instead)."""
-    if eqn.params["record"] or eqn.params.get("checkpoint") is not None:
+    backward differentiates the body at; a checkpointed scan records the snapshots of its schedule's
+    first sweep instead (k slots and the carry at the start of the last step), so that its backward
+    resumes the schedule rather than running that sweep again."""
+    if eqn.params["record"]:
         return eqn
-    recs = tuple(Var(Aval((eqn.params["length"],) + v.aval.shape, v.aval.dtype))
-                 for v in eqn.params["body"].outputs[:eqn.params["num_carry"]])
+    carry = [v.aval for v in eqn.params["body"].outputs[:eqn.params["num_carry"]]]
+    k = eqn.params.get("checkpoint")
+    if k is None:
+        recs = tuple(Var(Aval((eqn.params["length"],) + a.shape, a.dtype)) for a in carry)
+    else:
+        recs = tuple(Var(Aval((k,) + a.shape, a.dtype)) for a in carry) + tuple(Var(a) for a in carry)
     return Eqn(eqn.primitive, eqn.inputs, eqn.outputs + recs, dict(eqn.params, record=True), eqn.source)
 
 
@@ -296,7 +302,8 @@ def _scan_vjp(rev, cts, ins, outs, active, body, num_consts, num_carry, length, 
     """A reverse scan over the body's backward step, at the recorded carries; with checkpoint=k,
     scan_revolve instead (a schedule of re-runs from the initial carry with at most k stored)."""
     if checkpoint is not None:
-        return _revolve_vjp(rev, cts, ins, outs, active, body, num_consts, num_carry, length, reverse, checkpoint)
+        return _revolve_vjp(rev, cts, ins, outs, active, body, num_consts, num_carry, length, reverse, checkpoint,
+                            record)
     if not record:
         raise TracekernError("scan: its recorded carries were dropped before differentiation (internal error)")
     nc, nk = num_consts, num_carry
@@ -331,9 +338,10 @@ def _scan_vjp(rev, cts, ins, outs, active, body, num_consts, num_carry, length, 
             + [ct_xs.get(i) for i in range(len(xs))])
 
 
-def _revolve_vjp(rev, cts, ins, outs, active, body, nc, nk, length, reverse, k):
+def _revolve_vjp(rev, cts, ins, outs, active, body, nc, nk, length, reverse, k, record=False):
     """The backward of a checkpointed scan: scan_revolve runs the schedule of tracekern.schedule
-    (at most k stored carries) from the initial carry, interleaving forward and backward steps."""
+    (at most k stored carries), interleaving forward and backward steps: from the snapshots of its
+    first sweep that the forward recorded (`record`), else from the initial carry."""
     n_y = len(body.outputs) - nk
     consts, init, xs = list(ins[:nc]), list(ins[nc:nc + nk]), list(ins[nc + nk:])
     ct_carry = [ops.zeros_like(o) if c is None else c for c, o in zip(cts[:nk], outs[:nk])]
@@ -347,9 +355,10 @@ def _revolve_vjp(rev, cts, ins, outs, active, body, nc, nk, length, reverse, k):
              + [v.aval for v in body.outputs[:nk]] + [_row(aval_of(x)) for x in xs] + [_row(aval_of(c)) for c in ct_ys])
     back = _scan_step_vjp(rev, body, nc, nk, fk, dc, dx, len(xs), step_active, avals)
     acc0 = [ops.zeros_like(consts[i]) for i in dc]
-    res = ops.scan_revolve(*consts, *init, *xs, *[ct_carry[i] for i in fk], *acc0, *ct_ys, body=body, back=back,
+    start = list(outs[nk + n_y:nk + n_y + 2 * nk]) if record else init   # (slots, then the last step's carry)
+    res = ops.scan_revolve(*consts, *start, *xs, *[ct_carry[i] for i in fk], *acc0, *ct_ys, body=body, back=back,
                            checkpoint=k, num_consts=nc, num_carry=nk, num_state=len(fk) + len(dc),
-                           dx=tuple(dx), length=length, reverse=reverse)
+                           dx=tuple(dx), length=length, reverse=reverse, resume=bool(record))
     ct_init = dict(zip(fk, res[:len(fk)]))
     ct_consts = dict(zip(dc, res[len(fk):len(fk) + len(dc)]))
     ct_xs = dict(zip(dx, res[len(fk) + len(dc):]))

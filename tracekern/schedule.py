@@ -140,6 +140,27 @@ def actions(n: int, k: int) -> np.ndarray:
     return arr
 
 
+@functools.lru_cache(maxsize=64)
+def first_sweep(n: int, k: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """What actions(n, k) does before its first backward step, for a forward pass to do instead:
+    it runs steps 0 .. n-2, storing the carry at the start of some of them. Returns (slot_at: the
+    slot the carry at the start of step p goes to, or -1, for each p < n; positions: the step each
+    slot then holds, 0 if none; the index of the first REVERSE). From there the schedule resumes
+    with the carry at the start of step n - 1 as its current one: the forward pass keeps k + 1
+    carries, and the backward re-runs revolve_bound(n, k) - (n - 1) steps, not revolve_bound(n, k)."""
+    acts = actions(n, k)
+    first = next(i for i, (op, _) in enumerate(acts) if op == REVERSE)
+    slot_at, positions, pos = np.full(n, -1, np.int64), np.zeros(k, np.int64), 0
+    for op, arg in acts[:first]:
+        if op == ADVANCE:
+            pos += int(arg)
+        else:   # (only advances and stores come before the first backward step, each slot stored once)
+            slot_at[pos], positions[int(arg)] = int(arg), pos
+    for a in (slot_at, positions):
+        a.setflags(write=False)
+    return slot_at, positions, first
+
+
 def simulate(n: int, acts: np.ndarray) -> tuple[list[int], int, int]:
     """(steps reversed in order, forward steps run, slots used): for tests and the benchmark."""
     pos, slots, done, advanced = 0, {}, [], 0

@@ -966,9 +966,20 @@ class _LoopFunction:
         recs = self.allocate([f"rec{i}" for i in range(len(e.outputs) - nk - n_y)], e.outputs[nk + n_y:])
         code = self.graph(body, consts + cur + xin, nxt + yout, 2, "B")
         self.declare()
+        snapshots = p["record"] and p.get("checkpoint") is not None   # (the first sweep's: Scan's docstring)
+        if snapshots:
+            self.m.extras.append(np.ascontiguousarray(schedule.first_sweep(n, p["checkpoint"])[0]))
+            self.emit(1, f"slot_at = X[{len(self.m.extras) - 1}]")
         self.emit(1, f"for s in range({n}):")
         self.emit(2, f"t = {n} - 1 - s" if p["reverse"] else "t = s")
-        for c, r in zip(cur, recs):   # the carry each step starts from, for the backward pass
+        if snapshots:   # the schedule's snapshots, for the backward to resume from
+            self.emit(2, "if slot_at[s] >= 0:")
+            for c, r in zip(cur, recs[:nk]):
+                self.emit(3, f"assign(row({r}, slot_at[s]), {c})")
+            self.emit(2, f"if s == {n} - 1:")
+            for c, r in zip(cur, recs[nk:]):
+                self.emit(3, f"assign({r}, {c})")
+        for c, r in zip(cur, recs if not snapshots else ()):   # the carry each step starts from, for the backward
             self.emit(2, f"assign(row({r}, t), {c})")
         self.rows(2, xin, seqs, "t")
         self.rows(2, yout, ys, "t")
@@ -1011,10 +1022,16 @@ class _LoopFunction:
             self.emit(1, "with objmode(acts='int64[:, ::1]', k='int64'):")
             self.emit(2, f"k = schedule_slots(n, {p['checkpoint']!r})")
             self.emit(2, "acts = schedule_actions(n, k).copy()")
-        else:
-            k = str(p["checkpoint"])
-            self.m.extras.append(np.ascontiguousarray(schedule.actions(n, p["checkpoint"]), np.int64))
+        resume = p.get("resume", False)   # (from the snapshots of the first sweep: ScanRevolve's docstring)
+        if n != "n":
+            k, first = str(p["checkpoint"]), 0
+            if resume:
+                _, positions, first = schedule.first_sweep(n, p["checkpoint"])
+            self.m.extras.append(np.ascontiguousarray(schedule.actions(n, p["checkpoint"])[first:], np.int64))
             self.emit(1, f"acts = X[{len(self.m.extras) - 1}]")
+        snaps = ops[nc:nc + nk] if resume else []
+        if resume:   # (then the carry it starts from: the last step's)
+            ops = ops[:nc] + ops[nc + nk:]
         n_y = len(body.outputs) - nk
         n_xs = len(ops) - nc - nk - ns - n_y
         consts, init = ops[:nc], ops[nc:nc + nk]
@@ -1022,9 +1039,13 @@ class _LoopFunction:
         cur, nxt = self.halves("k", init, body.outputs[:nk])
         scur, snxt = self.halves("s", state0, back.outputs[:ns])
         slots = [f"slot{i}" for i in range(nk)]
-        for sl, v in zip(slots, body.outputs):
-            self.emit(1, f"{sl} = {_empty([k, *v.shape], v.dtype)}")
-        self.emit(1, f"slotpos = {_empty([k], np.dtype(np.int64))}")
+        for i, (sl, v) in enumerate(zip(slots, body.outputs)):
+            self.emit(1, f"{sl} = {f'fresh_copy({snaps[i]})' if resume else _empty([k, *v.shape], v.dtype)}")
+        if resume:
+            self.m.extras.append(np.ascontiguousarray(positions))
+            self.emit(1, f"slotpos = fresh_copy(X[{len(self.m.extras) - 1}])")
+        else:
+            self.emit(1, f"slotpos = {_empty([k], np.dtype(np.int64))}")
         scratch = self.allocate([f"yt{j}" for j in range(n_y)], body.outputs[nk:])   # (the forward scan kept the ys)
         grads = self.allocate([f"g{j}" for j in range(len(e.outputs) - ns)], e.outputs[ns:])
         seqs, cseqs = self.seqs(xs, "q"), self.seqs(ct_ys, "cq")
@@ -1034,7 +1055,7 @@ class _LoopFunction:
         reverse = self.graph(back, consts + scur + cur + xin + cin, snxt + gout, 3, "K")
         self.declare()
         tindex = f"{n} - 1 - pos" if p["reverse"] else "pos"
-        self.emit(1, "pos = 0")
+        self.emit(1, f"pos = {n} - 1" if resume else "pos = 0")
         self.emit(1, "for a in range(acts.shape[0]):")
         self.emit(2, "op = acts[a, 0]")
         self.emit(2, "arg = acts[a, 1]")

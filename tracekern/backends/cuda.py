@@ -23,6 +23,7 @@ from numba.core.errors import NumbaError
 from .. import passes, schedule
 from ..errors import TracekernError
 from ..ir import Graph, Var
+from ..settings import config
 from . import cache, cublas, cuda_calls, cuda_math, fusion, render, scalar_rules, units
 from .fusion import CallKernel, Literal, LoopKernel, Read
 from .render import CASTS, CONTROL, ControlRenderer, identity_literal, literal
@@ -715,8 +716,8 @@ class _Renderer(ControlRenderer):
         p = e.params
         body = p["body"]
         plan = fusion.plan(passes.inline_calls(body))
-        if not _device_loop_ok(body, plan) or p["length"] == 0:
-            return super().control_scan(e, ops)
+        if not config.compiled_loops or not _device_loop_ok(body, plan) or p["length"] == 0:
+            return super().control_scan(e, ops)   # (tk.config.compiled_loops=False: every loop on the host)
         nc, nk, n = p["num_consts"], p["num_carry"], p["length"]
         n_y = len(body.outputs) - nk
         tag = self.tag()
@@ -727,10 +728,22 @@ class _Renderer(ControlRenderer):
             self._new(v)
         seqs = [self._contiguous_as(x, f"q{tag}_{i}") for i, x in enumerate(xs)]
         loop = _DeviceLoop(self, tag)
+        snapshots = p["record"] and p.get("checkpoint") is not None   # (the first sweep's: Scan's docstring)
+        if snapshots:
+            slot_at = self.extra(np.ascontiguousarray(schedule.first_sweep(n, p["checkpoint"])[0]))
+            self.module.on_device.add(len(self.module.extras) - 1)
+            A = loop.param(slot_at, ("int64", 1))
         loop.line(1, f"for s in range({n}):")
         loop.line(2, f"t = {n - 1} - s" if p["reverse"] else "t = s")
         loop.line(2, "cur = s % 2")
-        for c, v in zip(carries, recorded):   # the carry each step starts from, for the backward pass
+        if snapshots:   # the schedule's snapshots, for the backward to resume from
+            loop.line(2, f"if {A}[s] >= 0:")
+            for c, v in zip(carries, recorded[:nk]):
+                loop.copy(3, (c, "cur"), (self.names[v], f"{A}[s]"), tuple(v.shape[1:]), v.dtype)
+            loop.line(2, f"if s == {n - 1}:")
+            for c, v in zip(carries, recorded[nk:]):
+                loop.copy(3, (c, "cur"), (self.names[v], None), tuple(v.shape), v.dtype)
+        for c, v in zip(carries, recorded if not snapshots else ()):   # the carry each step starts from
             loop.copy(2, (c, "cur"), (self.names[v], "t"), tuple(v.shape[1:]), v.dtype)
         loop.graph(2, body, plan, [(c, None) for c in consts] + [(c, "cur") for c in carries] + [(q, "t") for q in seqs],
                    [(c, "1 - cur") for c in carries] + [(self.names[v], "t") for v in ys])
@@ -748,11 +761,18 @@ class _Renderer(ControlRenderer):
         plans = None
         if n is not None and n > 0:
             plans = (fusion.plan(passes.inline_calls(body)), fusion.plan(passes.inline_calls(back)))
-        if plans is None or not _device_loop_ok(body, plans[0], outputs=nk) or not _device_loop_ok(back, plans[1]):
+        if not config.compiled_loops or plans is None or not _device_loop_ok(body, plans[0], outputs=nk) \
+                or not _device_loop_ok(back, plans[1]):
             return super().control_scan_revolve(e, ops)
-        acts_host = np.ascontiguousarray(schedule.actions(n, p["checkpoint"]), np.int64)
+        resume, first = p.get("resume", False), 0   # (from the snapshots of the first sweep: ScanRevolve's docstring)
+        if resume:
+            _, positions, first = schedule.first_sweep(n, p["checkpoint"])
+        acts_host = np.ascontiguousarray(schedule.actions(n, p["checkpoint"])[first:], np.int64)
         k = max(1, int(p["checkpoint"]))
         tag = self.tag()
+        snaps = ops[nc:nc + nk] if resume else []
+        if resume:   # (then the carry it starts from: the last step's)
+            ops = ops[:nc] + ops[nc + nk:]
         n_y = len(body.outputs) - nk
         n_xs = len(ops) - nc - nk - ns - n_y
         consts, init = ops[:nc], ops[nc:nc + nk]
@@ -760,10 +780,13 @@ class _Renderer(ControlRenderer):
         carries = self._double_buffers(e, tag, "cb", init, body.outputs[:nk])
         states = self._double_buffers(e, tag, "sb", state0, back.outputs[:ns])
         slots = [f"slot{tag}_{i}" for i in range(nk)]
-        for sl, v in zip(slots, body.outputs):
-            self.emit(1, f"{sl} = {self.h_empty([k, *v.shape], v.dtype)}")
+        for i, (sl, v) in enumerate(zip(slots, body.outputs)):
+            self.emit(1, f"{sl} = {self.h_copy(snaps[i]) if resume else self.h_empty([k, *v.shape], v.dtype)}")
         acts = self.extra(acts_host)
         self.module.on_device.add(len(self.module.extras) - 1)
+        if resume:   # the steps the first sweep's slots hold
+            held = self.extra(np.ascontiguousarray(positions))
+            self.module.on_device.add(len(self.module.extras) - 1)
         grads = e.outputs[ns:]
         for v in grads:
             self._new(v)
@@ -776,10 +799,14 @@ class _Renderer(ControlRenderer):
         tindex = f"{n - 1} - pos" if p["reverse"] else "pos"
         loop = _DeviceLoop(self, tag)
         A = loop.param(acts, ("int64", 2))
-        loop.line(1, "pos = 0")
+        loop.line(1, f"pos = {n - 1 if resume else 0}")
         loop.line(1, "cc = 0")
         loop.line(1, "sc = 0")
         loop.line(1, f"at = cuda.local.array({k}, np.int64)")
+        if resume:
+            H = loop.param(held, ("int64", 1))
+            loop.line(1, f"for j in range({k}):")
+            loop.line(2, f"at[j] = {H}[j]")
         loop.line(1, f"for a in range({len(acts_host)}):")
         loop.line(2, f"op = {A}[a, 0]")
         loop.line(2, f"arg = {A}[a, 1]")
@@ -891,17 +918,18 @@ class _DeviceLoop:
         self.line(depth, f"phase{j}({', '.join(call)})")
         self.line(depth, "g.sync()")
 
-    def copy(self, depth: int, src: tuple[str, str], dst: tuple[str, str], shape: tuple, dtype) -> None:
-        """A phase copying a row (of `shape` and `dtype`) of one array into a row of another."""
+    def copy(self, depth: int, src: tuple[str, str | None], dst: tuple[str, str | None], shape: tuple, dtype) -> None:
+        """A phase copying a row (of `shape` and `dtype`) of one array into a row of another (an
+        index None: the whole array)."""
         if not _size(shape):
             return
-        aval = (np.dtype(dtype).name, len(shape) + 1)
         kn = _Kernel()
         idx = [f"i{a}" for a in range(len(shape))]
         kn.emit(1, f"for f in range(cuda.grid(1), {_size(shape)}, cuda.gridsize(1)):")
         _unflatten(kn, "f", shape, idx, 2)
         kn.emit(2, f"p1[{_index(idx)}] = p0[{_index(idx)}]")
-        self.phase(depth, kn.lines, [(self.param(src[0], aval), src[1]), (self.param(dst[0], aval), dst[1])])
+        aval = lambda row: (np.dtype(dtype).name, len(shape) + (row is not None))   # noqa: E731
+        self.phase(depth, kn.lines, [(self.param(src[0], aval(src[1])), src[1]), (self.param(dst[0], aval(dst[1])), dst[1])])
 
     def graph(self, depth: int, graph: Graph, plan: fusion.Plan, inputs: list, outputs: list) -> None:
         """Phases running one step of `graph` (its plan): input k is inputs[k], output k written to

@@ -220,9 +220,22 @@ class ControlRenderer(ABC):
         for v in stacked:
             self._new(v)
         rng = f"range({n} - 1, -1, -1)" if p["reverse"] else f"range({n})"
+        recorded = e.outputs[nk + n_y:]
+        snapshots = p["record"] and p.get("checkpoint") is not None   # (the first sweep's: Scan's docstring)
+        slot_at = self.extra(np.ascontiguousarray(schedule.first_sweep(n, p["checkpoint"])[0])) if snapshots else None
         self.emit(1, f"for t in {rng}:", eqn=e)
-        for c, v in zip(carry, e.outputs[nk + n_y:]):
-            self.emit(2, self.h_assign(self._row(self.names[v], tuple(v.shape[1:])), c))
+        if snapshots:
+            pos = f"{n} - 1 - t" if p["reverse"] else "t"
+            self.emit(2, f"if {slot_at}[{pos}] >= 0:")
+            for c, v in zip(carry, recorded[:nk]):
+                slot = f"{slot_at}[{pos}]"
+                self.emit(3, self.h_assign(f"{self.names[v]}[{slot}:{slot} + 1].reshape({tuple(v.shape[1:])})", c))
+            self.emit(2, f"if {pos} == {n} - 1:")
+            for c, v in zip(carry, recorded[nk:]):
+                self.emit(3, self.h_assign(self.names[v], c))
+        else:
+            for c, v in zip(carry, recorded):
+                self.emit(2, self.h_assign(self._row(self.names[v], tuple(v.shape[1:])), c))
         rows = [self._row(q, tuple(x.shape[1:])) for q, x in zip(seqs, e.inputs[nc + nk:])]
         self.emit(2, f"r{tag} = {self.subcall(body, consts + carry + rows)}", eqn=e)
         for i, c in enumerate(carry):
@@ -261,19 +274,26 @@ class ControlRenderer(ABC):
             n, acts, k = f"n{tag}", f"acts{tag}", f"slots{tag}"
             self.emit(1, f"{n} = {self.h_truth(trip)}", eqn=e)
             self.h_schedule(acts, k, n, repr(p["checkpoint"]), 1)
-        else:   # a scan's: the schedule for its length and checkpoint, made now
-            acts = self.extra(np.ascontiguousarray(schedule.actions(n, p["checkpoint"]), np.int64))
+        resume = p.get("resume", False)   # (from the snapshots of the first sweep: ScanRevolve's docstring)
+        if isinstance(n, int):   # a scan's: the schedule for its length and checkpoint, made now
+            first = 0
+            if resume:
+                _, positions, first = schedule.first_sweep(n, p["checkpoint"])
+            acts = self.extra(np.ascontiguousarray(schedule.actions(n, p["checkpoint"])[first:], np.int64))
             k = str(p["checkpoint"])
+        snap_ops = ops[nc:nc + nk] if resume else []
+        if resume:   # (then the carry it starts from: the last step's)
+            ops, ins = ops[:nc] + ops[nc + nk:], ins[:nc] + ins[nc + nk:]
         n_y = len(body.outputs) - nk
         n_xs = len(ops) - nc - nk - ns - n_y
         consts, init = ops[:nc], ops[nc:nc + nk]
         xs, state0, ct_ys = ops[nc + nk:nc + nk + n_xs], ops[nc + nk + n_xs:nc + nk + n_xs + ns], ops[nc + nk + n_xs + ns:]
         carry = [f"k{tag}_{i}" for i in range(nk)]
         slots = [f"slot{tag}_{i}" for i in range(nk)]
-        for c, x, sl, v in zip(carry, init, slots, body.outputs):
+        for i, (c, x, sl, v) in enumerate(zip(carry, init, slots, body.outputs)):
             self.emit(1, f"{c} = {self.h_copy(x)}", eqn=e)
-            self.emit(1, f"{sl} = {self.h_empty([k, *v.shape], v.dtype)}")
-        self.emit(1, f"slotpos{tag} = [0] * {k}")
+            self.emit(1, f"{sl} = {self.h_copy(snap_ops[i]) if resume else self.h_empty([k, *v.shape], v.dtype)}")
+        self.emit(1, f"slotpos{tag} = {list(positions.tolist()) if resume else f'[0] * {k}'}")
         state = [f"s{tag}_{i}" for i in range(ns)]
         for st, x in zip(state, state0):
             self.emit(1, f"{st} = {self.h_copy(x)}")
@@ -285,7 +305,7 @@ class ControlRenderer(ABC):
         xs_rows = [self._row(q, tuple(x.shape[1:])) for q, x in zip(xs, ins[nc + nk:nc + nk + n_xs])]
         cy_rows = [self._row(q, tuple(x.shape[1:])) for q, x in zip(ct_ys, ins[nc + nk + n_xs + ns:])]
         tindex = f"{n} - 1 - pos{tag}" if p["reverse"] else f"pos{tag}"
-        self.emit(1, f"pos{tag} = 0")
+        self.emit(1, f"pos{tag} = {f'{n} - 1' if resume else 0}")
         self.emit(1, f"for a in range({acts}.shape[0]):", eqn=e)
         self.emit(2, f"op = {acts}[a, 0]")
         self.emit(2, f"arg = {acts}[a, 1]")
