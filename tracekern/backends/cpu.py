@@ -657,10 +657,7 @@ class _Renderer(ControlRenderer):
         for item in self.items:
             if isinstance(item, _Call):
                 module.alias(item.unit)
-        # (a loop compiled whole is an njit function of its own: the driver calling it may stay Python,
-        # like a straight-line driver, and Numba does not optimise the loop's code again inside it)
-        loops = any(isinstance(k, CallKernel) and k.eqn.primitive.name in CONTROL and not module.compiles_whole(k.eqn)
-                    for k in plan.kernels)
+        loops = any(isinstance(k, CallKernel) and k.eqn.primitive.name in CONTROL for k in plan.kernels)
         self.jitted = inlined or (sub or loops) and sum(isinstance(i, _Call) for i in self.items) <= NJIT_DRIVER_CALLS
         # written into a compiled loop's function (inline): outputs into arrays it is given,
         # intermediate arrays into a workspace the loop allocates once, before its first step
