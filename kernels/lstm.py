@@ -43,8 +43,8 @@ def step(params, carry, inputs, xp=np):
 
 
 def initial(params, xp=np):
-    hidden = params[0][0][1].shape[0]
-    zeros = tuple(xp.zeros(hidden, np.float32) for _ in params[0])
+    wh = params[0][0][1]
+    zeros = tuple(xp.zeros(wh.shape[0], wh.dtype) for _ in params[0])
     return zeros, zeros
 
 

@@ -15,7 +15,7 @@ from bench import harness, recompute
 from kernels import heat, peers
 
 CONFIGS = [(name, s) for name, m in kernels.MODULES.items() for s in m.STRATEGIES]
-CPU_TOO = {"chain", "mlp", "revnet", "softplus", "rnn", "heat", "signal"}   # (the transformer compiles for ~20 s)
+CPU_TOO = {"chain", "mlp", "revnet", "softplus", "rnn", "heat", "signal", "lstm"}   # (the transformer compiles for ~20 s)
 
 
 def _value_and_grad(w, backend):
@@ -77,7 +77,8 @@ def test_softplus_custom_gradient_is_finite_where_the_naive_one_is_not():
 # -- the peers (kernels/peers): the same function in JAX, TensorFlow and PyTorch ------------------------
 # what each tool cannot express; any other strategy must run and agree with tracekern
 UNSUPPORTED = {"jax": {("heat", "none"), ("heat", "checkpoint16")},
-               "tensorflow": {("mlp", "dots"), ("transformer", "dots"), ("heat", "checkpoint16"), ("transformer", "dropout")},
+               "tensorflow": {("mlp", "dots"), ("transformer", "dots"), ("heat", "checkpoint16"), ("transformer", "dropout"),
+                              ("lstm", "none"), ("lstm", "auto")},
                "torch": {("heat", "checkpoint16"), ("transformer", "dropout")}}
 
 
