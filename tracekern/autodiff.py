@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from . import passes
 from .errors import IRError, TracekernError
 from .ir import Aval, Eqn, Graph, Var, is_float
 from .primitives import annotations as A
@@ -356,9 +357,11 @@ def _revolve_vjp(rev, cts, ins, outs, active, body, nc, nk, length, reverse, k, 
     back = _scan_step_vjp(rev, body, nc, nk, fk, dc, dx, len(xs), step_active, avals)
     acc0 = [ops.zeros_like(consts[i]) for i in dc]
     start = list(outs[nk + n_y:nk + n_y + 2 * nk]) if record else init   # (slots, then the last step's carry)
-    res = ops.scan_revolve(*consts, *start, *xs, *[ct_carry[i] for i in fk], *acc0, *ct_ys, body=body, back=back,
+    # re-runs need only the carry: the body without its ys (a loss or a log-softmax a step, say)
+    advance = passes.dce(Graph(body.inputs, body.eqns, body.outputs[:nk], body.input_notes))
+    res = ops.scan_revolve(*consts, *start, *xs, *[ct_carry[i] for i in fk], *acc0, *ct_ys, body=advance, back=back,
                            checkpoint=k, num_consts=nc, num_carry=nk, num_state=len(fk) + len(dc),
-                           dx=tuple(dx), length=length, reverse=reverse, resume=bool(record))
+                           dx=tuple(dx), length=length, reverse=reverse, resume=bool(record), num_ys=n_y)
     ct_init = dict(zip(fk, res[:len(fk)]))
     ct_consts = dict(zip(dc, res[len(fk):len(fk) + len(dc)]))
     ct_xs = dict(zip(dx, res[len(fk) + len(dc):]))

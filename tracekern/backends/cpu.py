@@ -1029,7 +1029,7 @@ class _LoopFunction:
         snaps = ops[nc:nc + nk] if resume else []
         if resume:   # (then the carry it starts from: the last step's)
             ops = ops[:nc] + ops[nc + nk:]
-        n_y = len(body.outputs) - nk
+        n_y = p.get("num_ys") if p.get("num_ys") is not None else len(body.outputs) - nk
         n_xs = len(ops) - nc - nk - ns - n_y
         consts, init = ops[:nc], ops[nc:nc + nk]
         xs, state0, ct_ys = ops[nc + nk:nc + nk + n_xs], ops[nc + nk + n_xs:nc + nk + n_xs + ns], ops[nc + nk + n_xs + ns:]
@@ -1043,7 +1043,7 @@ class _LoopFunction:
             self.emit(1, f"slotpos = fresh_copy(X[{len(self.m.extras) - 1}])")
         else:
             self.emit(1, f"slotpos = {_empty([k], np.dtype(np.int64))}")
-        scratch = self.allocate([f"yt{j}" for j in range(n_y)], body.outputs[nk:])   # (the forward scan kept the ys)
+        scratch = self.allocate([f"yt{j}" for j in range(len(body.outputs) - nk)], body.outputs[nk:])   # (ys unused)
         grads = self.allocate([f"g{j}" for j in range(len(e.outputs) - ns)], e.outputs[ns:])
         seqs, cseqs = self.seqs(xs, "q"), self.seqs(ct_ys, "cq")
         xin, cin = [f"x{i}" for i in range(len(xs))], [f"cy{i}" for i in range(len(ct_ys))]

@@ -284,7 +284,7 @@ class ControlRenderer(ABC):
         snap_ops = ops[nc:nc + nk] if resume else []
         if resume:   # (then the carry it starts from: the last step's)
             ops, ins = ops[:nc] + ops[nc + nk:], ins[:nc] + ins[nc + nk:]
-        n_y = len(body.outputs) - nk
+        n_y = p.get("num_ys") if p.get("num_ys") is not None else len(body.outputs) - nk
         n_xs = len(ops) - nc - nk - ns - n_y
         consts, init = ops[:nc], ops[nc:nc + nk]
         xs, state0, ct_ys = ops[nc + nk:nc + nk + n_xs], ops[nc + nk + n_xs:nc + nk + n_xs + ns], ops[nc + nk + n_xs + ns:]

@@ -118,23 +118,25 @@ class ScanRevolve(Primitive):
     start of the last step, and the schedule resumes from its first backward step. A while loop's
     (length=None) has the trip count after the carry and no sequences; its schedule is made at run
     time, with `checkpoint` slots (or as many as its budget, "auto" or ("within", carries), gives:
-    schedule.slots) or, without one (checkpoint=None), a slot per iteration."""
+    schedule.slots) or, without one (checkpoint=None), a slot per iteration. `body` re-runs the
+    forward steps: reverse mode gives it only what the carry needs (the ys are pruned: their values
+    are not needed again, only their cotangents, num_ys of them)."""
 
     multiple_results = True
 
     def abstract_eval(self, *avals, body, back, checkpoint, num_consts, num_carry, num_state, dx, length, reverse,
-                      resume=False):
+                      resume=False, num_ys=None):
         if length is None:   # a while loop's: the trip count is an operand, after the carry
             start = num_consts + num_carry + 1
             return tuple(avals[start:start + num_state])
         carries = num_carry * (2 if resume else 1)
-        n_xs = len(avals) - num_consts - carries - num_state - (len(body.outputs) - num_carry)
+        n_xs = len(avals) - num_consts - carries - num_state - _num_ys(body, num_carry, num_ys)
         start = num_consts + carries + n_xs
         xs = avals[num_consts + carries:start]
         return tuple(avals[start:start + num_state]) + tuple(xs[i] for i in dx)
 
     def impl(self, *arrays, body, back, checkpoint, num_consts, num_carry, num_state, dx, length, reverse,
-             resume=False):
+             resume=False, num_ys=None):
         nc, nk, ns = num_consts, num_carry, num_state
         if length is None:   # a while loop: its schedule is made now that the trip count is known
             length = int(arrays[nc + nk])
@@ -146,7 +148,7 @@ class ScanRevolve(Primitive):
             slots = {j: ([np.array(a[j]) for a in arrays[nc:nc + nk]], int(positions[j])) for j in range(checkpoint)}
             arrays = arrays[:nc] + arrays[nc + nk:]
             actions, pos = actions[first:], length - 1
-        n_y = len(body.outputs) - nk
+        n_y = _num_ys(body, nk, num_ys)
         n_xs = len(arrays) - nc - nk - ns - n_y
         consts = list(arrays[:nc])
         cur = list(arrays[nc:nc + nk])
@@ -171,6 +173,12 @@ class ScanRevolve(Primitive):
                 for j in range(len(dx)):
                     ct_xs[j][t] = g[ns + j]
         return tuple(state) + tuple(ct_xs)
+
+
+def _num_ys(body: Graph, num_carry: int, num_ys) -> int:
+    """The ys a scan_revolve's operands carry cotangents of: num_ys, or (a body that still returns its
+    ys) the body's outputs beyond the carry."""
+    return len(body.outputs) - num_carry if num_ys is None else num_ys
 
 
 class While(Primitive):
