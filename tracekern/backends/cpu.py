@@ -137,8 +137,8 @@ class _LoopUnit:
                      cast=cpu_math.CASTS[out.dtype.name], acc_cast=cpu_math.CASTS[acc_dtype.name],
                      kept=[a for a in range(n) if a not in e.params["axes"]],
                      combine=e.primitive.combine, fns=cpu_math.functions(acc_dtype))
-            if layout == "partial" or (layout == "suffix" and first == 0 and n > 0):
-                r["scratch"] = f"part{j}"
+            if layout == "partial" or (layout == "suffix" and first == 0 and n > 0 and k.num_chunks > 1):
+                r["scratch"] = f"part{j}"   # (one chunk: its accumulator is the result, no scratch)
                 self.filled(t, r["scratch"], (k.num_chunks,) + tuple(out.shape), acc_dtype.name, ident)
             elif layout == "memory":
                 r["scratch"] = f"mem{j}"
@@ -178,7 +178,7 @@ class _LoopUnit:
     @staticmethod
     def filled(t: _Text, name: str, shape: tuple, dtype: str, value: str) -> None:
         t.emit(1, f"{name} = {_empty(shape, dtype)}")
-        t.emit(1, f"{name}[...] = {value}")
+        t.emit(1, f"{name}.fill({value})")
 
     def scalar(self, t: _Text, stmt, depth: int, exact: bool = False) -> None:
         if isinstance(stmt, Read):
@@ -217,7 +217,9 @@ class _LoopUnit:
         for axis in reversed(range(n)):
             depth = base + axis
             for r in reds:
-                if r["layout"] == "suffix" and r["first"] == axis:
+                if r["layout"] == "suffix" and r["first"] == axis and axis == 0 and "scratch" not in r:
+                    t.emit(depth, f"{r['out']}[()] = {r['cast']}({r['acc']})")
+                elif r["layout"] == "suffix" and r["first"] == axis:
                     target = f"{r['scratch']}[c]" if axis == 0 else f"{r['out']}[{_index([f'i{a}' for a in range(axis)])}]"
                     t.emit(depth, f"{target} = {r['acc']}")
             if self.k.epilogue and 0 < axis == self.k.epilogue_first < n:

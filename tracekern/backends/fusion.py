@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from ..errors import IRError
 from ..ir import Eqn, Graph, Var
 from ..primitives.core import literal_value
-from ..primitives.shape import broadcast_index
+from ..primitives.elementwise import mul
+from ..primitives.shape import broadcast_index, broadcast_to
 
 # Loops over at least this many elements run in parallel (prange), in chunks of about CHUNK
 # elements split along axis 0. Both depend only on shapes, so results do not depend on threads.
@@ -232,8 +233,29 @@ def _size(shape) -> int:
     return n
 
 
+def outer_products(graph: Graph) -> Graph:
+    """The graph with every float matmul that contracts an axis of length 1 written as what it is, an
+    outer product: each output element is one product, so an elementwise mul of the operands
+    broadcast to the output's shape computes it exactly as the GEMM does (one multiply, nothing
+    to add), and it fuses into the loop that reads it instead of being a BLAS call and an array
+    of its own (a weight gradient of a batch of one, accumulated in a loop's carry)."""
+    eqns: list[Eqn] = []
+    for e in graph.eqns:
+        a = e.inputs[0] if e.primitive.name == "matmul" else None
+        if a is None or a.shape[-1] != 1 or a.dtype.kind != "f":
+            eqns.append(e)
+            continue
+        out = e.outputs[0]
+        left, right = Var(out.aval), Var(out.aval)
+        eqns += [Eqn(broadcast_to, (a,), (left,), {"shape": tuple(out.shape)}, e.source),
+                 Eqn(broadcast_to, (e.inputs[1],), (right,), {"shape": tuple(out.shape)}, e.source),
+                 Eqn(mul, (left, right), (out,), {}, e.source)]
+    return graph if len(eqns) == len(graph.eqns) else Graph(graph.inputs, tuple(eqns), graph.outputs, graph.input_notes)
+
+
 def plan(graph: Graph) -> Plan:
     """Group the equations of `graph` into kernels; see the module docstring."""
+    graph = outer_products(graph)
     producer = {v: e for e in graph.eqns for v in e.outputs}
     materialized = _initial_materialized(graph, producer)
     while True:
