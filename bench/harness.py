@@ -301,7 +301,7 @@ def _sections_of(result: dict, first: str) -> dict:
 
 
 def main_job(sections: list[Section], argv=None, prog: str = "python -m bench", doc: str | None = None,
-             name: str = "recompute") -> dict | None:
+             name: str = "recompute", options: Callable[[argparse.ArgumentParser], None] | None = None) -> dict | None:
     ap = argparse.ArgumentParser(prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="quick sizes (each step >= ~20 ms), about 2 minutes")
     ap.add_argument("--only", nargs="+", metavar="WORKLOAD", help="workloads to run (default: all)")
@@ -312,6 +312,8 @@ def main_job(sections: list[Section], argv=None, prog: str = "python -m bench", 
     add_load_option(ap)
     ap.add_argument("--compare", nargs=2, metavar=("OLD", "NEW"), help="new/old of every row two result files share")
     ap.add_argument("--markdown", metavar="RESULT", help="print a result file's tables and notes as Markdown")
+    if options:
+        options(ap)
     args = ap.parse_args(argv)
     chosen = [s for s in sections if not args.sections or s.name in args.sections]
     if args.markdown:

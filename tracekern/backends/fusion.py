@@ -13,11 +13,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from ..errors import IRError
-from ..ir import Eqn, Graph, Var
+from ..ir import Aval, Eqn, Graph, Var
 from ..primitives.core import literal_value
 from ..primitives.elementwise import mul
-from ..primitives.shape import broadcast_index, broadcast_to
+from ..primitives.shape import broadcast_index, broadcast_to, const
 
 # Loops over at least this many elements run in parallel (prange), in chunks of about CHUNK
 # elements split along axis 0. Both depend only on shapes, so results do not depend on threads.
@@ -218,11 +220,29 @@ class _Walker:
                            e.primitive.scalar_for([literal_value(a, self.producer) for a in e.inputs], **e.params))
         elif e.primitive.fusion == "index":   # a value made from its own position (iota): index arithmetic
             stmt = Compute(self._name(v), e, (), e.primitive.index_scalar(idx, **e.params))
+        elif e.primitive.fusion == "pieces":  # unslice, concatenate: the piece the index falls in (or zero)
+            names, conds = [], []
+            for cond, k, src in e.primitive.pieces(list(idx), [tuple(a.shape) for a in e.inputs], **e.params):
+                names.append(self._zero(v) if k is None else (yield (e.inputs[k], tuple(src), False)))
+                conds.append(cond)
+            template = f"{{{len(names) - 1}}}"
+            for j in reversed(range(len(names) - 1)):
+                template = f"({{{j}}} if {conds[j]} else {template})"
+            stmt = Compute(self._name(v), e, tuple(names), template)
         else:
             raise IRError(f"fusion: {e.primitive.name} output {v} should have been materialized")
         self.body.append(stmt)
         self.keys.append(key)
         self.memo[key] = stmt.name
+        return stmt.name
+
+
+    def _zero(self, v: Var) -> str:
+        """A zero of v's dtype, as a literal statement."""
+        zero = Var(Aval((), v.dtype))
+        stmt = Literal(self._name(zero), Eqn(const, (), (zero,), {"value": np.zeros((), v.dtype)}))
+        self.body.append(stmt)
+        self.keys.append((zero, ()))
         return stmt.name
 
 
@@ -299,7 +319,7 @@ def _worth_materializing(p: Plan, producer, materialized: set[Var]) -> set[Var]:
                 stack.pop()
                 continue
             e = producer.get(u)
-            if u in materialized or e is None or e.primitive.fusion not in ("elementwise", "view", "gather"):
+            if u in materialized or e is None or e.primitive.fusion not in ("elementwise", "view", "gather", "pieces"):
                 memo[u] = (frozenset([u]) if (u in materialized or e is None) else frozenset(), 0)
                 stack.pop()
                 continue

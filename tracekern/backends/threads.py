@@ -87,6 +87,7 @@ class _Load:
 
 
 _LOAD = _Load()
+_LOAD.busy_cores()   # (the first reading: a step's first run, after its compile, then sees a window)
 _IN_FLIGHT = [0]
 _LOCK = threading.Lock()
 _LOCAL = threading.local()     # the count this thread last gave Numba's pool (its setting is per thread)

@@ -2,7 +2,9 @@
 
 Indexing, expand_dims, squeeze and stack are built from these in tracekern.numpy. The "view"
 primitives also give kernel renderers their index mapping: `view_index(idx, in_shape, **params)`
-turns the index expressions of one output element into those of the operand element it reads."""
+turns the index expressions of one output element into those of the operand element it reads.
+unslice and concatenate are "pieces": `pieces(idx, in_shapes, **params)` says which operand (or a
+zero) an output element is, under which condition on its index, and at which operand index."""
 from __future__ import annotations
 
 import numpy as np
@@ -151,8 +153,34 @@ class Slice(Primitive):
         return [ops.unslice(cts[0], shape=tuple(ins[0].shape), index=index)]
 
 
+def _clamped(expr: str, n: int) -> str:
+    """An operand index that stays in range where its piece is not taken (the read happens anyway)."""
+    return f"min(max({expr}, 0), {n - 1})"
+
+
 class Unslice(Primitive):
     """The transpose of slice: zeros of `shape` with the operand written at `index`."""
+
+    fusion = "pieces"
+
+    def pieces(self, idx, in_shapes, *, shape, index):
+        """[(condition, 0, operand index), (None, None, None)]: the operand where the index is one the
+        slice takes, else zero."""
+        n_in = in_shapes[0]
+        if 0 in n_in:
+            return [(None, None, None)]
+        conds, src = [], []
+        for i, (start, _, step), n, full in zip(idx, index, n_in, shape):
+            if start == 0 and step == 1 and n == full:
+                src.append(i)
+                continue
+            rel = i if start == 0 else f"({i} - {start})"
+            last = start + (n - 1) * step
+            conds.append(f"{start} <= {i} <= {last}" + ("" if step == 1 else f" and {rel} % {step} == 0"))
+            src.append(_clamped(rel if step == 1 else f"{rel} // {step}", n))
+        if not conds:
+            return [(None, 0, src)]
+        return [(" and ".join(f"({c})" for c in conds), 0, src), (None, None, None)]
 
     def abstract_eval(self, x: Aval, *, shape, index):
         if _slice_shape(shape, index) != x.shape:
@@ -169,6 +197,21 @@ class Unslice(Primitive):
 
 
 class Concatenate(Primitive):
+    fusion = "pieces"
+
+    def pieces(self, idx, in_shapes, *, axis):
+        """Operand k where the index along `axis` falls in its part (the last one: otherwise)."""
+        parts, offset, i = [], 0, idx[axis]
+        for k, shape in enumerate(in_shapes):
+            n = shape[axis]
+            if n:
+                src = list(idx)
+                src[axis] = _clamped(i if offset == 0 else f"({i} - {offset})", n)
+                parts.append((f"{i} < {offset + n}", k, src))
+            offset += n
+        parts[-1] = (None,) + parts[-1][1:]
+        return parts
+
     def abstract_eval(self, *xs: Aval, axis):
         if not xs:
             raise ShapeError("concatenate: needs at least one array")
