@@ -136,6 +136,24 @@ def _compare_float32(family: str, backend: str, rows=None):
     assert not bad, "\n".join(bad)
 
 
+# the primitives the table's programs do not use, each with tests of its own below
+OWN_TESTS = {"cond", "scan", "while", "scan_revolve", "custom_vjp_call", "recompute_call", "reversible_call", "remat_barrier"}
+
+
+@pytest.mark.filterwarnings("ignore:`row_stack` alias is deprecated:DeprecationWarning")
+def test_the_table_runs_every_other_jvp_rule():
+    """Every differentiable primitive's JVP rule runs in the table's programs (a new primitive needs a
+    row in tests/numpy_cases.py), but those of OWN_TESTS, which run in this file's own tests."""
+    used = set()
+    for family in GRAD_FAMILIES:
+        cases, xs, cs, _, _, _ = _reference(family, "float64")
+        with np.errstate(all="ignore"):
+            graph = tk.make_ir(lambda x, k: _outputs(cases, x, k))(xs, cs)
+        used |= {e.primitive.name for e in _equations(graph)}
+    differentiable = {p.name for p in REGISTRY.values() if p.differentiable() and p.fusion not in ("const", "fill")}
+    assert differentiable - used == OWN_TESTS
+
+
 @pytest.mark.parametrize("family", GRAD_FAMILIES)
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 @pytest.mark.filterwarnings("ignore:`row_stack` alias is deprecated:DeprecationWarning")
@@ -396,6 +414,11 @@ def test_grad_of_jvp_still_recomputes_and_linearize_keeps_only_the_region_inputs
     np.testing.assert_allclose(g, fd, rtol=1e-6, atol=1e-7)
     split = tk.make_ir(lambda x: _mlp_recompute(x, w1, w2), mode="linearize")(x)
     assert split.linear.primitive_counts.get("recompute_call") == 2   # the tangent pass re-runs each region
+    # forward over reverse through the regions' re-runs (remat_barrier's rule)
+    g = tk.grad(lambda x: _mlp_recompute(x, w1, w2))
+    assert "remat_barrier" in str(tk.make_ir(g)(x))
+    _, hv = tk.jvp(g, (x,), (u,))
+    np.testing.assert_allclose(hv, (g(x + eps * u) - g(x - eps * u)) / (2 * eps), rtol=1e-6, atol=1e-7)
 
 
 def test_reversible_block():
