@@ -664,7 +664,8 @@ def test_jvp_composes_with_jit_and_grad(backend):
 @pytest.mark.parametrize("backend", ["interpret", "cpu"])
 def test_hessian_vector_products_through_while_loops_and_checkpointed_scans(backend):
     """Forward over reverse through the backward of a while loop and of a checkpointed scan, which
-    reverse over reverse cannot do: against central differences of the gradient."""
+    reverse over reverse cannot do, and of a scan that records its carries: against central
+    differences of the gradient; linearize splits all of them."""
     rng = np.random.default_rng(16)
     x, v = rng.uniform(0.5, 1.0, 2), rng.standard_normal(2) * 0.1
     xs = rng.standard_normal((6, 2))
@@ -672,6 +673,7 @@ def test_hessian_vector_products_through_while_loops_and_checkpointed_scans(back
     def loss(x, v):
         pos, vel, _ = _while_fn(x, v)
         h, _ = tk.scan(lambda c, z: (np.tanh(c * 0.9 + z), ()), pos, xs, checkpoint=2)
+        h, _ = tk.scan(lambda c, z: (np.sin(c) * z, ()), h, xs)   # (its carries recorded for the backward)
         return np.sum(np.sin(h) * vel)
 
     g = tk.grad(loss, argnums=(0, 1))
