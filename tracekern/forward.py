@@ -580,11 +580,12 @@ def _eqn_depends(e: Eqn, flags: Sequence[bool]) -> list[bool]:
 
 def _pe_whole(e: Eqn, flags):
     """An equation that reads a tangent: the linear graph runs it. When some of its outputs do not
-    depend on the tangents (a loop of primal and tangent carries without a rule of its own), the
-    primal graph runs it too, with zero tangents, for those."""
+    depend on the tangents (a loop of primal and tangent carries without a rule of its own), or it
+    holds prints of primal values, the primal graph runs it too, with zero tangents, for those (and
+    the linear graph's copy prints nothing). A print of a tangent prints in the linear graph."""
     out_u = _eqn_depends(e, flags)
     known = []
-    if not all(out_u) or e.primitive.has_effects(**e.params):
+    if not all(out_u) or (e.primitive.has_effects(**e.params) and e.primitive is not A.print_):
         zeros = [_zeros_eqn(v.aval) for v, f in zip(e.inputs, flags) if f]
         it = iter(z.outputs[0] for z in zeros)
         inputs = tuple(next(it) if f else v for v, f in zip(e.inputs, flags))
