@@ -137,6 +137,7 @@ LAYERS = {
                         "tracekern.staging", "tracekern.backends"],
     "tracekern.remat": ["tracekern.trace", "tracekern.autodiff", "tracekern.api"],
     "tracekern.autodiff": ["tracekern.numpy", "tracekern.api", "tracekern.staging", "tracekern.backends"],
+    "tracekern.forward": ["tracekern.numpy", "tracekern.api", "tracekern.staging", "tracekern.backends"],
     "tracekern.staging": ["tracekern.api"],
     "tracekern.backends.fusion": ["tracekern.trace", "tracekern.autodiff", "tracekern.api", "tracekern.numpy"],
     "tracekern.backends.cpu": ["tracekern.trace", "tracekern.autodiff", "tracekern.api", "tracekern.numpy"],

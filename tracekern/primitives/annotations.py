@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..ir import Aval, Graph
+from . import ops
 from .core import Primitive, eval_graph
 
 
@@ -67,6 +68,10 @@ class RematBarrier(Primitive):
 
     def vjp(self, cts, ins, outs, active):
         return [cts[0], None]
+
+    def jvp(self, tangents, ins, outs):
+        """The tangent behind the same barrier (the token orders it as it orders the value)."""
+        return [None if tangents[0] is None else ops.remat_barrier(tangents[0], ins[1])]
 
 
 class Print(Primitive):

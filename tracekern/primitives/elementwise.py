@@ -1,9 +1,10 @@
 """Elementwise primitives: arithmetic, transcendentals, comparisons, logic, select, convert.
 
 Operands broadcast as in NumPy; every VJP is un-broadcast to its operand's shape in one place
-(Elementwise.vjp). The table at the bottom is where an elementwise primitive is defined: its NumPy
-ufunc (which also makes np.<ufunc> traceable), its gradients, written with ops, and its scalar
-template, whose {math} names each backend's math module resolves (cpu_math, cuda_math)."""
+(Elementwise.vjp), and every JVP is read from the same gradient rules (Elementwise.jvp). The table
+at the bottom is where an elementwise primitive is defined: its NumPy ufunc (which also makes
+np.<ufunc> traceable), its gradients, written with ops, and its scalar template, whose {math}
+names each backend's math module resolves (cpu_math, cuda_math)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
@@ -93,6 +94,20 @@ class Elementwise(Primitive):
                               f"expected {x.dtype}{list(outs[0].shape)} before un-broadcasting")
             result.append(ops.unbroadcast(raw, tuple(x.shape)))
         return result
+
+    def jvp(self, tangents, ins, outs, **params):
+        """The same table read forwards: each gradient rule is elementwise and linear in its
+        cotangent, so it maps an operand's tangent (broadcast to the output's shape) to that
+        operand's share of the output's tangent; the shares add up."""
+        out, total = outs[0], None
+        for rule, t in zip(self.grads, tangents):
+            if t is None or rule is None:
+                continue
+            if tuple(t.shape) != tuple(out.shape):
+                t = ops.broadcast_to(t, shape=tuple(out.shape))
+            share = rule(t, *ins, out)
+            total = share if total is None else ops.add(total, share)
+        return [total]
 
 
 def _safe_log(x):
@@ -237,6 +252,12 @@ class Convert(Primitive):
         if not (active[0] and is_float(x.dtype) and is_float(dtype)):
             return [None]
         return [ops.convert(ct, dtype=x.dtype) if x.dtype != ct.dtype else ct]
+
+    def jvp(self, tangents, ins, outs, *, dtype):
+        (t,) = tangents
+        if not is_float(dtype):
+            return [None]
+        return [ops.convert(t, dtype=np.dtype(dtype)) if t.dtype != np.dtype(dtype) else t]
 
 
 convert = Convert("convert")

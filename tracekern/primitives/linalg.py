@@ -29,6 +29,21 @@ class Matmul(Primitive):
         return [ops.matmul(ct, ops.swap_last(b)) if active[0] else None,
                 ops.matmul(ops.swap_last(a), ct) if active[1] else None]
 
+    def jvp(self, tangents, ins, outs):
+        (ta, tb), (a, b) = tangents, ins
+        return [_total(None if ta is None else ops.matmul(ta, b), None if tb is None else ops.matmul(a, tb))]
+
+
+def _total(*terms):
+    """The sum of the terms that are not None (zero tangents), None if all are."""
+    present = [t for t in terms if t is not None]
+    if not present:
+        return None
+    out = present[0]
+    for t in present[1:]:
+        out = ops.add(out, t)
+    return out
+
 
 matmul = Matmul("matmul")
 
@@ -100,6 +115,23 @@ def _right_solve_t(x, r):
     return ops.swap_last(ops.solve(r, ops.swap_last(x)))
 
 
+def _right_solve(x, r):
+    """x @ inv(r), as solve(r.T, x.T).T."""
+    return ops.swap_last(ops.solve(ops.swap_last(r), ops.swap_last(x)))
+
+
+def _diagonal(m):
+    """(..., n, n) -> (..., n): the diagonal."""
+    n = m.shape[-1]
+    return ops.reduce_sum(ops.select(_mask(m, np.eye(n, dtype=bool)), m, ops.zeros_like(m)), axes=(m.ndim - 2,))
+
+
+def _symmetric_from_lower(t):
+    """The symmetric matrix whose lower triangle is t's (what eigh and cholesky read): the tangent
+    of that reading; _lower_read is its transpose."""
+    return ops.add(_tril(t), ops.swap_last(_tril(t, -1)))
+
+
 class Solve(Primitive):
     """solve(a, b): x with a @ x = b; a (..., n, n), b (..., n, k) with the same batch axes."""
 
@@ -117,6 +149,11 @@ class Solve(Primitive):
         bbar = ops.solve(ops.swap_last(a), ct)
         return [ops.neg(ops.matmul(bbar, ops.swap_last(x))) if active[0] else None, bbar if active[1] else None]
 
+    def jvp(self, tangents, ins, outs):
+        """d x = solve(a, d b - d a @ x)."""
+        (ta, tb), (a, _), (x,) = tangents, ins, outs
+        return [ops.solve(a, _total(tb, None if ta is None else ops.neg(ops.matmul(ta, x))))]
+
 
 class Inv(Primitive):
     def abstract_eval(self, a: Aval):
@@ -129,6 +166,10 @@ class Inv(Primitive):
     def vjp(self, cts, ins, outs, active):
         yt = ops.swap_last(outs[0])
         return [ops.neg(ops.matmul(ops.matmul(yt, cts[0]), yt))]
+
+    def jvp(self, tangents, ins, outs):
+        y = outs[0]
+        return [ops.neg(ops.matmul(ops.matmul(y, tangents[0]), y))]
 
 
 class Slogdet(Primitive):
@@ -150,6 +191,11 @@ class Slogdet(Primitive):
         ct = _cols(_cols(cts[1], a.shape[:-1]), a.shape)   # (...) -> (..., n, n)
         return [ops.mul(ct, ops.swap_last(ops.inv(a)))]
 
+    def jvp(self, tangents, ins, outs):
+        """The sign is locally constant; d log|det a| = trace(inv(a) @ d a)."""
+        (t,), (a,) = tangents, ins
+        return [None, ops.reduce_sum(ops.mul(ops.swap_last(ops.inv(a)), t), axes=(a.ndim - 2, a.ndim - 1))]
+
 
 class Cholesky(Primitive):
     """The lower factor L of a = L @ L.T (reads a's lower triangle)."""
@@ -169,6 +215,15 @@ class Cholesky(Primitive):
         lt = ops.swap_last(L)
         s = ops.swap_last(ops.solve(lt, ops.swap_last(ops.solve(lt, phi))))   # L^-T phi L^-1
         return [_lower_read(ops.mul(ops.add(s, ops.swap_last(s)), 0.5))]
+
+    def jvp(self, tangents, ins, outs):
+        """d L = L phi(L^-1 dA L^-T), phi: the lower triangle with the diagonal halved."""
+        (t,), (L,) = tangents, outs
+        n = L.shape[-1]
+        p = ops.solve(L, _symmetric_from_lower(t))                       # L^-1 dA
+        x = ops.swap_last(ops.solve(L, ops.swap_last(p)))                # L^-1 dA L^-T
+        half = ops.broadcast_to(ops.constant(L, 1 - 0.5 * np.eye(n, dtype=L.dtype)), shape=tuple(L.shape))
+        return [ops.matmul(L, ops.mul(_tril(x), half))]
 
 
 class QR(Primitive):
@@ -200,6 +255,18 @@ class QR(Primitive):
         xbar = _qr_square_vjp(q, u, ops.add(qbar, ops.matmul(y, ops.swap_last(vbar))), cols(rbar, 0, m))
         return [ops.concatenate(xbar, ops.matmul(q, vbar), axis=a.ndim - 1)]
 
+    def jvp(self, tangents, ins, outs):
+        (t,), (a,), (q, r) = tangents, ins, outs
+        m, n = a.shape[-2:]
+        if m >= n:
+            return list(_qr_square_jvp(q, r, t))
+        # wide: a = [x | y], r = [u | v], x = q u, v = q.T y
+        lead = tuple((0, s, 1) for s in a.shape[:-2])
+        cols = lambda v, lo, hi: ops.slice_(v, index=lead + ((0, v.shape[-2], 1), (lo, hi, 1)))   # noqa: E731
+        dq, du = _qr_square_jvp(q, cols(r, 0, m), cols(t, 0, m))
+        dv = ops.add(ops.matmul(ops.swap_last(dq), cols(a, m, n)), ops.matmul(ops.swap_last(q), cols(t, m, n)))
+        return [dq, ops.concatenate(du, dv, axis=a.ndim - 1)]
+
 
 def _qr_square_vjp(q, r, qbar, rbar):
     """m >= n: abar = (qbar + q copyltu(M)) r^-T, M = r rbar^T - qbar^T q, copyltu(M) the symmetric
@@ -209,6 +276,16 @@ def _qr_square_vjp(q, r, qbar, rbar):
     n = mm.shape[-1]
     copyltu = ops.add(ops.add(lower, ops.swap_last(lower)), ops.select(_mask(mm, np.eye(n, dtype=bool)), mm, ops.zeros_like(mm)))
     return _right_solve_t(ops.add(qbar, ops.matmul(q, copyltu)), r)
+
+
+def _qr_square_jvp(q, r, t):
+    """m >= n: with c = q^T dA r^-1 and w = tril(c, -1) - tril(c, -1)^T (skew-symmetric),
+    dq = q (w - c) + dA r^-1 and dr = (c - w) r (JAX's rule)."""
+    dx_rinv = _right_solve(t, r)
+    c = ops.matmul(ops.swap_last(q), dx_rinv)
+    lower = _tril(c, -1)
+    w = ops.sub(lower, ops.swap_last(lower))
+    return ops.add(ops.matmul(q, ops.sub(w, c)), dx_rinv), ops.matmul(ops.sub(c, w), r)
 
 
 class Eigh(Primitive):
@@ -229,6 +306,12 @@ class Eigh(Primitive):
         vt = ops.swap_last(v)
         inner = ops.add(_diag_matrix(wbar), ops.mul(_inverse_gaps(w), ops.matmul(vt, vbar)))
         return [_lower_read(ops.matmul(ops.matmul(v, inner), vt))]
+
+    def jvp(self, tangents, ins, outs):
+        """With m = v^T dA v: dw = diag(m), dv = v (F * m), F_ij = 1 / (w_j - w_i) off the diagonal."""
+        (t,), (w, v) = tangents, outs
+        m = ops.matmul(ops.matmul(ops.swap_last(v), _symmetric_from_lower(t)), v)
+        return [_diagonal(m), ops.matmul(v, ops.mul(_inverse_gaps(w), m))]
 
 
 class SVD(Primitive):
@@ -273,6 +356,32 @@ class SVD(Primitive):
             right = ops.sub(ops.swap_last(vbar), ops.matmul(ops.matmul(ops.swap_last(vbar), v), vt))
             grad = ops.add(grad, ops.matmul(u, ops.mul(_cols(inv_s, right.shape), right)))
         return [grad]
+
+    def jvp(self, tangents, ins, outs, *, full_matrices):
+        """With ds = u^T dA v: d s = diag(ds); du and dv from F_ij = 1 / (s_j^2 - s_i^2) and, for a
+        non-square matrix, the part of dA outside the span of u (tall) or v (wide) (JAX's rule)."""
+        if full_matrices and ins[0].shape[-1] != ins[0].shape[-2]:
+            raise NotImplementedError("the derivative of np.linalg.svd(a, full_matrices=True) of a non-square matrix is "
+                                      "not defined (the extra singular vectors are arbitrary); use full_matrices=False")
+        (t,), (a,), (u, s, vh) = tangents, ins, outs
+        m, n = a.shape[-2:]
+        v = ops.swap_last(vh)
+        ds = ops.matmul(ops.matmul(ops.swap_last(u), t), v)
+        f = _inverse_gaps(s, squared=True)
+        dss = ops.mul(_rows(s, ds.shape), ds)     # ds @ diag(s)
+        sds = ops.mul(_cols(s, ds.shape), ds)     # diag(s) @ ds
+        du = ops.matmul(u, ops.mul(f, ops.add(dss, ops.swap_last(dss))))
+        dv = ops.matmul(v, ops.mul(f, ops.add(sds, ops.swap_last(sds))))
+        inv_s = ops.div(ops.full_like(s, 1), s)
+        if m > n:
+            dav = ops.matmul(t, v)
+            rest = ops.sub(dav, ops.matmul(u, ops.matmul(ops.swap_last(u), dav)))
+            du = ops.add(du, ops.mul(rest, _rows(inv_s, rest.shape)))
+        if n > m:
+            dau = ops.matmul(ops.swap_last(t), u)
+            rest = ops.sub(dau, ops.matmul(v, ops.matmul(vh, dau)))
+            dv = ops.add(dv, ops.mul(rest, _rows(inv_s, rest.shape)))
+        return [du, _diagonal(ds), ops.swap_last(dv)]
 
 
 solve = Solve("solve")

@@ -36,6 +36,8 @@ class Reduce(Primitive):
 
 
 class ReduceSum(Reduce):
+    linear = True
+
     def vjp(self, cts, ins, outs, active, *, axes):
         return [ops.expand(cts[0], ins[0].shape, axes)]
 
@@ -45,9 +47,10 @@ class ReduceMinMax(Reduce):
 
     def vjp(self, cts, ins, outs, active, *, axes):
         x = ins[0]
-        mask = ops.convert(ops.eq(x, ops.expand(outs[0], x.shape, axes)), dtype=x.dtype)
-        count = ops.reduce_sum(mask, axes=axes)
-        return [ops.mul(mask, ops.expand(ops.div(cts[0], count), x.shape, axes))]
+        return [ops.mul(_extremum_weights(x, outs[0], axes), ops.expand(cts[0], x.shape, axes))]
+
+    def jvp(self, tangents, ins, outs, *, axes):
+        return [ops.reduce_sum(ops.mul(_extremum_weights(ins[0], outs[0], axes), tangents[0]), axes=axes)]
 
 
 class ReduceProd(Reduce):
@@ -55,16 +58,33 @@ class ReduceProd(Reduce):
 
     def vjp(self, cts, ins, outs, active, *, axes):
         x = ins[0]
-        is_zero = ops.eq(x, ops.full_like(x, 0, shape=()))
-        ones = ops.full_like(x, 1)
-        nonzero_prod = ops.expand(ops.reduce_prod(ops.select(is_zero, ones, x), axes=axes), x.shape, axes)
-        zeros_count = ops.expand(ops.reduce_sum(ops.convert(is_zero, dtype=x.dtype), axes=axes), x.shape, axes)
-        zero = ops.sub(ones, 1)
-        others = ops.select(
-            ops.eq(zeros_count, zero), ops.div(nonzero_prod, ops.select(is_zero, ones, x)),
-            ops.select(ops.logical_and(is_zero, ops.eq(zeros_count, ones)), nonzero_prod, zero),
-        )
-        return [ops.mul(others, ops.expand(cts[0], x.shape, axes))]
+        return [ops.mul(_other_entries(x, axes), ops.expand(cts[0], x.shape, axes))]
+
+    def jvp(self, tangents, ins, outs, *, axes):
+        return [ops.reduce_sum(ops.mul(_other_entries(ins[0], axes), tangents[0]), axes=axes)]
+
+
+# d out = (sum over the axes of) weights * d x for min, max and prod: the VJP multiplies the expanded
+# cotangent by the weights, the JVP sums the weighted tangent
+
+
+def _extremum_weights(x, out, axes):
+    """1 / (number of ties) where x equals the extremum, 0 elsewhere."""
+    mask = ops.convert(ops.eq(x, ops.expand(out, x.shape, axes)), dtype=x.dtype)
+    return ops.div(mask, ops.expand(ops.reduce_sum(mask, axes=axes), x.shape, axes))
+
+
+def _other_entries(x, axes):
+    """The product of the other entries of each one's slice, without dividing by zero."""
+    is_zero = ops.eq(x, ops.full_like(x, 0, shape=()))
+    ones = ops.full_like(x, 1)
+    nonzero_prod = ops.expand(ops.reduce_prod(ops.select(is_zero, ones, x), axes=axes), x.shape, axes)
+    zeros_count = ops.expand(ops.reduce_sum(ops.convert(is_zero, dtype=x.dtype), axes=axes), x.shape, axes)
+    zero = ops.sub(ones, 1)
+    return ops.select(
+        ops.eq(zeros_count, zero), ops.div(nonzero_prod, ops.select(is_zero, ones, x)),
+        ops.select(ops.logical_and(is_zero, ops.eq(zeros_count, ones)), nonzero_prod, zero),
+    )
 
 
 reduce_sum = ReduceSum("reduce_sum", np.sum, has_identity=True, combine="{radd}({acc}, {x})", identity="0")

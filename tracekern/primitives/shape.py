@@ -55,6 +55,7 @@ class Full(Primitive):
 
 class Reshape(Primitive):
     fusion = "view"
+    linear = True
 
     def view_index(self, idx, in_shape, *, new_shape):
         kept_out = [i for i, s in zip(idx, new_shape) if s != 1]
@@ -79,6 +80,7 @@ class Reshape(Primitive):
 
 class Transpose(Primitive):
     fusion = "view"
+    linear = True
 
     def view_index(self, idx, in_shape, *, perm):
         out = [""] * len(perm)
@@ -100,6 +102,7 @@ class Transpose(Primitive):
 
 class BroadcastTo(Primitive):
     fusion = "view"
+    linear = True
 
     def view_index(self, idx, in_shape, *, shape):
         return broadcast_index(idx, in_shape, tuple(shape))
@@ -131,6 +134,7 @@ class Slice(Primitive):
     """x[start:stop:step, ...] with static, normalised (start, stop, step) for every axis."""
 
     fusion = "view"
+    linear = True
 
     def view_index(self, idx, in_shape, *, index):
         out = []
@@ -154,6 +158,7 @@ class Slice(Primitive):
 class Unslice(Primitive):
     """The transpose of slice: zeros of `shape` with the operand written at `index`."""
 
+    linear = True
     def abstract_eval(self, x: Aval, *, shape, index):
         if _slice_shape(shape, index) != x.shape:
             raise ShapeError(f"unslice: operand shape {x.shape} does not match slice {index} of {shape}")
@@ -169,6 +174,7 @@ class Unslice(Primitive):
 
 
 class Concatenate(Primitive):
+    linear = True
     def abstract_eval(self, *xs: Aval, axis):
         if not xs:
             raise ShapeError("concatenate: needs at least one array")
@@ -218,6 +224,7 @@ class Roll(Primitive):
     """roll(x, shift, axis): out[..., i, ...] = x[..., (i - shift) mod n, ...]; 0 <= shift < n."""
 
     fusion = "view"
+    linear = True
 
     def view_index(self, idx, in_shape, *, shift, axis):
         out = list(idx)

@@ -31,6 +31,11 @@ class Sort(Primitive):
         perm = ops.argsort(x)
         return [ops.scatter(ops.zeros_like(x), perm, cts[0], axis=x.ndim - 1, mode="add")]
 
+    def jvp(self, tangents, ins, outs):
+        """The tangent permuted as the values are."""
+        (x,) = ins
+        return [ops.gather(tangents[0], ops.argsort(x), axis=x.ndim - 1)]
+
 
 class Argsort(Primitive):
     """Stable: ties keep their order (NumPy's kind="stable"); int64 indices."""
