@@ -17,8 +17,7 @@ import numpy as np
 
 from . import autodiff, backends, forward, passes, remat
 from . import numpy as tnp
-from .arguments import (arg_name, device_view, differentiated, flatten_call, fun_name, host, on_device, output_location,
-                        to_user)
+from .arguments import arg_name, device_view, differentiated, flatten_call, fun_name, host, on_device, output_location, to_user
 from .errors import TracerLeakError, with_location
 from .ir import Aval, Graph, is_float
 from .pytree import Static, TreeDef, leaf_paths, takes_static, tree_flatten, tree_unflatten
