@@ -154,7 +154,7 @@ random_bits = njit(**INLINE)(random_primitives.threefry_bits)
 LIBM_UNARY = {"log2": math.log2, "log10": math.log10, "exp2": math.exp2, "cbrt": np.cbrt, "trunc": np.trunc}
 LIBM_BINARY = {"arctan2": math.atan2, "hypot": math.hypot, "copysign": math.copysign, "nextafter": np.nextafter,
                "fmod": np.fmod}
-FLOAT_FUNCTIONS = (*LIBM_UNARY, *LIBM_BINARY, "floordiv", "remainder")
+FLOAT_FUNCTIONS = (*LIBM_UNARY, *LIBM_BINARY, "floordiv", "remainder", "logaddexp", "logaddexp2")
 
 
 def _libm2(name: str, fn, T):
@@ -176,6 +176,11 @@ for _T, _sfx in ((f32, "f32"), (f64, "f64")):
                                                         globals()[f"copysign_{_sfx}"], _T)
     globals()[f"floordiv_{_sfx}"] = jit_named(f"floordiv_{_sfx}")(_floordiv)
     globals()[f"remainder_{_sfx}"] = jit_named(f"remainder_{_sfx}")(_remainder)
+    # (issue 25: logaddexp and logaddexp2 from the vectorised exp and log1p, and libm's exp2)
+    _exp, _log1p = globals()[f"exp_{_sfx}"], globals()[f"log1p_{_sfx}"]
+    globals()[f"logaddexp_{_sfx}"] = jit_named(f"logaddexp_{_sfx}")(scalar_rules.logaddexp(_exp, _log1p, _T))
+    globals()[f"logaddexp2_{_sfx}"] = jit_named(f"logaddexp2_{_sfx}")(
+        scalar_rules.logaddexp(globals()[f"exp2_{_sfx}"], _log1p, _T, base2=True))
 
 floordiv_i, remainder_i, fmod_i, gcd_i, lcm_i, take_index = (njit(**INLINE)(fn) for fn in (
     scalar_rules.floordiv_i, scalar_rules.remainder_i, scalar_rules.fmod_i, scalar_rules.gcd_i, scalar_rules.lcm_i,

@@ -2,6 +2,8 @@
 cpu_math wraps them with njit, cuda_math with cuda.jit(device=True)."""
 from __future__ import annotations
 
+import math
+
 
 def sign_f(x):
     # (type-preserving: no int operand, which would promote a float32 to float64)
@@ -141,6 +143,26 @@ def float_division(fmod, floor, copysign, T):
         return copysign(zero, b)
 
     return floordiv, remainder
+
+
+def logaddexp(exp, log1p, T, base2: bool = False):
+    """np.logaddexp for one float type T (base2: np.logaddexp2, with exp the backend's exp2), as NumPy's
+    npy_logaddexp: equal operands (infinities of one sign included) give x + log 2 (x + 1), otherwise the larger
+    plus log1p(exp(-|x - y|)) (over ln 2), and NaN stays NaN."""
+    tie = T(1.0) if base2 else T(math.log(2.0))
+    scale = T(1.0 / math.log(2.0)) if base2 else T(1.0)
+
+    def fn(x, y):
+        if x == y:
+            return x + tie
+        d = x - y
+        if d > 0:
+            return x + scale * log1p(exp(-d))
+        if d <= 0:
+            return y + scale * log1p(exp(d))
+        return d   # (NaN)
+
+    return fn
 
 
 def take_index(i, n):
