@@ -32,7 +32,8 @@ def minimum_i(a, b):
 
 
 def pow_i(a, b):
-    # integer power by squaring, wrapping like NumPy; negative exponents give 0 (1 or -1 for |a| == 1)
+    # integer power by squaring, wrapping like NumPy; negative exponents give 0 (1 or -1 for |a| == 1): the cuda
+    # backend's (a kernel cannot raise); the cpu backend raises NumPy's ValueError first (raising_negative_powers)
     if b < 0:
         return a * 0 + (1 if a == 1 else ((1 if b % 2 == 0 else -1) if a == -1 else 0))
     result = a * 0 + 1
@@ -46,6 +47,17 @@ def pow_i(a, b):
 
 
 ALL = (sign_f, sign_i, maximum_f, minimum_f, maximum_i, minimum_i, pow_i)
+
+
+def raising_negative_powers(power):
+    """The cpu backend's integer power: `power` (pow_i, compiled) after raising NumPy's ValueError for a negative
+    exponent (issue 25; Numba raises it from njit code, prange loops included)."""
+    def pow_i_checked(a, b):
+        if b < 0:
+            raise ValueError("Integers to negative integer powers are not allowed.")
+        return power(a, b)
+
+    return pow_i_checked
 
 
 # -- issue 19: integer division and shifts as NumPy's, gcd/lcm, float division rules, gather indices ------

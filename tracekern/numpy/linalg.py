@@ -94,7 +94,7 @@ def eigh(a, UPLO="L"):   # noqa: N803 (NumPy's name)
     a = _matrices(a, "eigh")
     if UPLO not in ("L", "U"):
         raise ValueError(with_location("np.linalg.eigh: UPLO must be 'L' or 'U'"))
-    w, v = bind(P.eigh, a if UPLO == "L" else matrix_transpose(a))
+    w, v = bind(P.eigh, a, uplo=UPLO)
     return EighResult(w, v)
 
 

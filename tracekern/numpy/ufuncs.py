@@ -39,7 +39,7 @@ def _ufunc_op(ufunc, prim, fname: str) -> Callable:
 BY_UFUNC: dict = {p.ufunc: p for p in REGISTRY.values() if isinstance(p, Elementwise) and p.ufunc is not None}
 OPS: dict[str, Callable] = {u.__name__: _ufunc_op(u, p, u.__name__) for u, p in BY_UFUNC.items()}
 
-add, subtract, multiply, divide, power = (OPS[n] for n in ("add", "subtract", "multiply", "divide", "power"))
+add, subtract, multiply, divide = (OPS[n] for n in ("add", "subtract", "multiply", "divide"))
 true_divide = divide
 negative, absolute, sign, floor, ceil, rint = (OPS[n] for n in ("negative", "absolute", "sign", "floor", "ceil", "rint"))
 maximum, minimum, exp, log, log1p, expm1, sqrt = (OPS[n] for n in ("maximum", "minimum", "exp", "log", "log1p", "expm1", "sqrt"))
@@ -55,6 +55,21 @@ logaddexp, logaddexp2 = OPS["logaddexp"], OPS["logaddexp2"]
 bitwise_and, bitwise_or, bitwise_xor, left_shift, right_shift, gcd, lcm = (OPS[n] for n in (
     "bitwise_and", "bitwise_or", "bitwise_xor", "left_shift", "right_shift", "gcd", "lcm"))
 abs = absolute   # noqa: A001
+
+
+def power(x1, x2):
+    """np.power, traced. As NumPy, an integer to a negative integer power raises ValueError: here, at trace time,
+    for a constant exponent; a traced exponent raises from the compiled cpu kernel when it runs (the interpreter
+    raises NumPy's own; a cuda kernel cannot raise, and gives 0, or 1 or -1 for a base of 1 or -1)."""
+    y = OPS["power"](x1, x2)
+    if _dtype(y).kind in "iu" and not isinstance(x2, Tracer) and np.any(np.asarray(x2) < 0):
+        raise ValueError(with_location(
+            f"Integers to negative integer powers are not allowed: np.power (or **) of an integer array "
+            f"(shape {tuple(np.shape(x1))}, {_dtype(x1)}) to {np.asarray(x2).tolist()!r}, as in NumPy. Use a float "
+            f"base, x.astype(np.float64) ** k, or 1.0 / x ** -k"))
+    return y
+
+
 mod = remainder
 fix = trunc
 
@@ -348,6 +363,7 @@ def stop_gradient(x):
 # ufunc -> traced function, for __array_ufunc__ (np.abs is np.absolute, np.acos is np.arccos...)
 UFUNCS: dict = {u: OPS[u.__name__] for u in BY_UFUNC}
 UFUNCS.update({
+    np.power: power,
     np.positive: positive, np.square: square, np.reciprocal: reciprocal,
     np.isnan: isnan, np.isinf: isinf, np.isfinite: isfinite, np.logical_and: logical_and,
     np.logical_or: logical_or, np.logical_not: logical_not, np.logical_xor: logical_xor, np.invert: invert,
