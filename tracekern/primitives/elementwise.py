@@ -101,11 +101,12 @@ def _safe_log(x):
 
 
 def _pow_base(ct, x, y, out):
-    # y * x**(y - 1), and 0 where y == 0 (x**0 is constant). The untaken branch is evaluated at x = 1 there (a
-    # "double where"): at x = 0 it is 0 * 0**-1, whose own derivative would give the second derivative NaN.
-    zero_y = ops.eq(y, 0)
-    safe_x = ops.select(zero_y, ops.full_like(x, 1), x)
-    return ops.mul(ct, ops.select(zero_y, ops.full_like(out, 0), ops.mul(y, ops.power(safe_x, ops.sub(y, 1)))))
+    # y * x**(y - 1), and 0 where x == y == 0 (x**0 is constant; the formula is 0 * inf there). Only there: at
+    # y == 0 and x != 0 it is 0 with the derivative 1 / x in y. The untaken branch is evaluated at x = 1 (a
+    # "double where"): 0 * 0**-1's own derivative would make the second derivative NaN.
+    both_zero = ops.logical_and(ops.eq(y, 0), ops.eq(x, 0))
+    safe_x = ops.select(both_zero, ops.full_like(x, 1), x)
+    return ops.mul(ct, ops.select(both_zero, ops.full_like(out, 0), ops.mul(y, ops.power(safe_x, ops.sub(y, 1)))))
 
 
 def _share(ct, wins, ties):
