@@ -116,7 +116,12 @@ def _safe_log(x):
 
 
 def _pow_base(ct, x, y, out):
-    return ops.mul(ct, ops.select(ops.eq(y, 0), ops.full_like(out, 0), ops.mul(y, ops.power(x, ops.sub(y, 1)))))
+    # y * x**(y - 1), and 0 where x == y == 0 (x**0 is constant; the formula is 0 * inf there). Only there: at
+    # y == 0 and x != 0 it is 0 with the derivative 1 / x in y. The untaken branch is evaluated at x = 1 (a
+    # "double where"): 0 * 0**-1's own derivative would make the second derivative NaN.
+    both_zero = ops.logical_and(ops.eq(y, 0), ops.eq(x, 0))
+    safe_x = ops.select(both_zero, ops.full_like(x, 1), x)
+    return ops.mul(ct, ops.select(both_zero, ops.full_like(out, 0), ops.mul(y, ops.power(safe_x, ops.sub(y, 1)))))
 
 
 def _share(ct, wins, ties):
@@ -294,8 +299,31 @@ def _zero_where_out_is_zero(ct, v, out):
     return ops.select(zero, ops.full_like(ct, 0), ops.div(ops.mul(ct, v), safe))
 
 
-def _sum_of_squares(a, b):
-    return ops.add(ops.mul(a, a), ops.mul(b, b))
+def _over_squared_radius(ct, v, y, x):
+    # ct * v / (x**2 + y**2) (arctan2's gradients), as (v / r) / r with r = hypot(x, y), whose square cannot
+    # underflow; 0 at the origin (a subgradient, as hypot's), the untaken branch evaluated at r = 1 there
+    r = ops.hypot(x, y)
+    origin = ops.eq(r, 0)
+    safe = ops.select(origin, ops.full_like(r, 1), r)
+    return ops.select(origin, ops.full_like(ct, 0), ops.div(ops.div(ops.mul(ct, v), safe), safe))
+
+
+def _logaddexp_weight(x, y, scale: float):
+    """d logaddexp(x, y) / dx = exp(x - out) = sigmoid(scale * (x - y)) (scale ln 2 for logaddexp2): 1/2 at a tie,
+    with derivatives of its own there (second derivatives 1/4 and -1/4), 1 or 0 against a finite operand when x
+    is infinite, 1/2 at a tie of infinities (whose difference is NaN: 0 is used instead), NaN for NaN.
+    Computed from x - y, not from the rounded out, and with exp of a non-positive number only; each branch of
+    each select is evaluated at a safe point where it is not taken (a "double where": no 0 * inf in the
+    derivatives)."""
+    inf_tie = ops.logical_and(ops.eq(x, y), ops.eq(ops.abs(x), np.inf))
+    zero = ops.full_like(x, 0)
+    d = ops.select(inf_tie, zero, ops.sub(x, y))
+    if scale != 1.0:
+        d = ops.mul(d, scale)
+    up = ops.ge(d, 0)
+    e_up = ops.exp(ops.neg(ops.select(up, d, zero)))     # exp(-d), d >= 0
+    e_down = ops.exp(ops.select(up, zero, d))            # exp(d), d < 0
+    return ops.select(up, ops.div(1, ops.add(e_up, 1)), ops.div(e_down, ops.add(e_down, 1)))
 
 
 trunc = Elementwise("trunc", np.trunc, None, dtypes="float", scalar="{trunc}({0})")
@@ -306,8 +334,8 @@ log10 = Elementwise("log10", np.log10, [lambda ct, x, out: ops.div(ct, ops.mul(x
                     scalar="{log10}({0})")
 exp2 = Elementwise("exp2", np.exp2, [lambda ct, x, out: ops.mul(ct, ops.mul(out, _LN2))], dtypes="float", scalar="{exp2}({0})")
 arctan2 = Elementwise("arctan2", np.arctan2,
-                      [lambda ct, y, x, out: ops.div(ops.mul(ct, x), _sum_of_squares(x, y)),
-                       lambda ct, y, x, out: ops.neg(ops.div(ops.mul(ct, y), _sum_of_squares(x, y)))],
+                      [lambda ct, y, x, out: _over_squared_radius(ct, x, y, x),
+                       lambda ct, y, x, out: ops.neg(_over_squared_radius(ct, y, y, x))],
                       dtypes="float", scalar="{arctan2}({0}, {1})")
 hypot = Elementwise("hypot", np.hypot, [lambda ct, x, y, out: _zero_where_out_is_zero(ct, x, out),
                                         lambda ct, x, y, out: _zero_where_out_is_zero(ct, y, out)],
@@ -318,6 +346,16 @@ copysign = Elementwise("copysign", np.copysign,
                        dtypes="float", scalar="{copysign}({0}, {1})")
 nextafter = Elementwise("nextafter", np.nextafter, [lambda ct, x, y, out: ct, None], dtypes="float",
                         scalar="{nextafter}({0}, {1})")
+# issue 25: log(exp(x) + exp(y)) and log2(2**x + 2**y) as NumPy computes them (scalar_rules.logaddexp), with the
+# softmax weights as gradients (smooth at ties, so second derivatives there are right)
+logaddexp = Elementwise("logaddexp", np.logaddexp,
+                        [lambda ct, x, y, out: ops.mul(ct, _logaddexp_weight(x, y, 1.0)),
+                         lambda ct, x, y, out: ops.mul(ct, _logaddexp_weight(y, x, 1.0))],
+                        dtypes="float", scalar="{logaddexp}({0}, {1})")
+logaddexp2 = Elementwise("logaddexp2", np.logaddexp2,
+                         [lambda ct, x, y, out: ops.mul(ct, _logaddexp_weight(x, y, _LN2)),
+                          lambda ct, x, y, out: ops.mul(ct, _logaddexp_weight(y, x, _LN2))],
+                         dtypes="float", scalar="{logaddexp2}({0}, {1})")
 # NumPy's integer and float division rules: floor division and a remainder with the divisor's sign (a
 # zero divisor gives 0 for integers, inf/nan for floats); fmod keeps the dividend's sign (C's)
 floor_divide = Elementwise("floor_divide", np.floor_divide, None, scalar="{floordiv}({0}, {1})")

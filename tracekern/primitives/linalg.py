@@ -50,8 +50,9 @@ matmul = Matmul("matmul")
 
 # -- issue 19: np.linalg, with the standard reverse-mode rules --------------------------------------------
 # Batched over leading axes; NumPy's impls (LAPACK); the cpu backend calls Numba's np.linalg (LAPACK
-# through SciPy) per matrix. eigh and cholesky read the lower triangle only, as NumPy's do, so their
-# gradients are lower-triangular (the gradient of what the function reads).
+# through SciPy) per matrix, or the LAPACK routine NumPy calls where Numba's differs (eigh of the upper
+# triangle). eigh and cholesky read one triangle only, as NumPy's do, so their gradients are triangular
+# (the gradient of what the function reads).
 
 
 def _square(name: str, a: Aval) -> None:
@@ -80,6 +81,12 @@ def _lower_read(g):
     gradient g of its symmetric extension: g_ij + g_ji below the diagonal, g_ii on it, 0 above."""
     n = g.shape[-1]
     return ops.select(_mask(g, np.eye(n, dtype=bool)), g, _tril(ops.add(g, ops.swap_last(g)), -1))
+
+
+def _triangle_read(g, uplo: str):
+    """_lower_read, or its transpose for a function that reads the upper triangle (uplo "U")."""
+    lower = _lower_read(g)
+    return lower if uplo == "L" else ops.swap_last(lower)
 
 
 def _diag_matrix(v):
@@ -289,28 +296,34 @@ def _qr_square_jvp(q, r, t):
 
 
 class Eigh(Primitive):
-    """Eigenvalues (ascending) and eigenvectors of symmetric matrices, from the lower triangle."""
+    """Eigenvalues (ascending) and eigenvectors of symmetric matrices, from the triangle `uplo` names: "L" (lower)
+    or "U" (upper). Each is LAPACK's ?syevd on that triangle, as NumPy computes it: the two are different
+    computations, whose eigenvectors may differ in sign (the transpose's lower triangle is not "U")."""
 
     multiple_results = True
 
-    def abstract_eval(self, a: Aval):
+    def abstract_eval(self, a: Aval, *, uplo: str):
         _square("eigh", a)
+        if uplo not in ("L", "U"):
+            raise ValueError(f"eigh: uplo must be 'L' or 'U', got {uplo!r}")
         return (Aval(a.shape[:-1], a.dtype), a)
 
-    def impl(self, a):
-        w, v = np.linalg.eigh(a)
+    def impl(self, a, *, uplo):
+        w, v = np.linalg.eigh(a, UPLO=uplo)
         return w, v
 
-    def vjp(self, cts, ins, outs, active):
+    def vjp(self, cts, ins, outs, active, *, uplo):
         (wbar, vbar), (w, v) = cts, outs
         vt = ops.swap_last(v)
         inner = ops.add(_diag_matrix(wbar), ops.mul(_inverse_gaps(w), ops.matmul(vt, vbar)))
-        return [_lower_read(ops.matmul(ops.matmul(v, inner), vt))]
+        return [_triangle_read(ops.matmul(ops.matmul(v, inner), vt), uplo)]
 
-    def jvp(self, tangents, ins, outs):
-        """With m = v^T dA v: dw = diag(m), dv = v (F * m), F_ij = 1 / (w_j - w_i) off the diagonal."""
+    def jvp(self, tangents, ins, outs, *, uplo):
+        """With m = v^T dA v (dA the symmetric matrix of the triangle read): dw = diag(m), dv = v (F * m),
+        F_ij = 1 / (w_j - w_i) off the diagonal."""
         (t,), (w, v) = tangents, outs
-        m = ops.matmul(ops.matmul(ops.swap_last(v), _symmetric_from_lower(t)), v)
+        dA = _symmetric_from_lower(t if uplo == "L" else ops.swap_last(t))
+        m = ops.matmul(ops.matmul(ops.swap_last(v), dA), v)
         return [_diagonal(m), ops.matmul(v, ops.mul(_inverse_gaps(w), m))]
 
 
