@@ -138,6 +138,8 @@ LAYERS = {
     "tracekern.remat": ["tracekern.trace", "tracekern.autodiff", "tracekern.api"],
     "tracekern.autodiff": ["tracekern.numpy", "tracekern.api", "tracekern.staging", "tracekern.backends"],
     "tracekern.staging": ["tracekern.api"],
+    "tracekern.batching": ["tracekern.autodiff", "tracekern.numpy", "tracekern.api", "tracekern.staging",
+                           "tracekern.backends"],
     "tracekern.backends.fusion": ["tracekern.trace", "tracekern.autodiff", "tracekern.api", "tracekern.numpy"],
     "tracekern.backends.cpu": ["tracekern.trace", "tracekern.autodiff", "tracekern.api", "tracekern.numpy"],
     "tracekern.backends.cuda": ["tracekern.trace", "tracekern.autodiff", "tracekern.api", "tracekern.numpy"],

@@ -22,6 +22,7 @@ from .ir import Aval, Graph, is_float
 from .pytree import TreeDef, tree_flatten, tree_unflatten
 from .staging import Staged, plan_split, split_aux, stage_vjp, trace_call
 from .trace import FlatArgs, Tracer, Variable, _read, aval_of, current_builder
+from .vectorize import make_vmap_ir
 
 # ----------------------------------------------------------------------------- jit
 
@@ -317,18 +318,21 @@ def _vjp_in_trace(fun: Callable, args: tuple, has_aux: bool, memory_budget=None)
 
 def make_ir(fun: Callable, *, mode: str = "forward", argnums: int | Sequence[int] = 0,
             static_argnums: Sequence[int] | int = (), has_aux: bool = False,
-            memory_budget: int | float | None = None):
+            memory_budget: int | float | None = None, in_axes: Any = 0, out_axes: Any = 0):
     """make_ir(f, mode=...)(*args) returns the IR that tracekern runs for these arguments.
 
     mode="forward": the Graph of f. "grad" / "value_and_grad": the joint Graph of that transform.
     "vjp": a SplitVJP with .forward (outputs + residuals) and .backward (residuals marked saved).
+    "vmap": the Graph of tk.vmap(f, in_axes, out_axes), each input noted with its batch axis.
     memory_budget: as for the transforms (the vjp split is then the planner's)."""
-    modes = ("forward", "grad", "value_and_grad", "vjp")
+    modes = ("forward", "grad", "value_and_grad", "vjp", "vmap")
     if mode not in modes:
         raise ValueError(f"make_ir: mode must be one of {modes}, got {mode!r}")
     memory_budget = remat.check_budget(memory_budget)
 
     def build(*args) -> Any:
+        if mode == "vmap":
+            return make_vmap_ir(fun, in_axes, out_axes, args)
         if mode == "vjp":
             return stage_vjp(fun, args, has_aux, memory_budget=memory_budget)[0].split
         if mode == "forward":
