@@ -115,7 +115,9 @@ def _emit(fun: Callable, in_axes: Any, out_axes: Any, args: tuple, kwargs: dict)
     flat = flatten_call(fun, dyn, names=lambda k: names[k])
     axes, where = [], []
     for k, (td, spec) in enumerate(zip(flat.treedefs, dyn_specs)):
-        axes += _leaf_axes(name, spec, td, "in_axes" if k < len(mapped) else "in_axes of keyword arguments", names[k])
+        what = ("in_axes" + (f"[{mapped[k]}]" if isinstance(in_axes, (tuple, list)) else "") if k < len(mapped)
+                else "the in_axes of keyword arguments")
+        axes += _leaf_axes(name, spec, td, what, names[k])
         where += [names[k] + (f" at {p}" if p else "") for p in leaf_paths(td)]
     size, lane_avals = _batch_size(name, flat.avals, axes, where)
     axes = [None if ax is None else ax % len(a.shape) for ax, a in zip(axes, flat.avals)]
