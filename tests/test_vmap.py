@@ -12,10 +12,13 @@ from unittest import mock
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import tracekern as tk
 from tests.conftest import jit_on, to_host
 from tests.numpy_cases import CASES, FAMILIES, case_inputs
+from tests.test_property import instantiate, programs
 from tracekern import batching
 from tracekern.primitives.core import REGISTRY
 
@@ -727,3 +730,55 @@ def test_every_primitive_is_batched_by_these_tests():
     nullary = {"const", "full", "iota"}   # (no operands: never batched)
     missing = sorted(set(REGISTRY) - nullary - seen)
     assert not missing, f"primitives no test batches: {missing}"
+
+
+# ----------------------------------------------------------------------------- random programs
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(programs(), st.lists(st.sampled_from([0, -1, None]), min_size=3, max_size=3))
+def test_random_programs_batched_match_a_loop(program, axes):
+    """The random programs of tests/test_property.py, vmapped with random in_axes (the first input
+    always batched), against NumPy on each lane; and vmap of their gradient against a loop of it."""
+    f, _ = instantiate(program)
+    shapes, _, seed = program
+    rng = np.random.default_rng(seed)
+    axes = tuple([axes[0] if axes[0] is not None else 0] + axes[1:len(shapes)])
+    lanes = [[rng.uniform(-1.5, 1.5, s) for s in shapes] for _ in range(LANES)]
+    args = [lanes[0][k] if ax is None else np.stack([lane[k] for lane in lanes], axis=ax) for k, ax in enumerate(axes)]
+    lane_args = [[lanes[0][k] if ax is None else lanes[i][k] for k, ax in enumerate(axes)] for i in range(LANES)]
+    with mock.patch("tracekern.backends.default_backend", lambda: "interpret"):
+        got = tk.vmap(f, in_axes=axes)(*args)
+        np.testing.assert_allclose(got, [f(*a) for a in lane_args], rtol=1e-12, atol=1e-12)
+        argnums = tuple(range(len(shapes)))
+        grads = tk.vmap(tk.grad(f, argnums=argnums), in_axes=axes)(*args)
+        want = [tk.grad(f, argnums=argnums)(*a) for a in lane_args]
+        for k in argnums:
+            np.testing.assert_allclose(grads[k], np.stack([w[k] for w in want]), rtol=1e-10, atol=1e-12)
+
+
+# ----------------------------------------------------------------------------- cuda (the simulator in CI)
+
+
+def _representative(w, x, limit, key):
+    """Elementwise, a reduction, a matmul, a gather, a scan, a cond and a while loop with batched
+    predicates, and a random draw: one program for the cuda backend."""
+    h = np.tanh(x @ w) + tk.random.uniform(key, (2,), np.float64)
+    picked = np.take(h, np.argsort(h))
+    c, ys = tk.scan(lambda c, r: (c * 0.5 + r, np.sum(c)), np.zeros(2), np.stack([h, picked, h * 2]))
+    s = tk.cond(np.sum(c) > 0, lambda v: v * 2, lambda v: -v, c)
+    v, n = tk.while_loop(lambda t: np.max(np.abs(t[0])) > limit, lambda t: (t[0] * 0.5, t[1] + 1), (s, np.int64(0)))
+    return v + ys[-1], n
+
+
+def test_cuda_runs_a_batched_program_and_its_per_example_gradient():
+    rng = np.random.default_rng(3)
+    w, x = rng.standard_normal((3, 2)), rng.standard_normal((4, 3))
+    limits, keys = np.array([0.5, 2.0, 0.01, 1.0]), tk.random.split(tk.random.key(1), 4)
+    f = tk.vmap(_representative, in_axes=(None, 0, 0, 0))
+    got, want = jit_on("cuda", f)(w, x, limits, keys), tk.jit(f, backend="interpret")(w, x, limits, keys)
+    close(got, want)
+    assert len(set(want[1].tolist())) > 1          # lanes with different trip counts
+    close(want, loop(_representative, w, x, limits, keys, in_axes=(None, 0, 0, 0)))
+    g = tk.vmap(tk.grad(lambda w, x, limit, key: np.sum(_representative(w, x, limit, key)[0] ** 2)), in_axes=(None, 0, 0, 0))
+    close(jit_on("cuda", g)(w, x, limits, keys), tk.jit(g, backend="interpret")(w, x, limits, keys))
