@@ -138,7 +138,7 @@ LAYERS = {
     "tracekern.remat": ["tracekern.trace", "tracekern.autodiff", "tracekern.api"],
     "tracekern.autodiff": ["tracekern.numpy", "tracekern.api", "tracekern.staging", "tracekern.backends"],
     "tracekern.staging": ["tracekern.api"],
-    "tracekern.batching": ["tracekern.autodiff", "tracekern.numpy", "tracekern.api", "tracekern.staging",
+    "tracekern.batching": ["tracekern.numpy", "tracekern.api", "tracekern.staging",
                            "tracekern.backends"],
     "tracekern.backends.fusion": ["tracekern.trace", "tracekern.autodiff", "tracekern.api", "tracekern.numpy"],
     "tracekern.backends.cpu": ["tracekern.trace", "tracekern.autodiff", "tracekern.api", "tracekern.numpy"],

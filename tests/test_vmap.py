@@ -782,3 +782,21 @@ def test_cuda_runs_a_batched_program_and_its_per_example_gradient():
     close(want, loop(_representative, w, x, limits, keys, in_axes=(None, 0, 0, 0)))
     g = tk.vmap(tk.grad(lambda w, x, limit, key: np.sum(_representative(w, x, limit, key)[0] ** 2)), in_axes=(None, 0, 0, 0))
     close(jit_on("cuda", g)(w, x, limits, keys), tk.jit(g, backend="interpret")(w, x, limits, keys))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_branch_not_taken_never_reaches_a_gradient(backend):
+    """A batched predicate runs both branches on every lane; the gradient of the batched program is
+    still each lane's taken branch's, even where the other branch's derivative is inf or NaN (there,
+    differentiating a select would give 0 * inf = NaN), for batched and shared operands alike."""
+    branchy = lambda x, w: tk.cond(x > 0, lambda v, w: np.sqrt(v) * w, lambda v, w: v * w * 2.0, x, w)  # noqa: E731
+    x, w = np.array([4.0, 0.0, -1.0]), np.float64(3.0)
+    total = lambda x, w: np.sum(tk.vmap(branchy, in_axes=(0, None))(x, w))  # noqa: E731
+    want = loop(tk.grad(branchy, argnums=(0, 1)), x, w, in_axes=(0, None))
+    got = jit_on(backend, tk.grad(total, argnums=(0, 1)))(x, w)
+    close(got, (want[0], want[1].sum()))
+    assert np.all(np.isfinite(got[0]))
+    # a while loop's finished lanes: the body on them (sqrt of a negative) is discarded in the gradient too
+    steps = lambda x: tk.while_loop(lambda s: s > 0, lambda s: np.sqrt(s) - 1.0, x)  # noqa: E731
+    xs = np.array([4.0, 9.0, -1.0])
+    close(jit_on(backend, tk.grad(lambda x: np.sum(tk.vmap(steps)(x))))(xs), loop(tk.grad(steps), xs))

@@ -14,8 +14,9 @@ from typing import Any
 
 import numpy as np
 
+from . import autodiff
 from .errors import IRError
-from .ir import Aval, Graph
+from .ir import Aval, Graph, is_float
 from .primitives import annotations as A
 from .primitives import control as C
 from .primitives import lanes, ops
@@ -146,9 +147,59 @@ def _reversible(args, batched, *, body, f, g, num_f):
     return list(ops.reversible_call(*args, body=body_b, f=f_b, g=g_b, num_f=num_f)), [True, True]
 
 
+def select_branches(live, branches: Sequence[Graph], operands: Sequence, flags: Sequence[bool], size: int,
+                    what: str) -> list:
+    """Per lane, the outputs of branches[0] where the (batch,) bool `live` is set and of branches[1]
+    elsewhere: both graphs (of one lane, on the same operands, `flags` marking the batched ones) run
+    batched on every lane and a select keeps one. Differentiated as each lane's taken branch is: the
+    backward selects between the two branches' VJPs per lane (shared operands' cotangents are then
+    summed over the lanes), rather than differentiating the select, whose zero cotangent times an inf
+    or NaN derivative of the branch not taken would be NaN. A custom_vjp_call: the forward is the
+    select, the backward its own graph; backends inline the forward."""
+    every = [True] * len(branches[0].outputs)
+    n_out = len(every)
+    forward_graphs = [batch_graph(g, flags, size, out_batched=every)[0] for g in branches]
+    # the backward runs the branches with every float operand batched: a cotangent per lane to select
+    active = [is_float(x.dtype) for x in operands]
+    wide = [f or a for f, a in zip(flags, active)]
+    backward_graphs = [batch_graph(g, wide, size, out_batched=every)[0] for g in branches]
+
+    def outputs(b, g, xs):
+        env = b.inline(g, list(xs))
+        return [env[v] for v in g.outputs]
+
+    def forward(b, on, *xs):
+        taken, other = (outputs(b, g, xs) for g in forward_graphs)
+        return [lanes.select_lanes(on, t, f, True, True) for t, f in zip(taken, other)] + [on, *xs]
+
+    def backward(b, *a):
+        dys, on, xs = list(a[:n_out]), a[n_out], list(a[n_out + 1:])
+        xs_wide = _as(xs, flags, wide, size)
+        per_branch = []
+        for g in backward_graphs:
+            got = autodiff.forward(b, g, xs_wide, active).backward(dys)
+            per_branch.append([ops.zeros_like(x) if c is None else c for c, x in zip(got, xs_wide)])
+        cts = [ops.zeros_like(on)]
+        for t, f, x, fl, act in zip(*per_branch, xs, flags, active):
+            if not act:
+                cts.append(ops.zeros_like(x))
+                continue
+            picked = lanes.select_lanes(on, t, f, True, True)
+            cts.append(picked if fl else ops.reduce_sum(picked, axes=(0,)))
+        return cts
+
+    avals = [aval_of(live)] + [aval_of(x) for x in operands]
+    body = build_graph(forward, avals)
+    bwd = build_graph(backward, [v.aval for v in body.outputs[:n_out]] + avals)
+    outs = ops.custom_vjp_call(live, *operands, body=body, bwd=bwd, num_y=n_out, num_x=1 + len(operands),
+                               var_positions=(), fun_name=what)
+    return list(outs[:n_out])
+
+
 def _cond(args, batched, *, true, false):
     """An unbatched predicate: still a cond, of the batched branches. A batched one: both branches run
-    on every lane and a select per lane keeps the taken branch's results."""
+    on every lane and a select per lane keeps the taken branch's results (select_branches: its
+    gradient is each lane's taken branch's)."""
     pred, operands = args[0], list(args[1:])
     size = lanes.size_of(args, batched)
     op_flags = list(batched[1:])
@@ -158,10 +209,7 @@ def _cond(args, batched, *, true, false):
         true_b, _ = batch_graph(true, op_flags, size, out_batched=want)
         false_b, _ = batch_graph(false, op_flags, size, out_batched=want)
         return list(ops.cond(pred, *operands, true=true_b, false=false_b)), out
-    b = pred.builder
-    t_outs, t_flags = batch_into(b, true, operands, op_flags)
-    f_outs, f_flags = batch_into(b, false, operands, op_flags)
-    outs = [lanes.select_lanes(pred, t, f, tb, fb) for t, f, tb, fb in zip(t_outs, f_outs, t_flags, f_flags)]
+    outs = select_branches(pred, [true, false], operands, op_flags, size, "tk.cond with a batched predicate")
     return outs, [True] * len(outs)
 
 
@@ -200,7 +248,6 @@ def _while(args, batched, *, cond, body, num_consts, checkpoint=None):
         outs = ops.while_(*consts, *init, cond=cond_b, body=body_b, num_consts=nc, checkpoint=checkpoint)
         return list(outs), kb + [False]
     every = [True] * nk
-    body_b, _ = batch_graph(body, cb + every, size, out_batched=every)
     cond_b, _ = batch_graph(cond, cb + every, size)
     init = _as(args[nc:], batched[nc:], every, size)
     b = args[0].builder
@@ -212,10 +259,11 @@ def _while(args, batched, *, cond, body, num_consts, checkpoint=None):
         live = a[nc + nk]
         return [ops.gt(ops.reduce_sum(ops.convert(live, dtype=np.int64), axes=(0,)), 0)]
 
+    keep = Graph(body.inputs, (), body.inputs[nc:])    # (a lane that is done: its carry as it is)
+
     def step(b, *a):
         cs, carry, live, count = list(a[:nc]), list(a[nc:nc + nk]), a[nc + nk], a[nc + nk + 1]
-        env = b.inline(body_b, cs + carry)
-        new = [lanes.select_lanes(live, env[v], c, True, True) for v, c in zip(body_b.outputs, carry)]
+        new = select_branches(live, [body, keep], cs + carry, cb + every, size, "tk.while_loop with a batched predicate")
         still = b.inline(cond_b, cs + new)[cond_b.outputs[0]]
         return new + [ops.logical_and(live, still), ops.add(count, ops.convert(live, dtype=np.int64))]
 
