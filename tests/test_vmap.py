@@ -800,3 +800,24 @@ def test_the_branch_not_taken_never_reaches_a_gradient(backend):
     steps = lambda x: tk.while_loop(lambda s: s > 0, lambda s: np.sqrt(s) - 1.0, x)  # noqa: E731
     xs = np.array([4.0, 9.0, -1.0])
     close(jit_on(backend, tk.grad(lambda x: np.sum(tk.vmap(steps)(x))))(xs), loop(tk.grad(steps), xs))
+
+
+def test_a_vmapped_function_lowers_has_a_vjp_and_nests_with_loops():
+    lane = lambda x, w: np.sum(np.tanh(x @ w))  # noqa: E731
+    f = tk.vmap(lane, in_axes=(0, None))
+    x, w = RNG.standard_normal((4, 3, 2)), RNG.standard_normal((2, 5))
+    lowered = tk.jit(f, backend="interpret").lower(x, w)
+    assert lowered.ir.outputs[0].aval.shape == (4,) and lowered.memory.residual_bytes > 0
+    out, pullback = tk.vjp(tk.jit(f, backend="interpret"), x, w)
+    dx, dw = pullback(np.arange(4.0))
+    grads = loop(tk.grad(lane, argnums=(0, 1)), x, w, in_axes=(0, None))
+    close((out, dx, dw), (loop(lane, x, w, in_axes=(0, None)), grads[0] * np.arange(4.0)[:, None, None],
+                          np.tensordot(np.arange(4.0), grads[1], axes=1)))
+    # a while loop with a batched predicate under two vmaps: each (outer, inner) lane its own trip count
+    halve = lambda x, lim: tk.while_loop(lambda s: s[0] > lim, lambda s: (s[0] * 0.5, s[1] + 1), (x, 0))  # noqa: E731
+    xs, lims = np.array([[1.0, 5.0, 9.0], [0.1, 30.0, 2.0]]), np.array([0.5, 1.0, 3.0])
+    got = jit_on("interpret", tk.vmap(tk.vmap(halve), in_axes=(0, None)))(xs, lims)
+    want = _stack([_stack([halve(xs[i, j], lims[j]) for j in range(3)]) for i in range(2)])
+    close(got, want)
+    # a Python number shared by the lanes keeps its weak type: float32 stays float32
+    assert tk.vmap(lambda x, s: x * s, in_axes=(0, None))(np.ones((3, 2), np.float32), 2.0).dtype == np.float32
