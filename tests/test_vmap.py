@@ -16,11 +16,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tracekern as tk
-from tests.conftest import jit_on, to_host
+from tests.conftest import assert_tree_close, jit_on, to_host
 from tests.numpy_cases import CASES, FAMILIES, case_inputs
 from tests.test_property import instantiate, programs
-from tracekern import batching
-from tracekern.primitives.core import REGISTRY
+from tracekern import autodiff, batching
+from tracekern.primitives.core import REGISTRY, Primitive, eval_graph
 
 LANES = 3
 
@@ -274,7 +274,6 @@ def loop(f, *args, in_axes=0, out_axes=0):
 
 
 def close(got, want, tol=1e-10):
-    from tests.conftest import assert_tree_close
     assert_tree_close(got, want, tol)
 
 
@@ -660,7 +659,6 @@ def test_errors_name_the_users_line():
 
 
 def test_every_primitive_has_a_batching_rule():
-    from tracekern.primitives.core import Primitive
     missing = [n for n, p in REGISTRY.items() if p not in batching.RULES and type(p).batch is Primitive.batch]
     assert not missing, f"primitives without a batching rule: {missing}"
 
@@ -821,3 +819,18 @@ def test_a_vmapped_function_lowers_has_a_vjp_and_nests_with_loops():
     close(got, want)
     # a Python number shared by the lanes keeps its weak type: float32 stays float32
     assert tk.vmap(lambda x, s: x * s, in_axes=(0, None))(np.ones((3, 2), np.float32), 2.0).dtype == np.float32
+
+
+def test_batching_a_joint_vjp_graph_over_its_cotangent_gives_the_jacobian():
+    """What jacrev will be (vmap of the pullback): the Graph -> Graph transforms compose, batching
+    the joint graph of tk.vjp over its cotangent input, one row of the identity per lane."""
+    f = lambda x: np.tanh(x) * np.sum(x ** 2)  # noqa: E731
+    x = np.array([0.1, 0.5, -0.3])
+    joint = autodiff.vjp(tk.make_ir(f)(x), [True], zeros=True)
+    graph, flags = batching.batch_graph(joint.graph, [False, True], 3)
+    value, jacobian = eval_graph(graph, [x, np.eye(3)])
+    assert flags == [False, True]       # (the value does not depend on the cotangent: computed once)
+    np.testing.assert_allclose(value, f(x), rtol=1e-15)
+    eps = 1e-6
+    want = np.stack([(f(x + eps * e) - f(x - eps * e)) / (2 * eps) for e in np.eye(3)], axis=1)
+    np.testing.assert_allclose(jacobian, want, rtol=1e-7, atol=1e-9)

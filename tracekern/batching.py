@@ -6,7 +6,8 @@ with the helpers of primitives/lanes.py); one without keeps its form and stays u
 that does not depend on the batch is done once. The rules of the higher-order primitives (cond,
 scan, while, scan_revolve, and the annotations' calls) are here, in RULES, because they batch
 their sub-graphs with this module: a cond with a batched predicate becomes a select of both
-branches, a while loop with one runs until every lane is done with the finished lanes masked."""
+branches, a while loop with one runs until every lane is done with the finished lanes masked (both
+differentiate as each lane's taken branch: select_branches)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
