@@ -783,6 +783,8 @@ def test_cuda_runs_a_batched_program_and_its_per_example_gradient():
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")   # (the branch not taken, on
+@pytest.mark.filterwarnings("ignore:divide by zero encountered:RuntimeWarning")  # the interpreter: NumPy warns)
 def test_the_branch_not_taken_never_reaches_a_gradient(backend):
     """A batched predicate runs both branches on every lane; the gradient of the batched program is
     still each lane's taken branch's, even where the other branch's derivative is inf or NaN (there,
