@@ -332,6 +332,9 @@ def make_ir(fun: Callable, *, mode: str = "forward", argnums: int | Sequence[int
 
     def build(*args) -> Any:
         if mode == "vmap":
+            if static_argnums not in ((), None):
+                raise ValueError("make_ir(mode='vmap') takes no static_argnums; tk.jit(tk.vmap(f, in_axes=...), "
+                                 "static_argnums=...).lower(*args).ir is that graph")
             return make_vmap_ir(fun, in_axes, out_axes, args)
         if mode == "vjp":
             return stage_vjp(fun, args, has_aux, memory_budget=memory_budget)[0].split
