@@ -139,6 +139,8 @@ LAYERS = {
     "tracekern.autodiff": ["tracekern.numpy", "tracekern.api", "tracekern.staging", "tracekern.backends"],
     "tracekern.forward": ["tracekern.numpy", "tracekern.api", "tracekern.staging", "tracekern.backends"],
     "tracekern.staging": ["tracekern.api"],
+    "tracekern.batching": ["tracekern.numpy", "tracekern.api", "tracekern.staging",
+                           "tracekern.backends"],
     "tracekern.backends.fusion": ["tracekern.trace", "tracekern.autodiff", "tracekern.api", "tracekern.numpy"],
     "tracekern.backends.cpu": ["tracekern.trace", "tracekern.autodiff", "tracekern.api", "tracekern.numpy"],
     "tracekern.backends.cuda": ["tracekern.trace", "tracekern.autodiff", "tracekern.api", "tracekern.numpy"],

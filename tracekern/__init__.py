@@ -30,6 +30,7 @@ from .pytree import tree_flatten, tree_map, tree_unflatten
 from .remat import SplitVJP
 from .staging import Staged
 from .trace import Variable
+from .vectorize import vmap
 
 __version__ = "0.1.0"
 
@@ -40,4 +41,5 @@ __all__ = [
     "check_grad", "checkpoint", "cond", "custom_gradient", "default_backend", "fori_loop", "grad", "grad_pass_through", "jit", "jvp",
     "linearize", "make_ir", "numpy", "print", "random", "recompute", "recompute_grad", "reversible", "scan", "stop_gradient",
     "tree_flatten", "tree_map", "tree_unflatten", "value_and_grad", "verify", "vjp", "where", "while_loop",
+    "vmap",
 ]

@@ -23,6 +23,7 @@ from .ir import Aval, Graph, is_float
 from .pytree import Static, TreeDef, leaf_paths, takes_static, tree_flatten, tree_unflatten
 from .staging import Staged, plan_split, split_aux, stage_vjp, trace_call
 from .trace import FlatArgs, Tracer, Variable, _read, aval_of, current_builder
+from .vectorize import make_vmap_ir
 
 # ----------------------------------------------------------------------------- jit
 
@@ -583,7 +584,7 @@ def _linearize_in_trace(fun: Callable, primals: tuple, has_aux: bool):
 
 def make_ir(fun: Callable, *, mode: str = "forward", argnums: int | Sequence[int] = 0,
             static_argnums: Sequence[int] | int = (), has_aux: bool = False,
-            memory_budget: int | float | None = None):
+            memory_budget: int | float | None = None, in_axes: Any = 0, out_axes: Any = 0):
     """make_ir(f, mode=...)(*args) returns the IR that tracekern runs for these arguments.
 
     mode="forward": the Graph of f. "grad" / "value_and_grad": the joint Graph of that transform.
@@ -591,13 +592,19 @@ def make_ir(fun: Callable, *, mode: str = "forward", argnums: int | Sequence[int
     "jvp": the joint Graph of forward mode (tangents of every float argument), its tangent inputs
     and the equations that compute tangents marked (tangent). "linearize": a SplitJVP with .primal
     (outputs + residuals) and .linear (residuals marked saved, tangents marked tangent).
+    "vmap": the Graph of tk.vmap(f, in_axes, out_axes), each input noted with its batch axis.
     memory_budget: as for the transforms (the vjp split is then the planner's)."""
-    modes = ("forward", "grad", "value_and_grad", "vjp", "jvp", "linearize")
+    modes = ("forward", "grad", "value_and_grad", "vjp", "jvp", "linearize", "vmap")
     if mode not in modes:
         raise ValueError(f"make_ir: mode must be one of {modes}, got {mode!r}")
     memory_budget = remat.check_budget(memory_budget)
 
     def build(*args) -> Any:
+        if mode == "vmap":
+            if static_argnums not in ((), None):
+                raise ValueError("make_ir(mode='vmap') takes no static_argnums; tk.jit(tk.vmap(f, in_axes=...), "
+                                 "static_argnums=...).lower(*args).ir is that graph")
+            return make_vmap_ir(fun, in_axes, out_axes, args)
         if mode == "vjp":
             return stage_vjp(fun, args, has_aux, memory_budget=memory_budget)[0].split
         if mode in ("jvp", "linearize"):

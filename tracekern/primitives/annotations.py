@@ -57,6 +57,9 @@ class RematBarrier(Primitive):
     aliases_input = True
     barrier = True
 
+    def batch(self, args, batched):
+        return [ops.remat_barrier(*args)], [batched[0]]
+
     def abstract_eval(self, x: Aval, token: Aval):
         return (x,)
 
@@ -81,6 +84,12 @@ class Print(Primitive):
 
     multiple_results = True
     effectful = True
+
+    def batch(self, args, batched, *, parts, sep):
+        """One print of the batched values (each the stack of its lanes, batch axis first), not one
+        per lane: a run of the batched program prints once, as one run of the program did."""
+        ops.print_(*args, parts=parts, sep=sep)
+        return [], []
 
     def abstract_eval(self, *avals, parts, sep):
         return ()

@@ -56,6 +56,12 @@ class Primitive:
         return f"<primitive {self.name}>"
 
     # -- rules -------------------------------------------------------------------
+    def batch(self, args: Sequence, batched: Sequence[bool], **params) -> tuple[list, list[bool]]:
+        """The rule of tk.vmap: the equation on operands of which those marked `batched` have a
+        batch axis first (tracekern.primitives.lanes); returns (outputs, whether each is batched).
+        tracekern.batching calls it only when some operand is batched."""
+        raise NotImplementedError(f"{self.name}: no batching rule")
+
     def abstract_eval(self, *avals: Aval, **params) -> tuple[Aval, ...]:
         raise NotImplementedError(f"{self.name}: abstract_eval")
 
@@ -101,6 +107,12 @@ def linear_jvp(prim: Primitive, tangents: Sequence, ins: Sequence, **params) -> 
                                      if is_float(x.dtype) else x) for t, x in zip(tangents, ins)]
     out = b.bind(prim, *args, **params)
     return list(out) if prim.multiple_results else [out]
+
+
+def no_operands(self, args, batched, **params):
+    """The batching rule of a primitive without operands (const, full, iota): it never has a
+    batched one, so tracekern.batching re-emits it as it is and this is never called."""
+    raise AssertionError(f"{self.name} has no operands to batch")
 
 
 def literal_value(v, producer) -> float | None:

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..errors import IRError, ShapeError
 from ..ir import FLOAT_DTYPES, SUPPORTED_DTYPES, Aval, is_float
-from . import ops
+from . import lanes, ops
 from .core import Primitive
 
 
@@ -52,6 +52,14 @@ class Elementwise(Primitive):
         self.out_bool = out_bool
         self.nin = nin if nin is not None else ufunc.nin
         self.dtypes = dtypes  # "any", "float", "bool", "int" (int32, int64), "integer" (int or bool)
+
+    def batch(self, args, batched, **params):
+        """Batched operands get size-1 axes after their batch axis up to the widest lane, so that
+        NumPy's broadcasting (trailing axes first) lines the lanes up; unbatched ones broadcast as
+        they are. One rule for the whole table (select and random_bits included)."""
+        ndim = max(lanes.lane_ndim(a, b) for a, b in zip(args, batched))
+        args = [lanes.with_lane_ndim(a, ndim) if b else a for a, b in zip(args, batched)]
+        return [ops.emit(self, *args, **params)], [True]
 
     def abstract_eval(self, *avals: Aval, **params) -> tuple[Aval, ...]:
         if len(avals) != self.nin:
@@ -244,6 +252,9 @@ class Convert(Primitive):
     fusion = "elementwise"
     scalar = "{0}"
 
+    def batch(self, args, batched, *, dtype):
+        return [ops.convert(args[0], dtype=dtype)], [True]
+
     def abstract_eval(self, x: Aval, *, dtype):
         if np.dtype(dtype) not in SUPPORTED_DTYPES:
             raise TypeError(f"astype: dtype {dtype} is not supported")
@@ -273,6 +284,9 @@ class StopGradient(Primitive):
 
     fusion = "elementwise"
     scalar = "{0}"
+
+    def batch(self, args, batched):
+        return [ops.stop_gradient(args[0])], [True]
 
     def abstract_eval(self, x: Aval):
         return (x,)

@@ -10,7 +10,7 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..ir import Aval
-from . import ops
+from . import lanes, ops
 from .core import Primitive, linear_jvp
 
 
@@ -49,6 +49,11 @@ class Gather(Primitive):
     fusion = "gather"
     linear = True   # (in x: forward mode gathers the tangent at the same indices)
 
+    def batch(self, args, batched, *, axis):
+        """Operand and indices both get the batch axis (the unbatched one broadcast: a view), which
+        is the gather's batch index."""
+        return [ops.gather(*lanes.all_batched(args, batched), axis=axis + 1)], [True]
+
     def abstract_eval(self, x: Aval, idx: Aval, *, axis: int):
         _check_axis_shapes("gather", x, idx, axis)
         return (Aval(idx.shape, x.dtype),)
@@ -77,6 +82,9 @@ class Scatter(Primitive):
     index names along `axis` (idx and updates share a shape, which is base's off the axis), in C
     order of the updates: "add" accumulates repeated indices (np.add.at), "set" keeps the last,
     "mul", "min" and "max" combine them (np.multiply.at, np.minimum.at, np.maximum.at)."""
+
+    def batch(self, args, batched, *, axis, mode):
+        return [ops.scatter(*lanes.all_batched(args, batched), axis=axis + 1, mode=mode)], [True]
 
     def abstract_eval(self, base: Aval, idx: Aval, updates: Aval, *, axis: int, mode: str):
         if mode not in SCATTER_MODES:

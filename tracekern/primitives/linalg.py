@@ -7,12 +7,32 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..ir import Aval
-from . import ops
+from . import lanes, ops
 from .core import Primitive
 
 
 class Matmul(Primitive):
     fusion = "matmul"
+
+    def batch(self, args, batched):
+        """Both batched: a matmul over one more batch axis. One batched: its lanes side by side in
+        one matrix (a's rows, or b's columns), one product with the other operand's matrices."""
+        (a, b), (a_b, b_b) = args, batched
+        if a_b and b_b:
+            return [ops.matmul(a, b)], [True]
+        x = a if a_b else b
+        n, nd = x.shape[0], len(x.shape)
+        lead = tuple(x.shape[1:-2])
+        if a_b:   # (n, ..., m, k) -> (..., n * m, k)
+            stacked = ops.reshape(lanes.moveaxis(a, 0, nd - 3), new_shape=lead + (n * a.shape[-2], a.shape[-1]))
+            out = ops.matmul(stacked, b)
+            out = ops.reshape(out, new_shape=lead + (n, a.shape[-2], b.shape[-1]))
+            return [lanes.moveaxis(out, nd - 3, 0)], [True]
+        # (n, ..., k, p) -> (..., k, n * p)
+        stacked = ops.reshape(lanes.moveaxis(b, 0, nd - 2), new_shape=lead + (b.shape[-2], n * b.shape[-1]))
+        out = ops.matmul(a, stacked)
+        out = ops.reshape(out, new_shape=lead + (a.shape[-2], n, b.shape[-1]))
+        return [lanes.moveaxis(out, nd - 2, 0)], [True]
 
     def abstract_eval(self, a: Aval, b: Aval):
         if a.dtype != b.dtype:
@@ -117,6 +137,14 @@ def _inverse_gaps(w, squared: bool = False):
     return ops.select(diag, ops.zeros_like(gaps), ops.div(ops.full_like(gaps, 1), ops.select(diag, ops.full_like(gaps, 1), gaps)))
 
 
+def _stack_of_matrices(self, args, batched, **params):
+    """The batching rule of a factorization of one matrix operand: it takes stacks (..., m, n), so
+    the batch axis is one more stack axis, and so is every output's."""
+    outs = ops.emit(self, args[0], **params)
+    outs = list(outs) if self.multiple_results else [outs]
+    return outs, [True] * len(outs)
+
+
 def _right_solve_t(x, r):
     """x @ inv(r).T, as solve(r, x.T).T."""
     return ops.swap_last(ops.solve(r, ops.swap_last(x)))
@@ -142,6 +170,18 @@ def _symmetric_from_lower(t):
 class Solve(Primitive):
     """solve(a, b): x with a @ x = b; a (..., n, n), b (..., n, k) with the same batch axes."""
 
+    def batch(self, args, batched):
+        """b batched alone: its lanes side by side as columns, one solve per matrix of a; else
+        a solve over one more batch axis."""
+        (a, b), a_b = args, batched[0]
+        if a_b:
+            return [ops.solve(*lanes.all_batched(args, batched))], [True]
+        n, nd = b.shape[0], len(b.shape)
+        lead = tuple(b.shape[1:-2])
+        stacked = ops.reshape(lanes.moveaxis(b, 0, nd - 2), new_shape=lead + (b.shape[-2], n * b.shape[-1]))
+        out = ops.reshape(ops.solve(a, stacked), new_shape=lead + (b.shape[-2], n, b.shape[-1]))
+        return [lanes.moveaxis(out, nd - 2, 0)], [True]
+
     def abstract_eval(self, a: Aval, b: Aval):
         _square("solve", a)
         if b.ndim != a.ndim or b.shape[:-1] != a.shape[:-1] or b.dtype != a.dtype:
@@ -163,6 +203,8 @@ class Solve(Primitive):
 
 
 class Inv(Primitive):
+    batch = _stack_of_matrices
+
     def abstract_eval(self, a: Aval):
         _square("inv", a)
         return (a,)
@@ -185,6 +227,8 @@ class Slogdet(Primitive):
 
     multiple_results = True
 
+    batch = _stack_of_matrices
+
     def abstract_eval(self, a: Aval):
         _square("slogdet", a)
         return (Aval(a.shape[:-2], a.dtype), Aval(a.shape[:-2], a.dtype))
@@ -206,6 +250,8 @@ class Slogdet(Primitive):
 
 class Cholesky(Primitive):
     """The lower factor L of a = L @ L.T (reads a's lower triangle)."""
+
+    batch = _stack_of_matrices
 
     def abstract_eval(self, a: Aval):
         _square("cholesky", a)
@@ -237,6 +283,8 @@ class QR(Primitive):
     """The reduced QR factorization: q (..., m, k), r (..., k, n), k = min(m, n)."""
 
     multiple_results = True
+
+    batch = _stack_of_matrices
 
     def abstract_eval(self, a: Aval):
         if a.ndim < 2 or a.dtype.kind != "f":
@@ -302,6 +350,8 @@ class Eigh(Primitive):
 
     multiple_results = True
 
+    batch = _stack_of_matrices
+
     def abstract_eval(self, a: Aval, *, uplo: str):
         _square("eigh", a)
         if uplo not in ("L", "U"):
@@ -332,6 +382,8 @@ class SVD(Primitive):
     k = min(m, n) (full_matrices=False); full_matrices=True gives square u and vh (no gradient)."""
 
     multiple_results = True
+
+    batch = _stack_of_matrices
 
     def abstract_eval(self, a: Aval, *, full_matrices: bool):
         if a.ndim < 2 or a.dtype.kind != "f":

@@ -7,7 +7,7 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..ir import Aval
-from . import ops
+from . import lanes, ops
 from .core import Primitive
 
 
@@ -23,6 +23,9 @@ class Reduce(Primitive):
         self.has_identity = has_identity
         self.combine = combine
         self.identity = identity  # "0", "1", "-inf", "+inf" (the dtype's lowest/highest for integers)
+
+    def batch(self, args, batched, *, axes):
+        return [ops.emit(self, args[0], axes=lanes.shift(axes))], [True]
 
     def abstract_eval(self, x: Aval, *, axes: tuple[int, ...]):
         if tuple(sorted(set(axes))) != tuple(axes) or any(not 0 <= a < x.ndim for a in axes):

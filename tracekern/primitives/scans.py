@@ -23,6 +23,9 @@ class Cumulative(Primitive):
         super().__init__(name)
         self.combine = combine
 
+    def batch(self, args, batched, *, axis, reverse):
+        return [ops.emit(self, args[0], axis=axis + 1, reverse=reverse)], [True]
+
     def abstract_eval(self, x: Aval, *, axis: int, reverse: bool):
         if not 0 <= axis < x.ndim:
             raise ShapeError(f"{self.name}: axis {axis} is out of range for shape {x.shape}")

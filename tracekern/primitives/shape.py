@@ -9,8 +9,8 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..ir import SUPPORTED_DTYPES, Aval
-from . import ops
-from .core import Primitive
+from . import lanes, ops
+from .core import Primitive, no_operands
 
 
 def broadcast_index(idx: list[str], in_shape: tuple[int, ...], out_shape: tuple[int, ...]) -> list[str]:
@@ -32,6 +32,8 @@ class Const(Primitive):
 
     fusion = "const"
 
+    batch = no_operands
+
     def abstract_eval(self, *, value: np.ndarray):
         return (Aval(value.shape, value.dtype),)
 
@@ -43,6 +45,8 @@ class Full(Primitive):
     """An array of `shape` filled with one scalar `value` (zeros_like, ones_like, full)."""
 
     fusion = "fill"
+
+    batch = no_operands
 
     def abstract_eval(self, *, shape, dtype, value):
         if np.dtype(dtype) not in SUPPORTED_DTYPES:
@@ -64,6 +68,9 @@ class Reshape(Primitive):
             return ["0" if s == 1 else next(it) for s in in_shape]
         flat = " + ".join(f"{i} * {st}" for i, st in zip(idx, _strides(new_shape)) if st and i != "0") or "0"
         return [f"((({flat}) // {st}) % {s})" if s != 1 else "0" for s, st in zip(in_shape, _strides(in_shape))]
+
+    def batch(self, args, batched, *, new_shape):
+        return [ops.reshape(args[0], new_shape=(args[0].shape[0],) + tuple(new_shape))], [True]
 
     def abstract_eval(self, x: Aval, *, new_shape):
         new_shape = tuple(new_shape)
@@ -88,6 +95,9 @@ class Transpose(Primitive):
             out[p] = idx[k]
         return out
 
+    def batch(self, args, batched, *, perm):
+        return [ops.transpose(args[0], perm=(0,) + lanes.shift(perm))], [True]
+
     def abstract_eval(self, x: Aval, *, perm):
         if sorted(perm) != list(range(x.ndim)):
             raise ShapeError(f"transpose: axes {tuple(perm)} are not a permutation of the {x.ndim} axes of shape {x.shape}")
@@ -106,6 +116,10 @@ class BroadcastTo(Primitive):
 
     def view_index(self, idx, in_shape, *, shape):
         return broadcast_index(idx, in_shape, tuple(shape))
+
+    def batch(self, args, batched, *, shape):
+        x = lanes.with_lane_ndim(args[0], len(shape))
+        return [ops.broadcast_to(x, shape=(x.shape[0],) + tuple(shape))], [True]
 
     def abstract_eval(self, x: Aval, *, shape):
         shape = tuple(shape)
@@ -143,6 +157,9 @@ class Slice(Primitive):
             out.append(term if start == 0 else f"({start} + {term})")
         return out
 
+    def batch(self, args, batched, *, index):
+        return [ops.slice_(args[0], index=((0, args[0].shape[0], 1),) + tuple(index))], [True]
+
     def abstract_eval(self, x: Aval, *, index):
         if len(index) != x.ndim:
             raise ShapeError(f"slice: {len(index)} index entries for an array of shape {x.shape}")
@@ -159,6 +176,11 @@ class Unslice(Primitive):
     """The transpose of slice: zeros of `shape` with the operand written at `index`."""
 
     linear = True
+
+    def batch(self, args, batched, *, shape, index):
+        n = args[0].shape[0]
+        return [ops.unslice(args[0], shape=(n,) + tuple(shape), index=((0, n, 1),) + tuple(index))], [True]
+
     def abstract_eval(self, x: Aval, *, shape, index):
         if _slice_shape(shape, index) != x.shape:
             raise ShapeError(f"unslice: operand shape {x.shape} does not match slice {index} of {shape}")
@@ -175,6 +197,10 @@ class Unslice(Primitive):
 
 class Concatenate(Primitive):
     linear = True
+
+    def batch(self, args, batched, *, axis):
+        return [ops.concatenate(*lanes.all_batched(args, batched), axis=axis + 1)], [True]
+
     def abstract_eval(self, *xs: Aval, axis):
         if not xs:
             raise ShapeError("concatenate: needs at least one array")
@@ -231,6 +257,9 @@ class Roll(Primitive):
         n = in_shape[axis]
         out[axis] = f"(({idx[axis]} + {n - shift}) % {n})"
         return out
+
+    def batch(self, args, batched, *, shift, axis):
+        return [ops.roll(args[0], shift=shift, axis=axis + 1)], [True]
 
     def abstract_eval(self, x: Aval, *, shift, axis):
         if not 0 <= axis < x.ndim or not 0 <= shift < max(x.shape[axis], 1):
