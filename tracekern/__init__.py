@@ -25,6 +25,7 @@ from .errors import (
     TracerLeakError,
 )
 from .ir import Aval, Eqn, Graph, Var, verify
+from .jacobians import hessian, jacfwd, jacrev
 from .numpy import at, where
 from .pytree import tree_flatten, tree_map, tree_unflatten
 from .remat import SplitVJP
@@ -41,5 +42,5 @@ __all__ = [
     "check_grad", "checkpoint", "cond", "custom_gradient", "default_backend", "fori_loop", "grad", "grad_pass_through", "jit", "jvp",
     "linearize", "make_ir", "numpy", "print", "random", "recompute", "recompute_grad", "reversible", "scan", "stop_gradient",
     "tree_flatten", "tree_map", "tree_unflatten", "value_and_grad", "verify", "vjp", "where", "while_loop",
-    "vmap",
+    "vmap", "jacfwd", "jacrev", "hessian",
 ]
