@@ -27,6 +27,39 @@ def _strides(shape) -> list[int]:
     return out[::-1]
 
 
+def _split_digits(digits: list, d: int) -> list | None:
+    """Digits (expression, coefficient, extent) of a mixed-radix number, with d made a digit boundary:
+    a digit whose range straddles d (c < d < c * n) is split into its high part (e // r, coefficient
+    c * r = d) and its low part (e % r), r = d / c. None where d does not divide into it evenly."""
+    out = []
+    for e, c, n in digits:
+        if c < d < c * n:
+            if d % c or n % (d // c):
+                return None
+            r = d // c
+            out += [(f"({e} // {r})", d, n // r), (f"({e} % {r})", c, r)]
+        else:
+            out.append((e, c, n))
+    return out
+
+
+def _mixed_radix_digit(digits: list, d: int, m: int) -> str | None:
+    """(sum of e * c over the digits) // d % m without divisions where the radices line up (a reshape
+    that splits or merges axes: (i1 * 9 + i2 * 3 + i3) // 9 % 200 is i1), or None (the general form
+    then stands). Each digit's expression e lies in [0, n), n its extent."""
+    split = _split_digits(digits, d)
+    if split is None or sum(c * (n - 1) for _, c, n in split if c < d) >= d or any(c % d for _, c, _ in split if c >= d):
+        return None
+    high = _split_digits([(e, c // d, n) for e, c, n in split if c >= d], m)
+    if high is None or any(c % m for _, c, _ in high if c >= m):
+        return None
+    kept = [(e, c, n) for e, c, n in high if c < m]
+    if sum(c * (n - 1) for _, c, n in kept) >= m:
+        return None
+    terms = [e if c == 1 else f"{e} * {c}" for e, c, _ in kept]
+    return terms[0] if len(terms) == 1 else (f"({' + '.join(terms)})" if terms else "0")
+
+
 class Const(Primitive):
     """A constant array captured while tracing (NumPy arrays, Python and NumPy scalars)."""
 
@@ -66,8 +99,13 @@ class Reshape(Primitive):
         if [s for s in in_shape if s != 1] == [s for s in new_shape if s != 1]:  # only size-1 axes move
             it = iter(kept_out)
             return ["0" if s == 1 else next(it) for s in in_shape]
-        flat = " + ".join(f"{i} * {st}" for i, st in zip(idx, _strides(new_shape)) if st and i != "0") or "0"
-        return [f"((({flat}) // {st}) % {s})" if s != 1 else "0" for s, st in zip(in_shape, _strides(in_shape))]
+        digits = [(i, st, n) for i, st, n in zip(idx, _strides(new_shape), new_shape) if n != 1 and i != "0"]
+        flat = " + ".join(f"{i} * {st}" for i, st, _ in digits) or "0"
+        out = []
+        for s, st in zip(in_shape, _strides(in_shape)):
+            simple = _mixed_radix_digit(digits, st, s) if s != 1 else "0"
+            out.append(simple if simple is not None else f"((({flat}) // {st}) % {s})")
+        return out
 
     def batch(self, args, batched, *, new_shape):
         return [ops.reshape(args[0], new_shape=(args[0].shape[0],) + tuple(new_shape))], [True]
