@@ -14,7 +14,15 @@ from tests.test_property import instantiate, programs
 
 jax = pytest.importorskip("jax")
 jnp = pytest.importorskip("jax.numpy")
-jax.config.update("jax_enable_x64", True)
+
+
+@pytest.fixture(autouse=True)
+def _jax_x64():
+    """JAX in float64 for these comparisons only: a global switch would change other files' JAX peers."""
+    was = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", True)
+    yield
+    jax.config.update("jax_enable_x64", was)
 
 BACKENDS = ["interpret", "cpu"]
 HERE = __file__.rsplit("/", 1)[-1]

@@ -76,7 +76,8 @@ def _block(x, p):
 
 
 def _dropout(key, x, rate=transformer.RATE):
-    keep = jax.random.bernoulli(key, 1.0 - rate, x.shape)
+    # p as float32: with jax_enable_x64 a Python float would draw float64 uniforms, other masks
+    keep = jax.random.bernoulli(key, np.float32(1.0 - rate), x.shape)
     return jnp.where(keep, x / np.float32(1.0 - rate), np.float32(0.0))
 
 
