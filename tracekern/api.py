@@ -16,9 +16,19 @@ import numpy as np
 
 from . import autodiff, backends, passes, remat
 from . import numpy as tnp
-from .arguments import device_view, differentiated, flatten_call, fun_name, host, on_device, output_location, to_user
+from .arguments import (
+    arg_name,
+    device_view,
+    differentiated,
+    flatten_call,
+    fun_name,
+    host,
+    on_device,
+    output_location,
+    to_user,
+)
 from .errors import TracerLeakError, with_location
-from .ir import Aval, Graph, is_float
+from .ir import Aval, Graph, is_complex, is_float, is_inexact
 from .pytree import Static, TreeDef, takes_static, tree_flatten, tree_unflatten
 from .staging import Staged, plan_split, split_aux, stage_vjp, trace_call
 from .trace import FlatArgs, Tracer, Variable, _read, aval_of, current_builder
@@ -68,9 +78,9 @@ def _check_wrt(fun: Callable, wrt) -> tuple | None:
     if not isinstance(items, (list, tuple)) or not all(isinstance(v, Variable) for v in items):
         raise TypeError(f"wrt= of a transform of {fun_name(fun)} must be a list of tk.Variable, got {wrt!r:.80}")
     for v in items:
-        if not is_float(v.dtype):
+        if not is_inexact(v.dtype):
             raise TypeError(f"cannot differentiate with respect to Variable {v.name or ''} of dtype {v.dtype}: "
-                            "gradients are defined for float32/float64 only")
+                            "gradients are defined for float32/float64 and complex64/complex128 only")
     return tuple(items)
 
 
@@ -97,8 +107,31 @@ def _budgeted(fun: Callable, joint: autodiff.JointVJP, memory_budget) -> tuple[a
     return dataclasses.replace(joint, graph=remat.rejoin(split), num_forward=len(split.forward.eqns)), split
 
 
+def _check_output(fun: Callable, graph: Graph, holomorphic: bool) -> None:
+    """grad's output: a float scalar (a complex one with holomorphic=True), else an error saying what to do."""
+    aval = graph.outputs[0].aval
+    if holomorphic and aval.shape == () and is_complex(aval.dtype):
+        return
+    if holomorphic:
+        raise TypeError(with_location(
+            f"grad of {fun_name(fun)} with holomorphic=True: the output must be a complex scalar, got {aval}",
+            output_location(fun, graph, 0)))
+    if aval.shape == () and is_complex(aval.dtype):
+        raise TypeError(with_location(
+            f"grad of {fun_name(fun)}: the output is complex ({aval}), and a complex function has no gradient "
+            "unless it is holomorphic. For a holomorphic function (z**2, np.exp(z), ...: complex-differentiable) pass "
+            "holomorphic=True to get f'(z), as JAX's; otherwise reduce the output to a real loss (np.abs(out) ** 2, "
+            "np.real(out)), whose gradient follows tracekern's convention (the README's \"Complex numbers\")",
+            output_location(fun, graph, 0)))
+    if aval.shape != () or not is_float(aval.dtype):
+        raise (ValueError if is_float(aval.dtype) else TypeError)(with_location(
+            f"grad of {fun_name(fun)}: the output must be a float scalar, got {aval}. Use "
+            "tk.vjp(f, *args) with a cotangent of the output's shape for non-scalar outputs "
+            "(or reduce the output, e.g. with .sum()).", output_location(fun, graph, 0)))
+
+
 def _grad_emit(fun: Callable, argnums, has_aux: bool, unconnected: str, with_value: bool, wrt=None,
-               memory_budget=None) -> Callable:
+               memory_budget=None, holomorphic: bool = False) -> Callable:
     if unconnected not in ("zero", "none"):
         raise ValueError(f"unconnected must be 'zero' or 'none', got {unconnected!r}")
     wrt = _check_wrt(fun, wrt)
@@ -123,16 +156,20 @@ def _grad_emit(fun: Callable, argnums, has_aux: bool, unconnected: str, with_val
                 f"grad of {fun_name(fun)}: the output must be a single scalar, got structure {value_td!r}. Use "
                 "tk.vjp(f, *args) for several or non-scalar outputs.", output_location(fun, graph, 0)))
         out_var = graph.outputs[0]
-        if out_var.aval.shape != () or not is_float(out_var.aval.dtype):
-            raise (ValueError if is_float(out_var.aval.dtype) else TypeError)(with_location(
-                f"grad of {fun_name(fun)}: the output must be a float scalar, got {out_var.aval}. Use "
-                "tk.vjp(f, *args) with a cotangent of the output's shape for non-scalar outputs "
-                "(or reduce the output, e.g. with .sum()).", output_location(fun, graph, 0)))
+        _check_output(fun, graph, holomorphic)
+        if holomorphic:
+            for j, (aval, act) in enumerate(zip(flat.avals, active)):
+                if act and not is_complex(aval.dtype):
+                    raise TypeError(with_location(
+                        f"grad of {fun_name(fun)} with holomorphic=True: every differentiated input must be complex; "
+                        f"{arg_name(fun, flat.owner[j])} is {aval} (pass z.astype(np.complex128))"))
         var_active = [any(c is v for v in wrt or ()) for c in captured]
         joint = autodiff.vjp(graph, active + var_active, seeded=[i == 0 for i in range(len(graph.outputs))])
         joint, emit.plan = _budgeted(fun, joint, memory_budget)   # (lower() reports the plan)
         seed = np.ones((), out_var.aval.dtype)
         outs, cts = _inline_joint(joint, list(flat.leaves) + list(captured), [seed])
+        if holomorphic:   # f'(z): the conjugate of the convention's cotangent for a seed of 1
+            cts = [tnp.conj(c) if c is not None else None for c in cts]
         grads = _collect_grads(flat, nums, cts, active, unconnected)
         grads = grads[0] if isinstance(argnums, int) else tuple(grads)
         if wrt is not None:
@@ -178,7 +215,7 @@ def _collect_grads(flat: FlatArgs, nums, cts, active, unconnected) -> list:
 
 
 def grad(fun: Callable, argnums: int | Sequence[int] = 0, *, has_aux: bool = False, unconnected: str = "zero",
-         wrt: Sequence[Variable] | None = None, memory_budget: int | float | None = None):
+         wrt: Sequence[Variable] | None = None, memory_budget: int | float | None = None, holomorphic: bool = False):
     """Gradient of a scalar-valued `fun` with respect to the arguments in `argnums`.
 
     Gradients have the pytree structure of their arguments; with a tuple argnums, a tuple of them.
@@ -186,21 +223,26 @@ def grad(fun: Callable, argnums: int | Sequence[int] = 0, *, has_aux: bool = Fal
     unconnected="zero" gives zeros for arguments the output does not depend on; "none" gives None.
     memory_budget: the most bytes the forward pass may keep for the backward pass (an int), or a
     fraction in (0, 1] of what it keeps without a budget (a float); the planner recomputes the rest
-    the cheapest way (tracekern.remat.plan_residuals)."""
+    the cheapest way (tracekern.remat.plan_residuals).
+
+    Complex inputs: the gradient of a real loss is dL/dx + i dL/dy (PyTorch's convention; z -= lr *
+    grad descends). A complex output is an error unless holomorphic=True, which gives f'(z) (JAX's)."""
     memory_budget = remat.check_budget(memory_budget)
     return Staged(fun, _grad_emit(fun, argnums, has_aux, unconnected, with_value=False, wrt=wrt,
-                                  memory_budget=memory_budget), memory_budget=memory_budget,
-                  rebudget=lambda b: _grad_emit(fun, argnums, has_aux, unconnected, with_value=False, wrt=wrt, memory_budget=b))
+                                  memory_budget=memory_budget, holomorphic=holomorphic), memory_budget=memory_budget,
+                  rebudget=lambda b: _grad_emit(fun, argnums, has_aux, unconnected, with_value=False, wrt=wrt, memory_budget=b,
+                                                holomorphic=holomorphic))
 
 
 def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, *, has_aux: bool = False,
                    unconnected: str = "zero", wrt: Sequence[Variable] | None = None,
-                   memory_budget: int | float | None = None):
-    """(fun(*args), grad(fun)(*args)) from one joint pass (memory_budget: as for grad)."""
+                   memory_budget: int | float | None = None, holomorphic: bool = False):
+    """(fun(*args), grad(fun)(*args)) from one joint pass (memory_budget, holomorphic: as for grad)."""
     memory_budget = remat.check_budget(memory_budget)
     return Staged(fun, _grad_emit(fun, argnums, has_aux, unconnected, with_value=True, wrt=wrt,
-                                  memory_budget=memory_budget), memory_budget=memory_budget,
-                  rebudget=lambda b: _grad_emit(fun, argnums, has_aux, unconnected, with_value=True, wrt=wrt, memory_budget=b))
+                                  memory_budget=memory_budget, holomorphic=holomorphic), memory_budget=memory_budget,
+                  rebudget=lambda b: _grad_emit(fun, argnums, has_aux, unconnected, with_value=True, wrt=wrt, memory_budget=b,
+                                                holomorphic=holomorphic))
 
 
 # ----------------------------------------------------------------------------- vjp
@@ -239,7 +281,7 @@ class Pullback:
                 got = Aval(tuple(x.shape), np.dtype(x.dtype))
             else:
                 got = Aval(np.shape(x), np.asarray(x).dtype)
-            if isinstance(x, (int, float)) and not isinstance(x, bool) and got.shape == aval.shape:
+            if isinstance(x, (int, float, complex)) and not isinstance(x, bool) and got.shape == aval.shape:
                 x = np.asarray(x, aval.dtype)
             elif got != aval:
                 raise ValueError(with_location(f"pullback of {fun_name(self._fun)}: cotangent {j} is {got}, the output "

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import builtins
 import math
+import warnings
 from collections.abc import Callable
 
 import numpy as np
 
-from ..ir import is_float
+from ..errors import user_stacklevel
+from ..ir import complex_dtype, is_complex, is_float, is_inexact
 from ..primitives.core import REGISTRY
 from ..primitives.elementwise import Elementwise
 from ._core import P, Tracer, _cast, _check_dtype, _check_operand, _dtype, _promote, _reject, _token, bind, with_location
@@ -30,6 +32,11 @@ def _ufunc_op(ufunc, prim, fname: str) -> Callable:
             names = ", ".join(getattr(t, "name", getattr(t, "__name__", str(t))) for t in tokens)
             raise TypeError(with_location(f"np.{ufunc.__name__} is not defined for operands of dtype {names}")) from None
         _check_dtype(dtypes[-1], fname)
+        if is_complex(dtypes[0]) and prim.dtypes in ("real", "float"):
+            raise TypeError(with_location(
+                f"np.{ufunc.__name__} of complex numbers ({dtypes[0].name}) is not traced: complex numbers have no "
+                "order (NumPy's is lexicographic) and no rounding or floor; apply it to np.real(z), np.imag(z) or "
+                "np.abs(z)"))
         return bind(prim, *[_cast(a, d) for a, d in zip(args, dtypes[: ufunc.nin])])
 
     op.__name__ = fname
@@ -43,7 +50,7 @@ OPS: dict[str, Callable] = {u.__name__: _ufunc_op(u, p, u.__name__) for u, p in 
 
 add, subtract, multiply, divide, power = (OPS[n] for n in ("add", "subtract", "multiply", "divide", "power"))
 true_divide = divide
-negative, absolute, sign, floor, ceil, rint = (OPS[n] for n in ("negative", "absolute", "sign", "floor", "ceil", "rint"))
+negative, floor, ceil, rint = (OPS[n] for n in ("negative", "floor", "ceil", "rint"))
 maximum, minimum, exp, log, log1p, expm1, sqrt = (OPS[n] for n in ("maximum", "minimum", "exp", "log", "log1p", "expm1", "sqrt"))
 sin, cos, tan, tanh, arctan = (OPS[n] for n in ("sin", "cos", "tan", "tanh", "arctan"))
 sinh, cosh, arcsin, arccos, arcsinh, arccosh, arctanh = (OPS[n] for n in (
@@ -55,7 +62,6 @@ arctan2, hypot, cbrt, log2, log10, exp2, trunc, copysign, nextafter = (OPS[n] fo
 floor_divide, remainder, fmod = (OPS[n] for n in ("floor_divide", "remainder", "fmod"))
 bitwise_and, bitwise_or, bitwise_xor, left_shift, right_shift, gcd, lcm = (OPS[n] for n in (
     "bitwise_and", "bitwise_or", "bitwise_xor", "left_shift", "right_shift", "gcd", "lcm"))
-abs = absolute   # noqa: A001
 mod = remainder
 fix = trunc
 
@@ -99,7 +105,7 @@ def square(x):
 
 
 def reciprocal(x):
-    if not is_float(_dtype(x)):
+    if not is_inexact(_dtype(x)):
         raise TypeError(with_location("np.reciprocal of an integer array is not supported; use 1.0 / x"))
     return divide(1, x)
 
@@ -151,7 +157,8 @@ def fabs(x):
 
 
 def float_power(x1, x2):
-    return power(_cast(x1, np.float64), _cast(x2, np.float64))
+    dtype = np.complex128 if is_complex(_dtype(x1)) or is_complex(_dtype(x2)) else np.float64
+    return power(_cast(x1, dtype), _cast(x2, dtype))
 
 
 def _pick(c, a, b):
@@ -258,6 +265,9 @@ def frexp(x):
 
 def nan_to_num(x, copy=True, nan=0.0, posinf=None, neginf=None):
     """NaN -> nan, +inf -> posinf (default: the largest float), -inf -> neginf (the most negative)."""
+    if is_complex(_dtype(x)):   # (each part, as NumPy)
+        return _make_complex(nan_to_num(real(x), nan=nan, posinf=posinf, neginf=neginf),
+                             nan_to_num(imag(x), nan=nan, posinf=posinf, neginf=neginf))
     if not is_float(_dtype(x)):
         return x
     info = np.finfo(_dtype(x))
@@ -266,23 +276,58 @@ def nan_to_num(x, copy=True, nan=0.0, posinf=None, neginf=None):
     return _pick(equal(x, -np.inf), info.min if neginf is None else neginf, y)
 
 
+def absolute(x):
+    """|x|; for complex x, hypot(x.real, x.imag) (NumPy's, a float of the parts' dtype)."""
+    _check_operand(x, "absolute")
+    if is_complex(_dtype(x)):
+        return hypot(real(x), imag(x))
+    return OPS["absolute"](x)
+
+
+abs = absolute   # noqa: A001
+
+
+def sign(x):
+    """-1, 0, 1; for complex x, x / |x| (0 at 0), as NumPy 2."""
+    _check_operand(x, "sign")
+    if is_complex(_dtype(x)):
+        size = _cast(absolute(x), _dtype(x))
+        zero = equal(size, 0)
+        return _pick(zero, 0, divide(x, _pick(zero, 1, size)))
+    return OPS["sign"](x)
+
+
+def _make_complex(re, im):
+    """re + i im, of the complex dtype of re's float dtype."""
+    dtype = complex_dtype(_dtype(re))
+    return add(_cast(re, dtype), multiply(_cast(im, dtype), dtype.type(1j)))
+
+
 def real(val):
-    return val
+    """The real part: a float view of complex values (a copy, as every traced value), x itself otherwise."""
+    _check_operand(val, "real")
+    return bind(P.real, val) if is_complex(_dtype(val)) else val
 
 
 def conj(x):
-    return x
+    _check_operand(x, "conj")
+    return bind(P.conj, x) if is_complex(_dtype(x)) else x
 
 
 conjugate = conj
 
 
 def imag(val):
-    return zeros_like_of(val)
+    _check_operand(val, "imag")
+    return bind(P.imag, val) if is_complex(_dtype(val)) else zeros_like_of(val)
 
 
 def angle(z, deg=False):
-    """0 for x >= 0, pi for x < 0 (real inputs)."""
+    """arctan2(z.imag, z.real): for real z, 0 for z >= 0 and pi for z < 0."""
+    _check_operand(z, "angle")
+    if is_complex(_dtype(z)):
+        a = arctan2(imag(z), real(z))
+        return multiply(a, 180 / math.pi) if deg else a
     z = z if is_float(_dtype(z)) else _cast(z, np.float64)
     return _pick(less(z, 0), 180.0 if deg else math.pi, multiply(z, 0))
 
@@ -298,6 +343,8 @@ def round(a, decimals=0, out=None):  # noqa: A001 (np.round)
     _reject("round", out=out)
     if not isinstance(decimals, (int, np.integer)):
         raise TypeError(with_location(f"np.round: decimals must be an integer, got {decimals!r}"))
+    if is_complex(_dtype(a)):   # (each part, as NumPy)
+        return _make_complex(round(real(a), decimals), round(imag(a), decimals))
     if not is_float(_dtype(a)):
         if decimals >= 0:
             return a
@@ -344,6 +391,10 @@ def clip(a, a_min=np._NoValue, a_max=np._NoValue, out=None, *, min=np._NoValue, 
 def astype(x, dtype, /, *, copy=True, device=None):
     dtype = _check_dtype(dtype, "astype")
     _check_operand(x, "astype")
+    if is_complex(_dtype(x)) and not is_complex(dtype) and dtype != np.bool_:   # (the real part, as NumPy)
+        warnings.warn("Casting complex values to real discards the imaginary part", np.exceptions.ComplexWarning,
+                      stacklevel=user_stacklevel())
+        return _cast(real(x), dtype)
     return _cast(x, dtype)
 
 
@@ -355,6 +406,7 @@ def stop_gradient(x):
 # ufunc -> traced function, for __array_ufunc__ (np.abs is np.absolute, np.acos is np.arccos...)
 UFUNCS: dict = {u: OPS[u.__name__] for u in BY_UFUNC}
 UFUNCS.update({
+    np.absolute: absolute, np.sign: sign,
     np.positive: positive, np.square: square, np.reciprocal: reciprocal,
     np.isnan: isnan, np.isinf: isinf, np.isfinite: isfinite, np.logical_and: logical_and,
     np.logical_or: logical_or, np.logical_not: logical_not, np.logical_xor: logical_xor, np.invert: invert,

@@ -80,7 +80,7 @@ class Primitive:
         return True
 
 
-def literal_value(v, producer) -> float | None:
+def literal_value(v, producer) -> float | complex | None:
     """The value of a one-element constant or fill operand `v` (`producer`: Var -> its Eqn), else
     None: what Primitive.scalar_for receives as a literal (fusion renders it, the memory planner's
     cost model prices what fusion renders)."""
@@ -89,7 +89,8 @@ def literal_value(v, producer) -> float | None:
         v = p.inputs[0]
         p = producer.get(v)
     if p is not None and p.primitive.fusion in ("fill", "const") and int(np.prod(v.shape)) == 1:
-        return float(np.asarray(p.params["value"]).reshape(-1)[0])
+        value = np.asarray(p.params["value"]).reshape(-1)[0]
+        return complex(value) if np.iscomplexobj(value) else float(value)
     return None
 
 

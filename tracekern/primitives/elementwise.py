@@ -1,7 +1,9 @@
 """Elementwise primitives: arithmetic, transcendentals, comparisons, logic, select, convert.
 
 Operands broadcast as in NumPy; every VJP is un-broadcast to its operand's shape in one place
-(Elementwise.vjp). The table at the bottom is where an elementwise primitive is defined: its NumPy
+(Elementwise.vjp), which also applies the complex convention: a gradient rule is written as the
+derivative, ct * f'(x), and for complex operands the cotangent is ct * conj(f'(z)) (PyTorch's:
+the README's "Complex numbers"). The table at the bottom is where an elementwise primitive is defined: its NumPy
 ufunc (which also makes np.<ufunc> traceable), its gradients, written with ops, and its scalar
 template, whose {math} names each backend's math module resolves (cpu_math, cuda_math)."""
 from __future__ import annotations
@@ -11,7 +13,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from ..errors import IRError, ShapeError
-from ..ir import FLOAT_DTYPES, SUPPORTED_DTYPES, Aval, is_float
+from ..ir import FLOAT_DTYPES, SUPPORTED_DTYPES, Aval, is_complex, is_inexact, real_dtype
 from . import ops
 from .core import Primitive
 
@@ -41,16 +43,21 @@ class Elementwise(Primitive):
     fusion = "elementwise"
 
     def __init__(self, name: str, ufunc: Callable | None, grads: Sequence[Callable | None] | None,
-                 out_bool: bool = False, nin: int | None = None, dtypes: str = "any", scalar: str = "",
-                 literal_scalars: dict | None = None):
+                 out_bool: bool = False, nin: int | None = None, dtypes: str = "real", scalar: str = "",
+                 literal_scalars: dict | None = None, conj_free: bool = False):
         super().__init__(name)
+        # True when every gradient rule commutes with conjugation (ct, -ct, a select of ct): the
+        # complex convention needs no conjugates around it
+        self.conj_free = conj_free
         self.scalar = scalar
         self.literal_scalars = literal_scalars or {}
         self.ufunc = ufunc
         self.grads = tuple(grads) if grads is not None else None
         self.out_bool = out_bool
         self.nin = nin if nin is not None else ufunc.nin
-        self.dtypes = dtypes  # "any", "float", "bool", "int" (int32, int64), "integer" (int or bool)
+        # "real" (float, int or bool), "numeric" (any, complex included), "float" (float32, float64),
+        # "inexact" (float or complex), "bool", "int" (int32, int64), "integer" (int or bool)
+        self.dtypes = dtypes
 
     def abstract_eval(self, *avals: Aval, **params) -> tuple[Aval, ...]:
         if len(avals) != self.nin:
@@ -60,6 +67,10 @@ class Elementwise(Primitive):
             raise TypeError(f"{self.name}: operand dtypes differ ({', '.join(a.dtype.name for a in avals)})")
         if self.dtypes == "float" and dtype not in FLOAT_DTYPES:
             raise TypeError(f"{self.name} needs float32 or float64 operands, got {dtype}")
+        if self.dtypes == "inexact" and not is_inexact(dtype):
+            raise TypeError(f"{self.name} needs float or complex operands, got {dtype}")
+        if self.dtypes == "real" and is_complex(dtype):
+            raise TypeError(f"{self.name} is not defined for complex operands ({dtype})")
         if self.dtypes == "bool" and dtype != np.bool_:
             raise TypeError(f"{self.name} needs bool operands, got {dtype}")
         if self.dtypes in ("int", "integer") and dtype.kind not in ("i" if self.dtypes == "int" else "ib"):
@@ -87,7 +98,10 @@ class Elementwise(Primitive):
             if not act or rule is None:
                 result.append(None)
                 continue
-            raw = rule(ct, *ins, outs[0])
+            if is_complex(x.dtype) and not self.conj_free:   # ct * conj(f'(z)): the rule (ct * f'(z)) on conjugates
+                raw = ops.conj(rule(ops.conj(ct), *ins, outs[0]))
+            else:
+                raw = rule(ct, *ins, outs[0])
             if tuple(raw.shape) != tuple(outs[0].shape) or raw.dtype != x.dtype:
                 raise IRError(f"VJP rule of {self.name} gave a cotangent {raw.dtype}{list(raw.shape)} for operand {i}; "
                               f"expected {x.dtype}{list(outs[0].shape)} before un-broadcasting")
@@ -115,21 +129,30 @@ def _sqrt_of_product(a, b):
     return ops.sqrt(ops.mul(a, b))
 
 
+def _arccosh_slope(x):
+    # sqrt(x - 1) sqrt(x + 1): for complex x, not sqrt((x - 1)(x + 1)), whose sign differs where Re x < 0
+    if is_complex(x.dtype):
+        return ops.mul(ops.sqrt(ops.sub(x, 1)), ops.sqrt(ops.add(x, 1)))
+    return _sqrt_of_product(ops.sub(x, 1), ops.add(x, 1))
+
+
 # -- the table: name, NumPy ufunc, one gradient per operand (None: no gradient), scalar template ----
 # A gradient is rule(ct, *operands, out) -> the cotangent of that operand before un-broadcasting.
 
 # arithmetic
-add = Elementwise("add", np.add, [lambda ct, x, y, out: ct, lambda ct, x, y, out: ct], scalar="({0} + {1})")
-sub = Elementwise("sub", np.subtract, [lambda ct, x, y, out: ct, lambda ct, x, y, out: ops.neg(ct)], scalar="({0} - {1})")
+add = Elementwise("add", np.add, [lambda ct, x, y, out: ct, lambda ct, x, y, out: ct], dtypes="numeric", scalar="({0} + {1})",
+                  conj_free=True)
+sub = Elementwise("sub", np.subtract, [lambda ct, x, y, out: ct, lambda ct, x, y, out: ops.neg(ct)], dtypes="numeric",
+                  scalar="({0} - {1})", conj_free=True)
 mul = Elementwise("mul", np.multiply, [lambda ct, x, y, out: ops.mul(ct, y), lambda ct, x, y, out: ops.mul(ct, x)],
-                  scalar="({0} * {1})")
+                  dtypes="numeric", scalar="({0} * {1})")
 div = Elementwise("div", np.true_divide,
                   [lambda ct, x, y, out: ops.div(ct, y), lambda ct, x, y, out: ops.div(ops.neg(ops.mul(ct, out)), y)],
-                  dtypes="float", scalar="({0} / {1})")
-neg = Elementwise("neg", np.negative, [lambda ct, x, out: ops.neg(ct)], scalar="(-{0})")
+                  dtypes="inexact", scalar="({0} / {1})")
+neg = Elementwise("neg", np.negative, [lambda ct, x, out: ops.neg(ct)], dtypes="numeric", scalar="(-{0})", conj_free=True)
 # x ** k for a literal k: multiplications, as exact as NumPy (k = 1, 2) or within one rounding (k = 3, 4)
 power = Elementwise("pow", np.power, [_pow_base, lambda ct, x, y, out: ops.mul(ops.mul(ct, _safe_log(x)), out)],
-                    scalar="{pow}({0}, {1})",
+                    dtypes="numeric", scalar="{pow}({0}, {1})",
                     literal_scalars={(1, 1.0): "{0}", (1, 2.0): "({0} * {0})", (1, 3.0): "({0} * {0} * {0})",
                                      (1, 4.0): "(({0} * {0}) * ({0} * {0}))"})
 absolute = Elementwise("abs", np.absolute, [lambda ct, x, out: ops.mul(ct, ops.sign(x))], scalar="{abs}({0})")
@@ -149,44 +172,44 @@ ceil = Elementwise("ceil", np.ceil, None, dtypes="float", scalar="{ceil}({0})")
 rint = Elementwise("rint", np.rint, None, dtypes="float", scalar="{rint}({0})")
 
 # transcendentals (float only)
-exp = Elementwise("exp", np.exp, [lambda ct, x, out: ops.mul(ct, out)], dtypes="float", scalar="{exp}({0})")
-log = Elementwise("log", np.log, [lambda ct, x, out: ops.div(ct, x)], dtypes="float", scalar="{log}({0})")
-log1p = Elementwise("log1p", np.log1p, [lambda ct, x, out: ops.div(ct, ops.add(x, 1))], dtypes="float",
+exp = Elementwise("exp", np.exp, [lambda ct, x, out: ops.mul(ct, out)], dtypes="inexact", scalar="{exp}({0})")
+log = Elementwise("log", np.log, [lambda ct, x, out: ops.div(ct, x)], dtypes="inexact", scalar="{log}({0})")
+log1p = Elementwise("log1p", np.log1p, [lambda ct, x, out: ops.div(ct, ops.add(x, 1))], dtypes="inexact",
                     scalar="{log1p}({0})")
-expm1 = Elementwise("expm1", np.expm1, [lambda ct, x, out: ops.mul(ct, ops.add(out, 1))], dtypes="float",
+expm1 = Elementwise("expm1", np.expm1, [lambda ct, x, out: ops.mul(ct, ops.add(out, 1))], dtypes="inexact",
                     scalar="{expm1}({0})")
-sqrt = Elementwise("sqrt", np.sqrt, [lambda ct, x, out: ops.div(ops.mul(ct, 0.5), out)], dtypes="float",
+sqrt = Elementwise("sqrt", np.sqrt, [lambda ct, x, out: ops.div(ops.mul(ct, 0.5), out)], dtypes="inexact",
                    scalar="{sqrt}({0})")
-sin = Elementwise("sin", np.sin, [lambda ct, x, out: ops.mul(ct, ops.cos(x))], dtypes="float", scalar="{sin}({0})")
-cos = Elementwise("cos", np.cos, [lambda ct, x, out: ops.neg(ops.mul(ct, ops.sin(x)))], dtypes="float",
+sin = Elementwise("sin", np.sin, [lambda ct, x, out: ops.mul(ct, ops.cos(x))], dtypes="inexact", scalar="{sin}({0})")
+cos = Elementwise("cos", np.cos, [lambda ct, x, out: ops.neg(ops.mul(ct, ops.sin(x)))], dtypes="inexact",
                   scalar="{cos}({0})")
-tan = Elementwise("tan", np.tan, [lambda ct, x, out: ops.mul(ct, ops.add(ops.mul(out, out), 1))], dtypes="float",
+tan = Elementwise("tan", np.tan, [lambda ct, x, out: ops.mul(ct, ops.add(ops.mul(out, out), 1))], dtypes="inexact",
                   scalar="{tan}({0})")
-tanh = Elementwise("tanh", np.tanh, [lambda ct, x, out: ops.mul(ct, ops.sub(1, ops.mul(out, out)))], dtypes="float",
+tanh = Elementwise("tanh", np.tanh, [lambda ct, x, out: ops.mul(ct, ops.sub(1, ops.mul(out, out)))], dtypes="inexact",
                    scalar="{tanh}({0})")
-arctan = Elementwise("arctan", np.arctan, [lambda ct, x, out: ops.div(ct, ops.add(ops.mul(x, x), 1))], dtypes="float",
+arctan = Elementwise("arctan", np.arctan, [lambda ct, x, out: ops.div(ct, ops.add(ops.mul(x, x), 1))], dtypes="inexact",
                      scalar="{arctan}({0})")
-sinh = Elementwise("sinh", np.sinh, [lambda ct, x, out: ops.mul(ct, ops.cosh(x))], dtypes="float", scalar="{sinh}({0})")
-cosh = Elementwise("cosh", np.cosh, [lambda ct, x, out: ops.mul(ct, ops.sinh(x))], dtypes="float", scalar="{cosh}({0})")
+sinh = Elementwise("sinh", np.sinh, [lambda ct, x, out: ops.mul(ct, ops.cosh(x))], dtypes="inexact", scalar="{sinh}({0})")
+cosh = Elementwise("cosh", np.cosh, [lambda ct, x, out: ops.mul(ct, ops.sinh(x))], dtypes="inexact", scalar="{cosh}({0})")
 arcsin = Elementwise("arcsin", np.arcsin, [lambda ct, x, out: ops.div(ct, _sqrt_of_product(ops.sub(1, x), ops.add(x, 1)))],
-                     dtypes="float", scalar="{arcsin}({0})")
+                     dtypes="inexact", scalar="{arcsin}({0})")
 arccos = Elementwise("arccos", np.arccos,
                      [lambda ct, x, out: ops.neg(ops.div(ct, _sqrt_of_product(ops.sub(1, x), ops.add(x, 1))))],
-                     dtypes="float", scalar="{arccos}({0})")
+                     dtypes="inexact", scalar="{arccos}({0})")
 arcsinh = Elementwise("arcsinh", np.arcsinh, [lambda ct, x, out: ops.div(ct, ops.sqrt(ops.add(ops.mul(x, x), 1)))],
-                      dtypes="float", scalar="{arcsinh}({0})")
-arccosh = Elementwise("arccosh", np.arccosh, [lambda ct, x, out: ops.div(ct, _sqrt_of_product(ops.sub(x, 1), ops.add(x, 1)))],
-                      dtypes="float", scalar="{arccosh}({0})")
+                      dtypes="inexact", scalar="{arcsinh}({0})")
+arccosh = Elementwise("arccosh", np.arccosh, [lambda ct, x, out: ops.div(ct, _arccosh_slope(x))],
+                      dtypes="inexact", scalar="{arccosh}({0})")
 arctanh = Elementwise("arctanh", np.arctanh, [lambda ct, x, out: ops.div(ct, ops.mul(ops.sub(1, x), ops.add(x, 1)))],
-                      dtypes="float", scalar="{arctanh}({0})")
+                      dtypes="inexact", scalar="{arctanh}({0})")
 
 # comparisons and logic: bool results, no gradient
 lt = Elementwise("lt", np.less, None, out_bool=True, scalar="({0} < {1})")
 le = Elementwise("le", np.less_equal, None, out_bool=True, scalar="({0} <= {1})")
 gt = Elementwise("gt", np.greater, None, out_bool=True, scalar="({0} > {1})")
 ge = Elementwise("ge", np.greater_equal, None, out_bool=True, scalar="({0} >= {1})")
-eq = Elementwise("eq", np.equal, None, out_bool=True, scalar="({0} == {1})")
-ne = Elementwise("ne", np.not_equal, None, out_bool=True, scalar="({0} != {1})")
+eq = Elementwise("eq", np.equal, None, out_bool=True, dtypes="numeric", scalar="({0} == {1})")
+ne = Elementwise("ne", np.not_equal, None, out_bool=True, dtypes="numeric", scalar="({0} != {1})")
 logical_and = Elementwise("and", np.logical_and, None, out_bool=True, dtypes="bool", scalar="({0} & {1})")
 logical_or = Elementwise("or", np.logical_or, None, out_bool=True, dtypes="bool", scalar="({0} | {1})")
 logical_not = Elementwise("not", np.logical_not, None, out_bool=True, dtypes="bool", scalar="(not {0})")
@@ -200,7 +223,7 @@ class Select(Elementwise):
             "select", None,
             [None, lambda ct, c, a, b, out: ops.select(c, ct, ops.full_like(ct, 0)),
              lambda ct, c, a, b, out: ops.select(c, ops.full_like(ct, 0), ct)],
-            nin=3, scalar="({1} if {0} else {2})",
+            nin=3, scalar="({1} if {0} else {2})", conj_free=True,
         )
 
     def abstract_eval(self, c: Aval, a: Aval, b: Aval, **params):
@@ -227,6 +250,8 @@ class Convert(Primitive):
     def abstract_eval(self, x: Aval, *, dtype):
         if np.dtype(dtype) not in SUPPORTED_DTYPES:
             raise TypeError(f"astype: dtype {dtype} is not supported")
+        if is_complex(x.dtype) and not is_complex(dtype):
+            raise TypeError(f"convert: {x.dtype} to {np.dtype(dtype)} would drop the imaginary part; take real() first")
         return (Aval(x.shape, np.dtype(dtype)),)
 
     def impl(self, x, *, dtype):
@@ -234,8 +259,10 @@ class Convert(Primitive):
 
     def vjp(self, cts, ins, outs, active, *, dtype):
         (ct,), (x,) = cts, ins
-        if not (active[0] and is_float(x.dtype) and is_float(dtype)):
+        if not (active[0] and is_inexact(x.dtype) and is_inexact(dtype)):
             return [None]
+        if is_complex(ct.dtype) and not is_complex(x.dtype):   # real -> complex: the real part's cotangent
+            ct = ops.real(ct)
         return [ops.convert(ct, dtype=x.dtype) if x.dtype != ct.dtype else ct]
 
 
@@ -261,6 +288,40 @@ class StopGradient(Primitive):
 stop_gradient = StopGradient("stop_gradient")
 
 
+class ComplexPart(Primitive):
+    """real(z), imag(z) (complex -> its float dtype) and conj(z) (complex -> complex). Real inputs never
+    reach them (tk.numpy returns x, zeros and x). Cotangents follow the complex convention: the real
+    part's is ct, the imaginary part's i ct, the conjugate's conj(ct)."""
+
+    fusion = "elementwise"
+
+    def __init__(self, name: str, scalar: str):
+        super().__init__(name)
+        self.scalar = scalar
+
+    def abstract_eval(self, z: Aval):
+        if not is_complex(z.dtype):
+            raise TypeError(f"{self.name} needs a complex operand, got {z.dtype}")
+        return (Aval(z.shape, z.dtype if self.name == "conj" else real_dtype(z.dtype)),)
+
+    def impl(self, z):
+        return {"real": np.real, "imag": np.imag, "conj": np.conj}[self.name](z).copy()
+
+    def vjp(self, cts, ins, outs, active, **params):
+        (ct,), (z,) = cts, ins
+        if not active[0]:
+            return [None]
+        if self.name == "conj":
+            return [ops.conj(ct)]
+        ct = ops.convert(ct, dtype=z.dtype)
+        return [ct if self.name == "real" else ops.mul(ct, 1j)]
+
+
+real = ComplexPart("real", "{0}.real")
+imag = ComplexPart("imag", "{0}.imag")
+conj = ComplexPart("conj", "{0}.conjugate()")
+
+
 # -- issue 19: the rest of NumPy's float ufuncs, integer division, bitwise logic -------------------------
 # (a line each, as above; {name} math resolved by cpu_math / cuda_math)
 _LN2, _LN10 = float(np.log(2.0)), float(np.log(10.0))
@@ -280,10 +341,10 @@ def _sum_of_squares(a, b):
 trunc = Elementwise("trunc", np.trunc, None, dtypes="float", scalar="{trunc}({0})")
 cbrt = Elementwise("cbrt", np.cbrt, [lambda ct, x, out: ops.div(ct, ops.mul(ops.mul(out, out), 3))], dtypes="float",
                    scalar="{cbrt}({0})")
-log2 = Elementwise("log2", np.log2, [lambda ct, x, out: ops.div(ct, ops.mul(x, _LN2))], dtypes="float", scalar="{log2}({0})")
-log10 = Elementwise("log10", np.log10, [lambda ct, x, out: ops.div(ct, ops.mul(x, _LN10))], dtypes="float",
+log2 = Elementwise("log2", np.log2, [lambda ct, x, out: ops.div(ct, ops.mul(x, _LN2))], dtypes="inexact", scalar="{log2}({0})")
+log10 = Elementwise("log10", np.log10, [lambda ct, x, out: ops.div(ct, ops.mul(x, _LN10))], dtypes="inexact",
                     scalar="{log10}({0})")
-exp2 = Elementwise("exp2", np.exp2, [lambda ct, x, out: ops.mul(ct, ops.mul(out, _LN2))], dtypes="float", scalar="{exp2}({0})")
+exp2 = Elementwise("exp2", np.exp2, [lambda ct, x, out: ops.mul(ct, ops.mul(out, _LN2))], dtypes="inexact", scalar="{exp2}({0})")
 arctan2 = Elementwise("arctan2", np.arctan2,
                       [lambda ct, y, x, out: ops.div(ops.mul(ct, x), _sum_of_squares(x, y)),
                        lambda ct, y, x, out: ops.neg(ops.div(ops.mul(ct, y), _sum_of_squares(x, y)))],

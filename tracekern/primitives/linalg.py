@@ -25,9 +25,11 @@ class Matmul(Primitive):
         return np.matmul(a, b)
 
     def vjp(self, cts, ins, outs, active):
+        # (complex: ct @ b^H and a^H @ ct, the complex convention)
         (ct,), (a, b) = cts, ins
-        return [ops.matmul(ct, ops.swap_last(b)) if active[0] else None,
-                ops.matmul(ops.swap_last(a), ct) if active[1] else None]
+        adjoint = (lambda m: ops.conj(ops.swap_last(m))) if a.dtype.kind == "c" else ops.swap_last
+        return [ops.matmul(ct, adjoint(b)) if active[0] else None,
+                ops.matmul(adjoint(a), ct) if active[1] else None]
 
 
 matmul = Matmul("matmul")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ShapeError
-from ..ir import Aval
+from ..ir import Aval, is_complex
 from . import ops
 from .core import Primitive
 
@@ -43,6 +43,12 @@ class ReduceSum(Reduce):
 class ReduceMinMax(Reduce):
     """The cotangent goes to the positions equal to the extremum, shared equally between ties."""
 
+    def abstract_eval(self, x: Aval, *, axes: tuple[int, ...]):
+        if is_complex(x.dtype):
+            raise TypeError(f"{self.name}: complex numbers have no order that tracekern traces ({x.dtype}); NumPy's "
+                            "is lexicographic. Reduce np.abs(z) or z.real instead")
+        return super().abstract_eval(x, axes=axes)
+
     def vjp(self, cts, ins, outs, active, *, axes):
         x = ins[0]
         mask = ops.convert(ops.eq(x, ops.expand(outs[0], x.shape, axes)), dtype=x.dtype)
@@ -54,7 +60,10 @@ class ReduceProd(Reduce):
     """d prod / d x_i = product of the other entries, computed without dividing by zero."""
 
     def vjp(self, cts, ins, outs, active, *, axes):
-        x = ins[0]
+        return [ops.holomorphic(lambda ct: self._vjp(ct, ins[0], axes), cts[0], ins[0])]
+
+    @staticmethod
+    def _vjp(ct, x, axes):
         is_zero = ops.eq(x, ops.full_like(x, 0, shape=()))
         ones = ops.full_like(x, 1)
         nonzero_prod = ops.expand(ops.reduce_prod(ops.select(is_zero, ones, x), axes=axes), x.shape, axes)
@@ -64,7 +73,7 @@ class ReduceProd(Reduce):
             ops.eq(zeros_count, zero), ops.div(nonzero_prod, ops.select(is_zero, ones, x)),
             ops.select(ops.logical_and(is_zero, ops.eq(zeros_count, ones)), nonzero_prod, zero),
         )
-        return [ops.mul(others, ops.expand(cts[0], x.shape, axes))]
+        return ops.mul(others, ops.expand(ct, x.shape, axes))
 
 
 reduce_sum = ReduceSum("reduce_sum", np.sum, has_identity=True, combine="{radd}({acc}, {x})", identity="0")
