@@ -5,6 +5,7 @@ vectorises the fused loops that call them; Numba's math.* would be scalar libm c
 with a `reassoc` flag (intrinsics below) so their loops vectorise too. Accuracy: see tests/test_cpu_math.py."""
 from __future__ import annotations
 
+import cmath  # noqa: F401  (generated modules may call cmath.*)
 import math
 
 import numpy as np
@@ -47,13 +48,18 @@ from .vmath import (  # noqa: F401  (re-exported to generated modules)
 
 # (casts are named so that they cannot clash with generated names: buffers are b<id>, scalars s<id>)
 f32, f64, i32, i64, boolean, U = np.float32, np.float64, np.int32, np.int64, np.bool_, np.uintp
-ACCUMULATOR = {"float32": "float64", "float64": "float64", "int32": "int64", "int64": "int64", "bool": "int64"}
+c64, c128 = np.complex64, np.complex128
+ACCUMULATOR = {"float32": "float64", "float64": "float64", "int32": "int64", "int64": "int64", "bool": "int64",
+               "complex64": "complex128", "complex128": "complex128"}
 
 
 def functions(dtype: np.dtype, exact: bool = False) -> dict[str, str]:
     """The names that Elementwise.scalar and Reduce.combine templates refer to, for one dtype;
     exact=True gives libm's sin/cos/tan (for arguments beyond vmath.TRIG_LIMIT)."""
     name = np.dtype(dtype).name
+    if name in ("complex64", "complex128"):
+        sfx = CASTS[name]
+        return {**{f: f"{f}_{sfx}" for f in COMPLEX_FUNCTIONS}, "radd": "cadd", "rmul": "cmul"}
     if name in ("float32", "float64"):
         sfx = "f32" if name == "float32" else "f64"
         fns = {f: f"{f}_{sfx}" for f in ("exp", "log", "log1p", "expm1", "sin", "cos", "tan", "tanh", "pow")}
@@ -97,7 +103,8 @@ def _empty(T):
     return empty
 
 
-empty_f32, empty_f64, empty_i32, empty_i64, empty_boolean = (_empty(T) for T in (f32, f64, i32, i64, boolean))
+empty_f32, empty_f64, empty_i32, empty_i64, empty_boolean, empty_c64, empty_c128 = (
+    _empty(T) for T in (f32, f64, i32, i64, boolean, c64, c128))
 
 
 def _rounded(fn, T):
@@ -189,3 +196,41 @@ def integer_functions(dtype_name: str) -> dict[str, str]:
     bits = "32" if dtype_name == "int32" else "64"
     return {"floordiv": "floordiv_i", "remainder": "remainder_i", "fmod": "fmod_i", "gcd": "gcd_i", "lcm": "lcm_i",
             "left_shift": f"left_shift_{bits}", "right_shift": f"right_shift_{bits}"}
+
+
+# -- issue 30: complex64 and complex128 --------------------------------------------------------------------
+# NumPy's complex functions as Numba implements them (its ufunc loops, ported from NumPy's: within an ulp or
+# two of NumPy's; tests/test_complex.py), and plain adds and multiplies for reductions (no reassoc flag: a
+# complex number is a pair, which LLVM does not reorder)
+COMPLEX_FUNCTIONS = ("exp", "log", "log1p", "expm1", "sqrt", "sin", "cos", "tan", "tanh", "arctan", "sinh", "cosh",
+                     "arcsin", "arccos", "arcsinh", "arccosh", "arctanh", "log2", "log10", "exp2", "pow")
+
+
+def _complex(name: str, T):
+    fn = np.power if name == "pow" else getattr(np, name)
+    if name == "pow":
+        @jit_named(f"pow_{CASTS[np.dtype(T).name]}")
+        def scalar2(x, y):
+            return T(fn(x, y))
+        return scalar2
+
+    @jit_named(f"{name}_{CASTS[np.dtype(T).name]}")
+    def scalar(x):
+        return T(fn(x))
+
+    return scalar
+
+
+for _name in COMPLEX_FUNCTIONS:
+    for _T in (c64, c128):
+        globals()[f"{_name}_{CASTS[np.dtype(_T).name]}"] = _complex(_name, _T)
+
+
+@njit(**INLINE)
+def cadd(a, b):
+    return a + b
+
+
+@njit(**INLINE)
+def cmul(a, b):
+    return a * b

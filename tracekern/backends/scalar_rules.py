@@ -153,3 +153,183 @@ def take_index(i, n):
     if i >= n:
         return n - 1
     return i
+
+
+# -- issue 30: complex functions from their parts' real functions (the cuda backend's; the cpu backend
+# calls Numba's, which port NumPy's loops) --------------------------------------------------------------
+
+
+def complex_functions(m, C, R, jit=lambda fn: fn) -> dict:
+    """NumPy's complex functions (principal branches) for complex type C with parts of type R, written
+    with the real functions of `m` (math on a GPU, NumPy's on the simulator). Every constant is an R,
+    so a complex64 function computes in float32. Formulas: Kahan's for the inverse functions ("Branch
+    cuts for complex elementary functions", 1987), NumPy's own forms for log1p and expm1; within a few
+    ulps of NumPy's away from the branch cuts (tests/test_complex.py). `jit` compiles each function
+    as it is defined (cuda.jit(device=True)), so the later ones call the compiled earlier ones."""
+    zero, one, two, half, quarter = R(0), R(1), R(2), R(0.5), R(0.25)
+    inv_ln2, inv_ln10, ln2 = R(1.4426950408889634), R(0.4342944819032518), R(0.6931471805599453)
+    near_lo, near_hi = R(0.7071067811865476), R(1.4142135623730951)
+
+    def make(re, im):
+        return C(complex(re, im))
+    make = jit(make)
+
+    def exp(z):
+        x, y = z.real, z.imag
+        if y == zero:
+            return make(m.exp(x), y)
+        r = m.exp(x)
+        return make(r * m.cos(y), r * m.sin(y))
+    exp = jit(exp)
+
+    def log(z):
+        x, y = z.real, z.imag
+        h = m.hypot(x, y)
+        if h > near_lo and h < near_hi:   # log |z| = log1p(|z|^2 - 1) / 2, without cancelling
+            re = half * m.log1p((x - one) * (x + one) + y * y)
+        else:
+            re = m.log(h)
+        return make(re, m.atan2(y, x))
+    log = jit(log)
+
+    def sqrt(z):
+        x, y = z.real, z.imag
+        if x == zero and y == zero:
+            return make(zero, y)
+        t = m.sqrt((abs(x) + m.hypot(x, y)) * half)
+        if x >= zero:
+            return make(t, y / (two * t))
+        return make(abs(y) / (two * t), m.copysign(t, y))
+    sqrt = jit(sqrt)
+
+    def sin(z):
+        x, y = z.real, z.imag
+        return make(m.sin(x) * m.cosh(y), m.cos(x) * m.sinh(y))
+    sin = jit(sin)
+
+    def cos(z):
+        x, y = z.real, z.imag
+        return make(m.cos(x) * m.cosh(y), -(m.sin(x) * m.sinh(y)))
+    cos = jit(cos)
+
+    def sinh(z):
+        x, y = z.real, z.imag
+        return make(m.sinh(x) * m.cos(y), m.cosh(x) * m.sin(y))
+    sinh = jit(sinh)
+
+    def cosh(z):
+        x, y = z.real, z.imag
+        return make(m.cosh(x) * m.cos(y), m.sinh(x) * m.sin(y))
+    cosh = jit(cosh)
+
+    def tanh(z):
+        # Kahan's: t = tan y, s = sinh x, rho = cosh x: (beta rho s + i t) / (1 + beta s^2), beta = 1 + t^2
+        x, y = z.real, z.imag
+        if abs(x) > R(22):
+            return make(m.copysign(one, x), R(4) * m.sin(y) * m.cos(y) * m.exp(-two * abs(x)))
+        t = m.tan(y)
+        beta = one + t * t
+        s = m.sinh(x)
+        rho = m.sqrt(one + s * s)
+        d = one + beta * s * s
+        return make(beta * rho * s / d, t / d)
+    tanh = jit(tanh)
+
+    def tan(z):   # -i tanh(i z)
+        w = tanh(make(-z.imag, z.real))
+        return make(w.imag, -w.real)
+    tan = jit(tan)
+
+    def arcsin(z):
+        x, y = z.real, z.imag
+        s1 = sqrt(make(one - x, -y))
+        s2 = sqrt(make(one + x, y))
+        return make(m.atan2(x, (s1 * s2).real), m.asinh((s1.conjugate() * s2).imag))
+    arcsin = jit(arcsin)
+
+    def arccos(z):
+        x, y = z.real, z.imag
+        s1 = sqrt(make(one - x, -y))
+        s2 = sqrt(make(one + x, y))
+        return make(two * m.atan2(s1.real, s2.real), m.asinh((s2.conjugate() * s1).imag))
+    arccos = jit(arccos)
+
+    def arcsinh(z):   # -i arcsin(i z)
+        w = arcsin(make(-z.imag, z.real))
+        return make(w.imag, -w.real)
+    arcsinh = jit(arcsinh)
+
+    def arccosh(z):
+        x, y = z.real, z.imag
+        s1 = sqrt(make(x - one, y))
+        s2 = sqrt(make(x + one, y))
+        return make(m.asinh((s1.conjugate() * s2).real), two * m.atan2(s1.imag, s2.real))
+    arccosh = jit(arccosh)
+
+    def arctanh(z):
+        x, y = z.real, z.imag
+        ax, bx = one - x, one + x
+        if abs(x) < half:
+            re = quarter * m.log1p(R(4) * x / (ax * ax + y * y))
+        else:
+            re = quarter * m.log((bx * bx + y * y) / (ax * ax + y * y))
+        return make(re, half * m.atan2(two * y, ax * bx - y * y))
+    arctanh = jit(arctanh)
+
+    def arctan(z):   # -i arctanh(i z)
+        w = arctanh(make(-z.imag, z.real))
+        return make(w.imag, -w.real)
+    arctan = jit(arctan)
+
+    def log1p(z):   # (NumPy's: log |1 + z| from hypot, not accurate for tiny z, but NumPy's values)
+        x, y = z.real, z.imag
+        return make(m.log(m.hypot(x + one, y)), m.atan2(y, x + one))
+    log1p = jit(log1p)
+
+    def expm1(z):
+        x, y = z.real, z.imag
+        if y == zero:
+            return make(m.expm1(x), y)
+        h = m.sin(half * y)
+        return make(m.expm1(x) * m.cos(y) - two * h * h, m.exp(x) * m.sin(y))
+    expm1 = jit(expm1)
+
+    def log2(z):
+        w = log(z)
+        return make(w.real * inv_ln2, w.imag * inv_ln2)
+    log2 = jit(log2)
+
+    def log10(z):
+        w = log(z)
+        return make(w.real * inv_ln10, w.imag * inv_ln10)
+    log10 = jit(log10)
+
+    def exp2(z):
+        return exp(make(z.real * ln2, z.imag * ln2))
+    exp2 = jit(exp2)
+
+    def pow(a, b):   # noqa: A001  (NumPy's npy_cpow: small integer exponents by squaring)
+        br, bi = b.real, b.imag
+        if br == zero and bi == zero:
+            return make(one, zero)
+        if a.real == zero and a.imag == zero:
+            if br > zero and bi == zero:
+                return make(zero, zero)
+            return make(zero * R(m.inf), zero * R(m.inf))   # (NaN, as NumPy)
+        if bi == zero and abs(br) < R(100) and br == m.floor(br):
+            n = int(abs(br))
+            result = make(one, zero)
+            base = a
+            while n > 0:
+                if n & 1:
+                    result = result * base
+                base = base * base
+                n >>= 1
+            return result if br >= zero else make(one, zero) / result
+        return exp(b * log(a))
+    pow = jit(pow)
+
+    return {"exp": exp, "log": log, "sqrt": sqrt, "sin": sin, "cos": cos, "tan": tan, "sinh": sinh, "cosh": cosh,
+            "tanh": tanh, "arcsin": arcsin, "arccos": arccos, "arctan": arctan, "arcsinh": arcsinh,
+            "arccosh": arccosh, "arctanh": arctanh, "log1p": log1p, "expm1": expm1, "log2": log2, "log10": log10,
+            "exp2": exp2, "pow": pow}
