@@ -280,7 +280,7 @@ def _call_unit(k: CallKernel) -> Unit:
     dsts = [f"p{len(ops) + j}" for j in range(len(e.outputs))]
     dst = dsts[0]
     t = _Text()
-    t.emit(0, f"@njit({_FLAGS})")
+    t.emit(0, f"@njit({_FLAGS.replace(', nogil=True', '') if e.primitive.name in cpu_calls.OBJECT_MODE else _FLAGS})")
     t.emit(0, f"def kernel({', '.join(ops + dsts)}):")
     name = e.primitive.name
     if name == "matmul":

@@ -10,6 +10,7 @@ from . import cpu_math
 from .render import kernel_registry, subscript
 
 KERNELS, kernel = kernel_registry()
+OBJECT_MODE = {"eig"}   # kernels that call NumPy in an objmode block (they hold the GIL: no nogil flag)
 
 
 def _loops(t, array: str, dims: list[int], depth: int = 1) -> tuple[list[str], int]:
@@ -74,6 +75,21 @@ def _scatter(t, ops, dsts, e) -> None:
     value = {"set": u, "add": f"{cell} + {u}", "mul": f"{cell} * {u}",
              "min": f"{fns['minimum']}({cell}, {u})", "max": f"{fns['maximum']}({cell}, {u})"}[mode]
     t.emit(depth, f"{cell} = {value}", eqn=e)
+
+
+@kernel("eig")
+def _eig(t, ops, dsts, e) -> None:
+    """NumPy's eig on each matrix (in object mode: Numba's refuses a real matrix with complex eigenvalues)."""
+    names, depth = _loops(t, ops[0], list(range(e.inputs[0].ndim - 2)))
+    pre = ", ".join(names)
+    c = e.outputs[0].dtype.name
+    results = [f"r{j}" for j in range(len(dsts))]
+    types = ", ".join(f"{r}='{c}[{', '.join([':'] * (v.ndim - len(names) - 1) + ['::1'])}]'" for r, v in zip(results, e.outputs))
+    t.emit(depth, f"m = np.ascontiguousarray({ops[0]}[{pre}])" if names else f"m = np.ascontiguousarray({ops[0]})")
+    t.emit(depth, f"with objmode({types}):", eqn=e)
+    t.emit(depth + 1, f"{', '.join(results)}{',' if len(results) == 1 else ''} = eig_numpy(m, {e.params['vectors']})", eqn=e)
+    for r, dst in zip(results, dsts):
+        t.emit(depth, f"{dst}[{pre}] = {r}" if names else f"{dst}[...] = {r}")
 
 
 @kernel("solve", "inv", "slogdet", "cholesky", "qr", "eigh", "svd")

@@ -13,6 +13,7 @@ from numba import njit, types
 from numba.extending import intrinsic
 
 from ..primitives import random as random_primitives
+from ..primitives.linalg import eig_numpy  # noqa: F401  (eig's kernel calls it in object mode)
 from ..schedule import actions as schedule_actions  # noqa: F401  (for while loops' schedules, in objmode)
 from . import scalar_rules
 from .render import CASTS  # noqa: F401

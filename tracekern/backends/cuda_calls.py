@@ -160,7 +160,7 @@ def _scatter(r, k, ops) -> None:
 
 LINALG = {"solve": "np.linalg.solve", "inv": "np.linalg.inv", "slogdet": "np.linalg.slogdet / det",
           "cholesky": "np.linalg.cholesky", "qr": "np.linalg.qr", "eigh": "np.linalg.eigh / eigvalsh",
-          "svd": "np.linalg.svd / norm(ord=2, 'nuc') / pinv"}
+          "svd": "np.linalg.svd / norm(ord=2, 'nuc') / pinv", "eig": "np.linalg.eig / eigvals"}
 
 
 @kernel(*LINALG)

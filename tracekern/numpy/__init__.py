@@ -82,8 +82,6 @@ ALTERNATIVES: dict[str, str] = {
     "allclose": "it returns a Python bool, which needs the values: use np.all(np.isclose(a, b)) (a traced bool)",
     "array_equal": "it returns a Python bool, which needs the values: use np.all(a == b) (a traced bool)",
     "frexp": "use np.log2(np.abs(x)) and np.floor for the exponent",
-    "linalg.eig": "complex results are not supported; for symmetric matrices use np.linalg.eigh",
-    "linalg.eigvals": "complex results are not supported; for symmetric matrices use np.linalg.eigvalsh",
     "linalg.lstsq": "use np.linalg.pinv(a) @ b (or np.linalg.solve(a.T @ a, a.T @ b) for full-rank a)",
     "linalg.tensorsolve": "reshape to a matrix and use np.linalg.solve",
     "linalg.tensorinv": "reshape to a matrix and use np.linalg.inv",

@@ -1,4 +1,4 @@
-"""tk.numpy.linalg: np.linalg on traced arrays. solve, inv, slogdet, cholesky, qr, eigh and svd are
+"""tk.numpy.linalg: np.linalg on traced arrays. solve, inv, slogdet, cholesky, qr, eigh, svd and eig are
 primitives (LAPACK on cpu, the standard reverse-mode rules); det, norm, pinv, matrix_power,
 multi_dot, matrix_rank, cond and the array-API names are built from them. Results are NumPy's
 own named tuples (EighResult, SVDResult, ...). Stacks of matrices (..., m, n) work throughout."""
@@ -25,8 +25,9 @@ EighResult = type(np.linalg.eigh(np.eye(1)))
 SVDResult = type(np.linalg.svd(np.eye(1)))
 QRResult = type(np.linalg.qr(np.eye(1)))
 SlogdetResult = type(np.linalg.slogdet(np.eye(1)))
+EigResult = type(np.linalg.eig(np.eye(1)))
 
-__all__ = ["cholesky", "cond", "cross", "det", "diagonal", "eigh", "eigvalsh", "inv", "matmul", "matrix_norm",
+__all__ = ["cholesky", "cond", "cross", "det", "diagonal", "eig", "eigh", "eigvals", "eigvalsh", "inv", "matmul", "matrix_norm",
            "matrix_power", "matrix_rank", "matrix_transpose", "multi_dot", "norm", "outer", "pinv", "qr", "slogdet",
            "solve", "svd", "svdvals", "tensordot", "trace", "vecdot", "vector_norm"]
 
@@ -99,6 +100,18 @@ def eigh(a, UPLO="L"):   # noqa: N803 (NumPy's name)
 
 def eigvalsh(a, UPLO="L"):   # noqa: N803
     return eigh(a, UPLO).eigenvalues
+
+
+def eig(a):
+    """Eigenvalues and right eigenvectors of general matrices, NumPy's (LAPACK's geev), always complex:
+    NumPy's are real when every eigenvalue of a real matrix is real, a dtype that depends on the values."""
+    w, v = bind(P.eig, _matrices(a, "eig"), vectors=True)
+    return EigResult(w, v)
+
+
+def eigvals(a):
+    (w,) = bind(P.eig, _matrices(a, "eigvals"), vectors=False)
+    return w
 
 
 def svd(a, full_matrices=True, compute_uv=True, hermitian=False):
