@@ -77,6 +77,22 @@ def _scatter(t, ops, dsts, e) -> None:
     t.emit(depth, f"{cell} = {value}", eqn=e)
 
 
+@kernel("fft")
+def _fft(t, ops, dsts, e) -> None:
+    """NumPy's FFTs inside compiled code: rocket-fft (pocketfft, the C++ code NumPy itself runs), unnormalized."""
+    p = e.params
+    nd = e.inputs[0].ndim
+    axes = tuple(range(nd - p["ndim"], nd))
+    x = ops[0]
+    if p["kind"] == "c2c":
+        call = f"np.fft.{'ifftn' if p['inverse'] else 'fftn'}({x}, axes={axes}, norm={'forward' if p['inverse'] else 'backward'!r})"
+    elif p["kind"] == "r2c":
+        call = f"np.fft.rfftn({x}, axes={axes}, norm='backward')"
+    else:
+        call = f"np.fft.irfftn({x}, s={tuple(e.outputs[0].shape[nd - p['ndim']:])}, axes={axes}, norm='forward')"
+    t.emit(1, f"{dsts[0]}[...] = {call}", eqn=e)
+
+
 @kernel("eig")
 def _eig(t, ops, dsts, e) -> None:
     """NumPy's eig on each matrix (in object mode: Numba's refuses a real matrix with complex eigenvalues)."""

@@ -23,7 +23,7 @@ from numba.core.errors import NumbaError
 from .. import passes, schedule
 from ..errors import TracekernError
 from ..ir import Graph, Var
-from . import cache, cublas, cuda_calls, cuda_math, fusion, render, scalar_rules, units
+from . import cache, cublas, cuda_calls, cuda_math, cufft, fusion, render, scalar_rules, units
 from .fusion import CallKernel, Literal, LoopKernel, Read
 from .render import CASTS, CONTROL, ControlRenderer, identity_literal, literal
 from .units import Unit
@@ -164,6 +164,12 @@ class Runtime:
         device = 0 if cuda_math.SIMULATOR else self.cuda.get_current_device().id
         cublas.blas(device, self.workspace).gemm(self.stream_handle(), np.dtype(c.dtype), plan, self.pointer(a),
                                                  self.pointer(b), self.pointer(c), tf32)
+
+
+    # -- cuFFT (backends/cufft.py) ------------------------------------------------------------
+    def fft(self, x, out, kind: str, inverse: bool, ndim: int) -> None:
+        """out = the unnormalized transform of x over its last ndim axes, on cuFFT (asynchronous)."""
+        cufft.run(self, x, out, kind, inverse, ndim, cuda_math.SIMULATOR)
 
 
 @dataclass(frozen=True)

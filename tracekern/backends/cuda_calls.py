@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import TracekernError
-from . import cuda_math
+from . import cuda_math, cufft
 from .render import kernel_registry, subscript
 
 KERNELS, kernel = kernel_registry()
@@ -156,6 +156,21 @@ def _scatter(r, k, ops) -> None:
              "min": f"{fns['minimum']}({cell}, {u})", "max": f"{fns['maximum']}({cell}, {u})"}[mode]
     kn.emit(3, f"{cell} = {value}", eqn=e)
     _launch(r, kn, f"scatter ({mode}) along axis {axis} -> {out.aval}", m, e)
+
+
+@kernel("fft")
+def _fft(r, k, ops) -> None:
+    """On cuFFT (backends/cufft.py): a host call on the step's stream. Where nvmath-python is missing
+    (and always on the simulator, but for a test's stand-in) this raises, naming what runs it."""
+    e = k.eqn
+    out = e.outputs[0]
+    if cufft.library(cuda_math.SIMULATOR) is None:
+        why = " (Numba's CUDA simulator cannot run it)" if cuda_math.SIMULATOR else ""
+        raise TracekernError(cufft.UNAVAILABLE.format(why=why) + f"\n  (from {e.source})")
+    r.alloc(out)
+    p = e.params
+    r.emit(1, f"R.fft({ops[0]}, {r.names[out]}, {p['kind']!r}, {p['inverse']}, {p['ndim']})  # fft ({p['kind']}) -> "
+              f"{out.aval} on cuFFT", eqn=e)
 
 
 LINALG = {"solve": "np.linalg.solve", "inv": "np.linalg.inv", "slogdet": "np.linalg.slogdet / det",

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..errors import with_location
 from ..trace import ArrayOps
-from . import contractions, creation, extras, indexing, linalg, reductions, scans, shapes, sorting, ufuncs
+from . import contractions, creation, extras, fft, indexing, linalg, reductions, scans, shapes, sorting, ufuncs
 from ._core import _check_dtype
 from .indexing import at, getitem  # noqa: F401 (tk.at; x[idx] on tracers)
 from .scans import accumulate
@@ -58,6 +58,8 @@ for _name, _fn in NAMES.items():
 for _name in linalg.__all__:
     if hasattr(np.linalg, _name):
         FUNCTIONS[getattr(np.linalg, _name)] = getattr(linalg, _name)
+for _name in fft.__all__:
+    FUNCTIONS[getattr(np.fft, _name)] = getattr(fft, _name)
 
 # Not traceable, and what to write instead (data-dependent shapes, in-place writes, complex results)
 _SHAPE = "its result's shape depends on the data, which tracing cannot know"
@@ -90,7 +92,9 @@ ALTERNATIVES: dict[str, str] = {
 
 # advice for a whole module of functions that are not traced (by the public module's name, numpy's as "np")
 MODULE_ADVICE: dict[str, str] = {
-    "np.fft": "FFTs return complex arrays, which tracekern does not trace yet",
+    "np.fft": "tk.numpy.fft traces fft/ifft, rfft/irfft, fft2/ifft2, rfft2/irfft2, fftn/ifftn, rfftn/irfftn, "
+              "fftfreq/rfftfreq and fftshift/ifftshift; write the Hermitian transforms with those (np.fft.hfft(a, n) is "
+              "np.fft.irfft(np.conj(a), n) * n)",
     "np.random": "draw random numbers with tk.random (counter-based: tk.random.key, split, uniform, normal), or "
                  "pass NumPy's draws in as arguments",
     "scipy.special": "scipy.special's functions are not traced yet; tk.numpy has logsumexp, softmax, log_softmax "
