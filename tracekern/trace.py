@@ -593,6 +593,13 @@ class Tracer(ArrayOps, Value):
     def __array__(self, dtype=None, copy=None):
         location = user_frame_location()
         library = library_call()
+        name = library.rpartition(".")[2] if library else ""
+        if library and library.startswith("scipy.special.") and name in getattr(ArrayOps.numpy, "SCIPY_FUNCTIONS", ()):
+            raise TypeError(with_location(
+                f"{library} converts its arguments to NumPy arrays with np.asarray, which a traced array ({self.aval}) "
+                f"cannot honour (it has no values while tracing). Call tk.scipy.special.{name} instead: the same "
+                "signature and results, traced and differentiated (SciPy's ufuncs, such as scipy.special.gammaln, "
+                "trace as they are)", location))
         if library is not None:
             raise TypeError(with_location(
                 f"{library} converts its arguments to NumPy arrays, which needs their values: a traced array "

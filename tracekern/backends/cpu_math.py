@@ -235,3 +235,33 @@ def cadd(a, b):
 @njit(**INLINE)
 def cmul(a, b):
     return a * b
+
+
+# -- issue 30: scipy.special's functions (scalar_rules.special_functions), computed in float64; the float32
+# ones round the float64 result (as the libm functions above)
+SPECIAL_UNARY = ("gammaln", "digamma", "erfinv", "log_ndtr", "i0", "i0e", "i1", "i1e")
+SPECIAL_BINARY = ("polygamma", "xlogy", "xlog1py")
+LIBM_SPECIAL = {"erf": math.erf, "erfc": math.erfc}
+_SPECIAL = scalar_rules.special_functions(math, f64, lambda fn: jit_named(f"{fn.__name__}_special")(fn))
+
+
+def _rounded_special(name: str, fn, nargs: int):
+    if nargs == 1:
+        @jit_named(f"{name}_f32")
+        def unary(x):
+            return f32(fn(f64(x)))
+        return unary
+
+    @jit_named(f"{name}_f32")
+    def binary(x, y):
+        return f32(fn(f64(x), f64(y)))
+    return binary
+
+
+for _name in (*SPECIAL_UNARY, *SPECIAL_BINARY):
+    globals()[f"{_name}_f64"] = _SPECIAL[_name]
+    globals()[f"{_name}_f32"] = _rounded_special(_name, _SPECIAL[_name], 1 if _name in SPECIAL_UNARY else 2)
+for _name, _fn in LIBM_SPECIAL.items():
+    for _T in (f32, f64):
+        globals()[f"{_name}_{CASTS[np.dtype(_T).name]}"] = _libm(_name, _fn, _T)
+FLOAT_FUNCTIONS = (*FLOAT_FUNCTIONS, *SPECIAL_UNARY, *SPECIAL_BINARY, *LIBM_SPECIAL)

@@ -198,3 +198,26 @@ COMPLEX_FUNCTIONS = tuple(scalar_rules.complex_functions(math, c128, f64))
 def complex_functions(dtype_name: str) -> dict[str, str]:
     sfx = CASTS[dtype_name]
     return {**{f: f"{f}_{sfx}" for f in COMPLEX_FUNCTIONS}, "radd": "radd", "rmul": "rmul"}
+
+
+# -- issue 30: scipy.special's functions (scalar_rules.special_functions), in the operand's type
+class _SimulatedSpecial(_SimulatedMath):
+    """The simulator's math with SciPy's lgamma, gamma, erf and erfc (NumPy has none; Python's raise at poles)."""
+
+    def __getattr__(self, name: str):
+        import scipy.special  # (SciPy is a dependency; only the simulator needs it here)
+
+        fn = {"lgamma": scipy.special.gammaln, "gamma": scipy.special.gamma, "erf": scipy.special.erf,
+              "erfc": scipy.special.erfc, "pow": np.power}.get(name)
+        return fn if fn is not None else super().__getattr__(name)
+
+
+SPECIAL = ("gammaln", "digamma", "polygamma", "erfinv", "log_ndtr", "i0", "i0e", "i1", "i1e", "xlogy", "xlog1py")
+for _R in (f32, f64):
+    _fns = scalar_rules.special_functions(_SimulatedSpecial() if SIMULATOR else math, _R, _device)
+    for _name in SPECIAL:
+        globals()[f"{_name}_{CASTS[np.dtype(_R).name]}"] = _fns[_name]
+    for _name, _gpu_fn in (("erf", math.erf), ("erfc", math.erfc)):
+        globals()[f"{_name}_{CASTS[np.dtype(_R).name]}"] = _libm_by_dtype(
+            _gpu_fn, getattr(_SimulatedSpecial(), _name) if SIMULATOR else None, _R, 1)
+FLOAT_FUNCTIONS = (*FLOAT_FUNCTIONS, *SPECIAL, "erf", "erfc")

@@ -44,8 +44,9 @@ class Elementwise(Primitive):
 
     def __init__(self, name: str, ufunc: Callable | None, grads: Sequence[Callable | None] | None,
                  out_bool: bool = False, nin: int | None = None, dtypes: str = "real", scalar: str = "",
-                 literal_scalars: dict | None = None, conj_free: bool = False):
+                 literal_scalars: dict | None = None, conj_free: bool = False, numpy_impl: Callable | None = None):
         super().__init__(name)
+        self.numpy_impl = numpy_impl   # the NumPy implementation when there is no NumPy ufunc (SciPy's)
         # True when every gradient rule commutes with conjugation (ct, -ct, a select of ct): the
         # complex convention needs no conjugates around it
         self.conj_free = conj_free
@@ -79,6 +80,8 @@ class Elementwise(Primitive):
         return (Aval(shape, np.dtype(bool) if self.out_bool else dtype),)
 
     def impl(self, *arrays, **params):
+        if self.ufunc is None:
+            return np.asarray(self.numpy_impl(*arrays)).astype(arrays[-1].dtype, copy=False)
         return self.ufunc(*arrays)
 
     def scalar_for(self, literals, **params) -> str:
@@ -377,3 +380,69 @@ left_shift = Elementwise("left_shift", np.left_shift, None, dtypes="int", scalar
 right_shift = Elementwise("right_shift", np.right_shift, None, dtypes="int", scalar="{right_shift}({0}, {1})")
 gcd = Elementwise("gcd", np.gcd, None, dtypes="int", scalar="{gcd}({0}, {1})")
 lcm = Elementwise("lcm", np.lcm, None, dtypes="int", scalar="{lcm}({0}, {1})")
+
+
+# -- issue 30: scipy.special's functions ({name} math: backends/scalar_rules.special_functions, libm's erf
+# and erfc). No NumPy ufunc: SciPy's is the NumPy implementation, found when first run (tracekern.numpy's
+# special module makes scipy.special.<ufunc> traceable)
+_TWO_OVER_SQRT_PI, _SQRT_PI_OVER_2 = 2 / np.sqrt(np.pi), np.sqrt(np.pi) / 2
+_INV_SQRT_2PI = 1 / np.sqrt(2 * np.pi)
+
+
+def _scipy(name: str) -> Callable:
+    def run(*arrays):
+        import scipy.special  # (a dependency; loaded when the interpreter first runs one)
+
+        with np.errstate(all="ignore"):
+            return getattr(scipy.special, name)(*arrays)
+    run.__name__ = name
+    return run
+
+
+def _gauss(x):
+    return ops.exp(ops.neg(ops.mul(x, x)))
+
+
+def _safe(x):
+    # x, with 1 standing in where x == 0 (the Bessel functions' x -> 0 limits are selected separately)
+    return ops.select(ops.eq(x, 0), ops.full_like(x, 1), x)
+
+
+def _at_zero(x, value, other):
+    return ops.select(ops.eq(x, 0), ops.full_like(x, value), other)
+
+
+gammaln = Elementwise("gammaln", None, [lambda ct, x, out: ops.mul(ct, ops.digamma(x))], nin=1, dtypes="float",
+                      scalar="{gammaln}({0})", numpy_impl=_scipy("gammaln"))
+digamma = Elementwise("digamma", None, [lambda ct, x, out: ops.mul(ct, ops.polygamma(ops.full_like(x, 1), x))], nin=1,
+                      dtypes="float", scalar="{digamma}({0})", numpy_impl=_scipy("psi"))
+polygamma = Elementwise("polygamma", None, [None, lambda ct, n, x, out: ops.mul(ct, ops.polygamma(ops.add(n, 1), x))],
+                        nin=2, dtypes="float", scalar="{polygamma}({0}, {1})", numpy_impl=_scipy("polygamma"))
+erf = Elementwise("erf", None, [lambda ct, x, out: ops.mul(ct, ops.mul(_gauss(x), _TWO_OVER_SQRT_PI))], nin=1,
+                  dtypes="float", scalar="{erf}({0})", numpy_impl=_scipy("erf"))
+erfc = Elementwise("erfc", None, [lambda ct, x, out: ops.mul(ct, ops.mul(_gauss(x), -_TWO_OVER_SQRT_PI))], nin=1,
+                   dtypes="float", scalar="{erfc}({0})", numpy_impl=_scipy("erfc"))
+erfinv = Elementwise("erfinv", None, [lambda ct, x, out: ops.mul(ct, ops.mul(ops.exp(ops.mul(out, out)), _SQRT_PI_OVER_2))],
+                     nin=1, dtypes="float", scalar="{erfinv}({0})", numpy_impl=_scipy("erfinv"))
+# d/dx log ndtr(x) = pdf(x) / ndtr(x) = exp(-x^2/2 - log_ndtr(x)) / sqrt(2 pi): finite far into the lower tail
+log_ndtr = Elementwise("log_ndtr", None,
+                       [lambda ct, x, out: ops.mul(ct, ops.mul(ops.exp(ops.sub(ops.mul(ops.mul(x, x), -0.5), out)),
+                                                               _INV_SQRT_2PI))],
+                       nin=1, dtypes="float", scalar="{log_ndtr}({0})", numpy_impl=_scipy("log_ndtr"))
+i0 = Elementwise("i0", None, [lambda ct, x, out: ops.mul(ct, ops.i1(x))], nin=1, dtypes="float", scalar="{i0}({0})",
+                 numpy_impl=_scipy("i0"))
+i0e = Elementwise("i0e", None, [lambda ct, x, out: ops.mul(ct, ops.sub(ops.i1e(x), ops.mul(ops.sign(x), out)))], nin=1,
+                  dtypes="float", scalar="{i0e}({0})", numpy_impl=_scipy("i0e"))
+# i1' = i0 - i1 / x, i1e' = i0e - i1e (sign(x) + 1 / x): 1/2 at 0
+i1 = Elementwise("i1", None, [lambda ct, x, out: ops.mul(ct, _at_zero(x, 0.5, ops.sub(ops.i0(x), ops.div(out, _safe(x)))))],
+                 nin=1, dtypes="float", scalar="{i1}({0})", numpy_impl=_scipy("i1"))
+i1e = Elementwise("i1e", None, [lambda ct, x, out: ops.mul(ct, _at_zero(x, 0.5, ops.sub(ops.i0e(x), ops.mul(out, ops.add(
+    ops.sign(x), ops.div(ops.full_like(x, 1), _safe(x)))))))], nin=1, dtypes="float", scalar="{i1e}({0})",
+    numpy_impl=_scipy("i1e"))
+# x log(y) and x log1p(y), 0 where x == 0 (unless y is NaN); the y-gradient is 0 there too
+xlogy = Elementwise("xlogy", None, [lambda ct, x, y, out: ops.mul(ct, ops.log(y)),
+                                    lambda ct, x, y, out: _at_zero(x, 0, ops.div(ops.mul(ct, x), y))],
+                    nin=2, dtypes="float", scalar="{xlogy}({0}, {1})", numpy_impl=_scipy("xlogy"))
+xlog1py = Elementwise("xlog1py", None, [lambda ct, x, y, out: ops.mul(ct, ops.log1p(y)),
+                                        lambda ct, x, y, out: _at_zero(x, 0, ops.div(ops.mul(ct, x), ops.add(y, 1)))],
+                      nin=2, dtypes="float", scalar="{xlog1py}({0}, {1})", numpy_impl=_scipy("xlog1py"))
