@@ -73,7 +73,7 @@ def _scatter(t, ops, dsts, e) -> None:
     u = subscript(upd, names)
     fns = cpu_math.functions(e.inputs[0].dtype)
     value = {"set": u, "add": f"{cell} + {u}", "mul": f"{cell} * {u}",
-             "min": f"{fns['minimum']}({cell}, {u})", "max": f"{fns['maximum']}({cell}, {u})"}[mode]
+             "min": f"{fns.get('minimum')}({cell}, {u})", "max": f"{fns.get('maximum')}({cell}, {u})"}[mode]
     t.emit(depth, f"{cell} = {value}", eqn=e)
 
 

@@ -245,22 +245,10 @@ LIBM_SPECIAL = {"erf": math.erf, "erfc": math.erfc}
 _SPECIAL = scalar_rules.special_functions(math, f64, lambda fn: jit_named(f"{fn.__name__}_special")(fn))
 
 
-def _rounded_special(name: str, fn, nargs: int):
-    if nargs == 1:
-        @jit_named(f"{name}_f32")
-        def unary(x):
-            return f32(fn(f64(x)))
-        return unary
-
-    @jit_named(f"{name}_f32")
-    def binary(x, y):
-        return f32(fn(f64(x), f64(y)))
-    return binary
-
-
 for _name in (*SPECIAL_UNARY, *SPECIAL_BINARY):
     globals()[f"{_name}_f64"] = _SPECIAL[_name]
-    globals()[f"{_name}_f32"] = _rounded_special(_name, _SPECIAL[_name], 1 if _name in SPECIAL_UNARY else 2)
+    globals()[f"{_name}_f32"] = jit_named(f"{_name}_f32")(
+        scalar_rules.rounded(_SPECIAL[_name], f64, f32, 1 if _name in SPECIAL_UNARY else 2))
 for _name, _fn in LIBM_SPECIAL.items():
     for _T in (f32, f64):
         globals()[f"{_name}_{CASTS[np.dtype(_T).name]}"] = _libm(_name, _fn, _T)

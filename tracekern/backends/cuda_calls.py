@@ -153,7 +153,7 @@ def _scatter(r, k, ops) -> None:
     cell, u = subscript(y, at("t")), subscript(upd, at("j"))
     fns = cuda_math.functions(base_var.dtype)
     value = {"set": u, "add": f"{cell} + {u}", "mul": f"{cell} * {u}",
-             "min": f"{fns['minimum']}({cell}, {u})", "max": f"{fns['maximum']}({cell}, {u})"}[mode]
+             "min": f"{fns.get('minimum')}({cell}, {u})", "max": f"{fns.get('maximum')}({cell}, {u})"}[mode]
     kn.emit(3, f"{cell} = {value}", eqn=e)
     _launch(r, kn, f"scatter ({mode}) along axis {axis} -> {out.aval}", m, e)
 

@@ -517,7 +517,7 @@ def special_functions(m, R, jit=lambda fn: fn) -> dict:
         ax = abs(x)
         if ax < bessel_switch:
             return _bessel_series(ax, 0)
-        return i0e(x) * m.exp(ax) if ax != inf else ax
+        return i0e(x) * m.exp(ax) if ax != inf else nan   # (SciPy's and NumPy's: NaN at infinity)
     i0 = jit(i0)
 
     def i1e(x):
@@ -537,7 +537,7 @@ def special_functions(m, R, jit=lambda fn: fn) -> dict:
         ax = abs(x)
         if ax < bessel_switch:
             return m.copysign(_bessel_series(ax, 1), x)
-        return i1e(x) * m.exp(ax) if ax != inf else x
+        return i1e(x) * m.exp(ax) if ax != inf else nan
     i1 = jit(i1)
 
     def xlogy(x, y):   # 0 where x == 0, unless y is NaN (SciPy's)
@@ -554,3 +554,16 @@ def special_functions(m, R, jit=lambda fn: fn) -> dict:
 
     return {"gammaln": gammaln, "digamma": digamma, "polygamma": polygamma, "erfinv": erfinv, "log_ndtr": log_ndtr,
             "i0": i0, "i0e": i0e, "i1": i1, "i1e": i1e, "xlogy": xlogy, "xlog1py": xlog1py}
+
+
+def rounded(fn, wide, T, nargs: int):
+    """fn computed on `wide` values, rounded to T (cpu's float32 special functions: float64, then rounded).
+    (Defined here, beside fn, so that Numba's disk cache of the wrapper follows this file.)"""
+    if nargs == 1:
+        def unary(x):
+            return T(fn(wide(x)))
+        return unary
+
+    def binary(x, y):
+        return T(fn(wide(x), wide(y)))
+    return binary

@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from ..ir import is_float
+from ..ir import is_complex, is_float, is_inexact
 from ._core import P, _array, _axes, _axis, _cast, _dtype, _inexact, _iota, _reject, _shape, bind, with_location
 from .shapes import concatenate, diagonal, expand_dims, ravel, reshape, squeeze, transpose
 from .ufuncs import (
@@ -16,6 +16,7 @@ from .ufuncs import (
     divide,
     equal,
     greater,
+    imag,
     isnan,
     logical_not,
     logical_or,
@@ -23,6 +24,7 @@ from .ufuncs import (
     minimum,
     multiply,
     not_equal,
+    real,
     sqrt,
     subtract,
     where,
@@ -99,7 +101,7 @@ def mean(a, axis=None, dtype=None, out=None, keepdims=False, *, where=None):
     a = _array(a, "mean")
     if dtype is not None:
         a = astype(a, dtype)
-    elif not is_float(_dtype(a)):
+    elif not is_inexact(_dtype(a)):
         a = _cast(a, np.float64)
     if where is not None:
         ones = np.ones(_shape(a), _dtype(a))
@@ -119,7 +121,15 @@ def var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=Non
     a = _inexact(_array(a, "var"), "var") if dtype is None else astype(a, dtype)
     m = globals()["mean"](a, axis, keepdims=True)
     d = subtract(a, m)
-    return divide(sum(multiply(d, d), axis, keepdims=keepdims), _dof(_count(a, axis), ddof, correction))
+    return divide(sum(_abs2(d), axis, keepdims=keepdims), _dof(_count(a, axis), ddof, correction))
+
+
+def _abs2(d):
+    """|d|^2: d * d, or for complex d the sum of its parts' squares (NumPy's var of complex is real)."""
+    if is_complex(_dtype(d)):
+        re, im = real(d), imag(d)
+        return add(multiply(re, re), multiply(im, im))
+    return multiply(d, d)
 
 
 def std(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=None, mean=None, correction=None):
@@ -193,7 +203,7 @@ def nanargmin(a, axis=None, out=None, *, keepdims=False):
 
 def _without_nan(a, fill, fname):
     a = _array(a, fname)
-    if not is_float(_dtype(a)):
+    if not is_inexact(_dtype(a)):
         return a
     return where(isnan(a), fill, a)
 
@@ -240,8 +250,9 @@ def nanvar(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=
     a = _inexact(_array(a, "nanvar"), "nanvar") if dtype is None else astype(a, dtype)
     m = nanmean(a, axis, keepdims=True)
     d = _where(isnan(a), 0, subtract(a, m))
-    n = _cast(_valid(a, axis, keepdims), _dtype(a))
-    return divide(sum(multiply(d, d), axis, keepdims=keepdims), subtract(n, ddof if correction is None else correction))
+    sq = _abs2(d)
+    n = _cast(_valid(a, axis, keepdims), _dtype(sq))
+    return divide(sum(sq, axis, keepdims=keepdims), subtract(n, ddof if correction is None else correction))
 
 
 def nanstd(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=None, mean=None, correction=None):

@@ -10,7 +10,7 @@ import builtins
 
 import numpy as np
 
-from ..ir import is_float
+from ..ir import is_inexact
 from ._core import P, ShapeError, _array, _axis, _cast, _dtype, _inexact, _promote, _shape, bind, with_location
 from .contractions import matmul
 from .indexing import take_along_axis
@@ -44,12 +44,12 @@ def cumprod(a, axis=None, dtype=None, out=None):
 
 def nancumsum(a, axis=None, dtype=None, out=None):
     a = _array(a, "nancumsum")
-    return cumsum(where(isnan(a), 0, a) if is_float(_dtype(a)) else a, axis, dtype, out)
+    return cumsum(where(isnan(a), 0, a) if is_inexact(_dtype(a)) else a, axis, dtype, out)
 
 
 def nancumprod(a, axis=None, dtype=None, out=None):
     a = _array(a, "nancumprod")
-    return cumprod(where(isnan(a), 1, a) if is_float(_dtype(a)) else a, axis, dtype, out)
+    return cumprod(where(isnan(a), 1, a) if is_inexact(_dtype(a)) else a, axis, dtype, out)
 
 
 def _with_initial(y, axis, value):

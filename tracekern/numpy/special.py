@@ -128,7 +128,7 @@ def polygamma(n, x):
 
 def multigammaln(a, d):
     """log of the multivariate gamma function of dimension d (a static int): d (d - 1) / 4 log(pi) + sum_j
-    gammaln(a - j / 2). SciPy raises ValueError where a <= (d - 1) / 2; a traced a gives NaN there (a
+    gammaln(a - j / 2), float64 as SciPy's. SciPy raises ValueError where a <= (d - 1) / 2; a traced a gives NaN there (a
     compiled function cannot raise on a value), a constant one raises as SciPy does."""
     if isinstance(d, Tracer) or int(d) != d or d < 1:
         raise ValueError(with_location("scipy.special.multigammaln: d should be a positive integer (dimension)"))
@@ -139,7 +139,7 @@ def multigammaln(a, d):
     total = gammaln(a)
     for j in range(1, d):
         total = add(total, gammaln(subtract(a, j / 2)))
-    res = add(total, d * (d - 1) * 0.25 * math.log(math.pi))
+    res = add(total, np.float64(d * (d - 1) * 0.25 * math.log(math.pi)))   # (float64, as SciPy's)
     return where(less_equal(a, 0.5 * (d - 1)), np.nan, res) if isinstance(a, Tracer) else res
 
 

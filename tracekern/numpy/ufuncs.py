@@ -140,7 +140,7 @@ def signbit(x):
 def isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
     """|a - b| <= atol + rtol |b| (infinities equal only to themselves; NaNs equal with equal_nan)."""
     a, b = _promote("isclose", a, b)
-    if not is_float(_dtype(a)):
+    if not is_inexact(_dtype(a)):
         a, b = _cast(a, np.float64), _cast(b, np.float64)
     finite = bind(P.logical_and, isfinite(a), isfinite(b))
     close = less_equal(absolute(subtract(a, b)), add(atol, multiply(rtol, absolute(b))))

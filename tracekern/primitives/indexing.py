@@ -84,6 +84,8 @@ class Scatter(Primitive):
         if updates.shape != idx.shape or updates.dtype != base.dtype:
             raise ShapeError(f"scatter: updates {updates} must have the indices' shape {idx.shape} and the operand's "
                              f"dtype {base.dtype}")
+        if mode in ("min", "max") and base.dtype.kind == "c":
+            raise TypeError(f"scatter ({mode}): complex numbers have no order that tracekern traces ({base.dtype})")
         return (base,)
 
     def impl(self, base, idx, updates, *, axis, mode):
@@ -119,7 +121,9 @@ class Scatter(Primitive):
             zeros = gather(count(is_zero))
             others = ops.select(ops.eq(zeros, zero_u), ops.div(prod, nonzero),
                                 ops.select(ops.logical_and(is_zero, ops.eq(zeros, ops.full_like(upd, 1))), prod, zero_u))
-            return [ops.scatter(ct, idx, upd, axis=axis, mode="mul"), None, ops.mul(gather(ops.mul(ct, base)), others)]
+            # (holomorphic in base and upd: for complex values, the conjugate derivatives)
+            return [ops.holomorphic(lambda c: ops.scatter(c, idx, upd, axis=axis, mode="mul"), ct, base), None,
+                    ops.holomorphic(lambda c: ops.mul(gather(ops.mul(c, base)), others), ct, base)]
         # min / max: the cotangent goes to the values equal to the result, shared equally between ties
         base_wins = ops.eq(base, out)
         upd_wins = ops.eq(upd, gather(out))
