@@ -225,6 +225,14 @@ def _complex(name: str, T):
 for _name in COMPLEX_FUNCTIONS:
     for _T in (c64, c128):
         globals()[f"{_name}_{CASTS[np.dtype(_T).name]}"] = _complex(_name, _T)
+# log (and log2, log10), expm1, tanh, arccosh and pow from scalar_rules (the cuda backend's), where Numba's
+# differ from NumPy's: its log takes log |z| as log(hypot), which loses the real part near |z| = 1
+# (log(1 + 1e-9j) has real part 5e-19), its expm1 is exp(z) - 1, its tanh overflows for Re z > 355, its
+# arccosh is 1e-12 off, and its power over- and underflows where NumPy's does not (tests/test_complex.py)
+_LOGS = scalar_rules.complex_functions(math, c128, f64, lambda fn: jit_named(f"{fn.__name__}_c128")(fn))
+for _name in ("log", "log2", "log10", "expm1", "tanh", "arccosh", "pow"):
+    globals()[f"{_name}_c128"] = _LOGS[_name]
+    globals()[f"{_name}_c64"] = jit_named(f"{_name}_c64")(scalar_rules.rounded(_LOGS[_name], c128, c64, 2 if _name == "pow" else 1))
 
 
 @njit(**INLINE)
