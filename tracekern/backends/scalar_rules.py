@@ -364,10 +364,10 @@ def special_functions(m, R, jit=lambda fn: fn) -> dict:
     tail = R(-10) if single else R(-20)       # log_ndtr's asymptotic series below here
     bessel_switch = R(20)                     # the Bessel functions' power series below |x| = 20, asymptotic above
     sqrt2, inv_sqrt2pi, two_over_sqrtpi = R(math.sqrt(2)), R(1 / math.sqrt(2 * math.pi)), R(2 / math.sqrt(math.pi))
-    half_log_2pi = R(0.5 * math.log(2 * math.pi))
+    half_log_2pi, log_pi = R(0.5 * math.log(2 * math.pi)), R(math.log(math.pi))
     zeta_terms = tuple(R(c) for c in _ZETA_TERMS)
     central, tails = tuple(R(c) for c in _ERFINV_CENTRAL), tuple(R(c) for c in _ERFINV_TAIL)
-    newton_steps = 1 if single else 2
+    newton_steps = 2 if single else 3
 
     def gammaln(x):
         if x == -inf:   # (SciPy's)
@@ -434,21 +434,29 @@ def special_functions(m, R, jit=lambda fn: fn) -> dict:
         if x == one or x == -one:
             return m.copysign(inf, x)
         ax = abs(x)
-        w = -m.log((one - ax) * (one + ax))
+        c = one - ax   # (exact for ax > 1/2)
+        w = -m.log(c * (one + ax))
         if w < R(5):
             w = w - R(2.5)
             p = central[0]
-            for c in central[1:]:
-                p = c + p * w
-        else:
+            for k in central[1:]:
+                p = k + p * w
+            y = p * ax
+        elif w < R(16):   # (Giles' range: every float32 below 1)
             w = m.sqrt(w) - R(3)
             p = tails[0]
-            for c in tails[1:]:
-                p = c + p * w
-        y = p * ax
-        for _ in range(newton_steps):   # Newton on erf(y) = ax (near 1, on erfc(y) = 1 - ax, which is exact)
-            r = m.erf(y) - ax if ax < half else (one - ax) - m.erfc(y)
-            y = y - r / (two_over_sqrtpi * m.exp(-y * y))
+            for k in tails[1:]:
+                p = k + p * w
+            y = p * ax
+        else:   # the far tail: erfc(y) ~ exp(-y^2) / (y sqrt(pi)), so y^2 ~ L - log(L) / 2 - log(pi) / 2, L = -log(c)
+            big = -m.log(c)
+            y = m.sqrt(big - half * m.log(big) - half * log_pi)
+        for _ in range(newton_steps):
+            if ax < half:   # Newton on erf(y) = ax
+                y = y - (m.erf(y) - ax) / (two_over_sqrtpi * m.exp(-y * y))
+            else:   # Newton on log erfc(y) = log(1 - ax): near linear in the tail, so it converges from afar
+                tail_mass = m.erfc(y)
+                y = y + (m.log(tail_mass) - m.log(c)) * tail_mass / (two_over_sqrtpi * m.exp(-y * y))
         return m.copysign(y, x)
     erfinv = jit(erfinv)
 
@@ -517,7 +525,10 @@ def special_functions(m, R, jit=lambda fn: fn) -> dict:
         ax = abs(x)
         if ax < bessel_switch:
             return _bessel_series(ax, 0)
-        return i0e(x) * m.exp(ax) if ax != inf else nan   # (SciPy's and NumPy's: NaN at infinity)
+        if ax == inf:
+            return nan   # (SciPy's and NumPy's)
+        grow = m.exp(half * ax)   # (e^x in two halves: e^x alone overflows before I0(x) does)
+        return i0e(x) * grow * grow
     i0 = jit(i0)
 
     def i1e(x):
@@ -537,7 +548,10 @@ def special_functions(m, R, jit=lambda fn: fn) -> dict:
         ax = abs(x)
         if ax < bessel_switch:
             return m.copysign(_bessel_series(ax, 1), x)
-        return i1e(x) * m.exp(ax) if ax != inf else nan
+        if ax == inf:
+            return nan
+        grow = m.exp(half * ax)
+        return i1e(x) * grow * grow
     i1 = jit(i1)
 
     def xlogy(x, y):   # 0 where x == 0, unless y is NaN (SciPy's)
