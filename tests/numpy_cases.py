@@ -700,6 +700,11 @@ def numpy_names(cases=CASES) -> list[str]:
     return sorted({n for c in cases for n in c.names if n.startswith("np.")})
 
 
+def scipy_names(cases=CASES) -> list[str]:
+    """Every scipy.special (and tk.scipy.special) name the table covers."""
+    return sorted({n.removeprefix("tk.") for c in cases for n in c.names if n.startswith(("scipy.", "tk.scipy."))})
+
+
 def family_names(family: str) -> tuple[list[str], set[str]]:
     cases = FAMILIES[family]
     names = sorted({n for c in cases for n in c.names})
@@ -714,12 +719,15 @@ def readme_section() -> str:
         "### What can be traced",
         "",
         f"**{len(names)} NumPy names** ({len(primary)} functions, and {len(names) - len(primary)} of NumPy's other names "
-        "for them, such as `np.abs` or `np.concat`), plus the operators and `ndarray` methods below, are traced and "
-        "differentiated on every backend (but the `np.linalg` factorizations on `cuda`, listed below). "
+        f"for them, such as `np.abs` or `np.concat`), and {len(scipy_names())} of `scipy.special`'s, plus the operators "
+        "and `ndarray` methods below, are traced and differentiated on every backend (but the `np.linalg` "
+        "factorizations on `cuda`, and `np.fft` on the CUDA simulator, listed below). "
         "This section is generated from the test table `tests/numpy_cases.py` "
         "(`python -m tests.numpy_cases` rewrites it): each row there is checked on `interpret`, `cpu` and `cuda` "
-        "(the simulator in CI) in float32 and float64 (int32/int64 or bool for integer functions), its gradient against "
-        "central finite differences of NumPy's own function, and the compiled gradients against the interpreter's. "
+        "(the simulator in CI) in float32 and float64 (int32/int64 or bool for integer functions, complex64 and "
+        "complex128 for complex ones), its gradient against central finite differences of NumPy's (or SciPy's) own "
+        "function (of the real and imaginary parts for complex inputs), and the compiled gradients against the "
+        "interpreter's. "
         f"The table has {len(CASES)} rows; a name is in **bold** where its gradient is checked (the others are not "
         "differentiable, or their gradient is zero).",
         "",
@@ -734,12 +742,17 @@ def readme_section() -> str:
     on_cuda = {n for c in CASES if c.cuda for n in c.names}
     no_cuda = sorted({n for c in CASES if not c.cuda for n in c.names} - on_cuda)
     partly = sorted({n for c in CASES if not c.cuda for n in c.names} & on_cuda)
+    on_cufft = [n for n in no_cuda if n.startswith("np.fft.")]
+    no_kernel = [n for n in no_cuda if n not in on_cufft]
     lines += [
         "",
-        f"On the `cuda` backend, {', '.join(f'`{n}`' for n in no_cuda)} have no kernel (nor "
+        f"On the `cuda` backend, {', '.join(f'`{n}`' for n in no_kernel)} have no kernel (nor "
         f"{', '.join(f'`{n}`' for n in partly)} for the orders that need an SVD: 2, -2, 'nuc'): compiling them for "
         "`cuda` raises an error naming the function and the backends that run it (`cpu`, `interpret`), never a "
-        "silent copy to the host.",
+        f"silent copy to the host. {', '.join(f'`{n}`' for n in on_cufft)} run on cuFFT (nvmath-python) on a GPU; "
+        "Numba's CUDA simulator cannot run cuFFT, so there they raise the same kind of error, and "
+        "`tests/test_fft.py` checks the cuda backend's cuFFT calls against a stand-in that computes each plan's "
+        "layout with NumPy.",
         "",
     ]
     return "\n".join(lines)
