@@ -297,6 +297,7 @@ class ComplexPart(Primitive):
     part's is ct, the imaginary part's i ct, the conjugate's conj(ct)."""
 
     fusion = "elementwise"
+    linear = True   # (real-linear: forward mode may apply it to tangents)
 
     def __init__(self, name: str, scalar: str):
         super().__init__(name)

@@ -44,6 +44,8 @@ class FFT(Primitive):
     last axis n -> n // 2 + 1), "c2r" (complex -> float, the last axis n // 2 + 1 -> n, `n` given; the
     imaginary parts of the zero and n / 2 frequencies are ignored, as NumPy's irfft does)."""
 
+    linear = True   # (forward mode may apply it to tangents)
+
     def abstract_eval(self, x: Aval, *, kind: str, inverse: bool, ndim: int, n: int | None):
         if kind not in KINDS:
             raise ValueError(f"fft: kind must be one of {KINDS}, got {kind!r}")
