@@ -146,8 +146,9 @@ def _stack3(c0, c1, c2):
 
 
 def vecdot(x1, x2, /, *, axis=-1):
+    """sum(conj(x1) * x2) over axis (NumPy's conjugates the first vector)."""
     x1, x2 = _promote("vecdot", _array(x1, "vecdot"), _array(x2, "vecdot"))
-    return _sum(multiply(x1, x2), axis=axis)
+    return _sum(multiply(conj(x1), x2), axis=axis)
 
 
 def matvec(x1, x2, /):
@@ -155,6 +156,8 @@ def matvec(x1, x2, /):
 
 
 def vecmat(x1, x2, /):
+    """conj(x1) @ x2 (NumPy's conjugates the vector)."""
+    x1 = conj(_array(x1, "vecmat"))
     return matmul(reshape(x1, _shape(x1)[:-1] + (1,) + _shape(x1)[-1:]), x2)[..., 0, :]
 
 

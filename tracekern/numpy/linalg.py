@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 
+from ..ir import is_complex
 from ._core import P, ShapeError, Tracer, _array, _axes, _cast, _dtype, _inexact, _promote, _shape, bind, with_location
 from .contractions import cross as _cross
 from .contractions import matmul
@@ -19,7 +20,7 @@ from .reductions import min as _min
 from .reductions import sum as _sum
 from .shapes import broadcast_to, matrix_transpose, moveaxis, reshape, squeeze
 from .shapes import diagonal as _diagonal
-from .ufuncs import absolute, divide, exp, greater, multiply, power, sqrt, where
+from .ufuncs import absolute, add, divide, exp, greater, imag, multiply, power, real, sqrt, where
 
 EighResult = type(np.linalg.eigh(np.eye(1)))
 SVDResult = type(np.linalg.svd(np.eye(1)))
@@ -135,16 +136,24 @@ def vector_norm(x, /, *, axis=None, keepdims=False, ord=2):
     return _vector_norm(x, ax, ord, keepdims)
 
 
+def _abs2(x):
+    """|x|^2 elementwise, real (for complex x: the sum of its parts' squares)."""
+    if is_complex(_dtype(x)):
+        re, im = real(x), imag(x)
+        return add(multiply(re, re), multiply(im, im))
+    return multiply(x, x)
+
+
 def _vector_norm(x, axes, ord, keepdims):
     a = absolute(x)
     if ord is None or ord == 2:
-        return sqrt(_sum(multiply(x, x), axis=axes, keepdims=keepdims))
+        return sqrt(_sum(_abs2(x), axis=axes, keepdims=keepdims))
     if ord == np.inf:
         return _max(a, axis=axes, keepdims=keepdims)
     if ord == -np.inf:
         return _min(a, axis=axes, keepdims=keepdims)
     if ord == 0:
-        return _cast(_sum(_cast(greater(a, 0), _dtype(x)), axis=axes, keepdims=keepdims), _dtype(x))
+        return _cast(_sum(_cast(greater(a, 0), _dtype(a)), axis=axes, keepdims=keepdims), _dtype(a))
     if ord == 1:
         return _sum(a, axis=axes, keepdims=keepdims)
     if isinstance(ord, str):
@@ -162,7 +171,7 @@ def _matrix_norm(x, axes, ord, keepdims):
     r, c = axes
     nd = len(_shape(x))
     if ord in (None, "fro"):
-        return sqrt(_sum(multiply(x, x), axis=axes, keepdims=keepdims))
+        return sqrt(_sum(_abs2(x), axis=axes, keepdims=keepdims))
     a = absolute(x)
     if ord in (1, -1):
         col = _sum(a, axis=r, keepdims=True)
@@ -185,7 +194,7 @@ def norm(x, ord=None, axis=None, keepdims=False):
     nd = len(_shape(x))
     if axis is None:
         if ord is None:
-            y = sqrt(_sum(multiply(x, x)))
+            y = sqrt(_sum(_abs2(x)))
             return reshape(y, (1,) * nd) if keepdims else y
         axis = tuple(range(nd))
     axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)

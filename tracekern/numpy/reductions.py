@@ -13,6 +13,7 @@ from .shapes import concatenate, diagonal, expand_dims, ravel, reshape, squeeze,
 from .ufuncs import (
     add,
     astype,
+    conj,
     divide,
     equal,
     greater,
@@ -293,7 +294,7 @@ def cov(m, y=None, rowvar=True, bias=False, ddof=None, fweights=None, aweights=N
     n = _shape(x)[1]
     ddof = (0 if bias else 1) if ddof is None else ddof
     d = subtract(x, mean(x, axis=1, keepdims=True))
-    c = divide(bind(P.matmul, d, transpose(d)), n - ddof)
+    c = divide(bind(P.matmul, d, transpose(conj(d))), n - ddof)   # (X X^H: conjugated, as NumPy's)
     return squeeze(c) if _shape(c) == (1, 1) else c
 
 
