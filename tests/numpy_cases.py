@@ -165,23 +165,6 @@ def _at_ufunc(ufunc):
     return ref
 
 
-def _signed_eigh(a):
-    w, v = np.linalg.eigh(a)
-    return w, v * np.sign(v[..., :1, :])
-
-
-def _signed_svd(a):
-    u, s, vh = np.linalg.svd(a, full_matrices=False)
-    sign = np.sign(u[..., :1, :])
-    return u * sign, s, vh * np.swapaxes(sign, -1, -2)
-
-
-def _signed_qr(a):
-    q, r = np.linalg.qr(a)
-    sign = np.sign(np.diagonal(r, axis1=-2, axis2=-1))[..., None, :]
-    return q * sign, r * np.swapaxes(sign, -1, -2)
-
-
 IDX = np.array([2, 0, 2, 1])          # repeated indices (a scatter accumulates them)
 INT_F = ("int64", "int32")
 
@@ -310,6 +293,13 @@ REDUCTIONS = _rows("reductions", [
       F("any", 2, 3, 4)),
     C("var_std", "np.var np.std x.std()", lambda x: (np.var(x), np.var(x, axis=0, ddof=1), np.std(x, axis=-1, keepdims=True),
                                                     x.std(axis=1)), F("any", 3, 4)),
+    C("std_equal_values", "np.std np.var np.nanstd np.nanvar x.std()",
+      lambda x: (np.std(x[:1]), np.std(x[:1] * np.ones(3)), np.var(x[:1] * np.ones((2, 3)), axis=1, ddof=1), np.nanstd(x[:1]),
+                 np.nanvar(x[:1] * np.ones(3), ddof=1), (x[:2, None] * np.ones((2, 3))).std(axis=-1, keepdims=True)),
+      F("any", 4), note="one value, equal values (std's gradient 0)"),
+    C("var_ddof", "np.var np.nanvar np.std np.nanstd", lambda x: (np.var(x, ddof=5), np.nanvar(x, ddof=4), np.std(x[:2], ddof=2),
+                                                              np.nanstd(x, ddof=4.5), np.var(x, ddof=0.5)),
+      F("any", 4), grad=False, note="ddof >= n: inf or NaN, as NumPy"),
     C("ptp", "np.ptp", lambda x: (np.ptp(x, axis=1), np.ptp(x)), F("distinct", 3, 4)),
     C("average", "np.average", lambda x, w: (np.average(x), np.average(x, axis=1, weights=w),
                                              np.average(x, axis=1, weights=w, returned=True)[1]), F("any", 3, 4), F("pos", 4)),
@@ -523,20 +513,25 @@ LINALG = _rows("linalg", [
       note="NumPy's SlogdetResult, batched"),
     C("cholesky", "np.linalg.cholesky", lambda a: (np.linalg.cholesky(a), np.linalg.cholesky(a, upper=True)), F("spd", 3, 3),
       cuda=False, tol32=1e-4),
-    C("qr", "np.linalg.qr", lambda a, w: (*_signed_qr(a), *_signed_qr(w), np.abs(np.linalg.qr(a, mode="r"))),
-      F("ranked", 4, 3), F("ranked", 2, 4), cuda=False, tol32=1e-4, note="tall and wide"),
-    C("eigh", "np.linalg.eigh np.linalg.eigvalsh", lambda a: (*_signed_eigh(a), np.linalg.eigvalsh(a), np.linalg.eigvalsh(a, "U")),
-      F("sym", 3, 3), cuda=False, tol32=1e-4),
-    C("eigh_lower", "np.linalg.eigh", lambda a: np.linalg.eigh(a).eigenvalues, F("any", 3, 3), cuda=False, tol32=1e-4,
-      note="reads the lower triangle"),
-    C("svd", "np.linalg.svd np.linalg.svdvals", lambda a, w: (*_signed_svd(a), *_signed_svd(w), np.linalg.svd(a, compute_uv=False),
-                                                              np.linalg.svdvals(w)),
-      F("ranked", 4, 3), F("ranked", 2, 4), cuda=False, tol32=1e-4, note="tall and wide"),
+    C("qr", "np.linalg.qr", lambda a, w: (*np.linalg.qr(a), *np.linalg.qr(w), np.linalg.qr(a, mode="r"), *np.linalg.qr(w, "complete")),
+      F("ranked", 4, 3), F("ranked", 2, 4), cuda=False, tol32=1e-4, note="tall and wide; NumPy's signs"),
+    C("eigh", "np.linalg.eigh np.linalg.eigvalsh", lambda a: (*np.linalg.eigh(a), *np.linalg.eigh(a, UPLO="U"), np.linalg.eigvalsh(a),
+                                                              np.linalg.eigvalsh(a, "U")),
+      F("sym", 2, 3, 3), cuda=False, tol32=1e-4, note="NumPy's signs, batched"),
+    C("eigh_triangle", "np.linalg.eigh np.linalg.eigvalsh", lambda a: (*np.linalg.eigh(a), *np.linalg.eigh(a, UPLO="U"),
+                                                                       np.linalg.eigvalsh(a, UPLO="U")),
+      F("any", 4, 4), cuda=False, tol32=1e-4, note="reads the lower triangle, or the upper (UPLO='U')"),
+    C("svd", "np.linalg.svd np.linalg.svdvals", lambda a, w: (*np.linalg.svd(a, full_matrices=False), *np.linalg.svd(w, False),
+                                                              np.linalg.svd(a, compute_uv=False), np.linalg.svdvals(w)),
+      F("ranked", 2, 4, 3), F("ranked", 2, 4), cuda=False, tol32=1e-4, note="tall and wide; NumPy's signs"),
     C("norm", "np.linalg.norm np.linalg.vector_norm np.linalg.matrix_norm",
       lambda a, v: (np.linalg.norm(v), np.linalg.norm(v, 1), np.linalg.norm(v, np.inf), np.linalg.norm(v, 3), np.linalg.norm(a),
                     np.linalg.norm(a, "fro"), np.linalg.norm(a, 1), np.linalg.norm(a, -np.inf), np.linalg.norm(a, axis=1),
                     np.linalg.vector_norm(a, ord=1), np.linalg.matrix_norm(a[None], keepdims=True)),
       F("nz", 3, 4), F("nz", 4)),
+    C("norm_zero", "np.linalg.norm np.linalg.vector_norm np.linalg.matrix_norm",
+      lambda v: (np.linalg.norm(v * 0), np.linalg.vector_norm(v * 0, ord=3), np.linalg.matrix_norm(v[:, None] * 0 * np.ones(2))),
+      F("any", 4), note="zero vector (gradient 0)"),
     C("norm_spectral", "np.linalg.norm np.linalg.cond np.linalg.matrix_rank", lambda a: (
         np.linalg.norm(a, 2), np.linalg.norm(a, "nuc"), np.linalg.norm(a, -2), np.linalg.cond(a), np.linalg.cond(a[:3], "fro")),
       F("ranked", 4, 3), cuda=False, tol32=1e-4),

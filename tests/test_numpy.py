@@ -244,6 +244,37 @@ def test_interpreter_gradients_match_finite_differences_exactly_where_they_must(
         tk.check_grad(f, xs)
 
 
+def test_linalg_factorizations_are_numpys_own_results():
+    """Issue 25: eigh(UPLO='U') gave eigenvectors of other signs than NumPy's (it was the lower triangle of the
+    transpose, a different LAPACK computation), and float32 matrices differed (NumPy factorizes them in float64).
+    Every factorization on cpu and interpret against NumPy's own results (signs of eigenvectors, singular vectors
+    and q included, not only reconstructions), batched, non-symmetric input to eigh (one triangle read), both
+    dtypes, exactly up to rounding."""
+    rng = np.random.default_rng(25)
+
+    def f(a, t, w):
+        spd = a @ np.swapaxes(a, -1, -2) + 6 * np.eye(4)
+        return {"eigh_L": np.linalg.eigh(a), "eigh_U": np.linalg.eigh(a, UPLO="U"),
+                "eigvalsh_U": np.linalg.eigvalsh(a, UPLO="U"), "probe": np.linalg.eigh(a[0, 0], UPLO="U")[1][0, :].sum(),
+                "svd": np.linalg.svd(t, full_matrices=False), "svd_wide": np.linalg.svd(w), "qr": np.linalg.qr(t),
+                "qr_wide": np.linalg.qr(w, mode="complete"), "qr_r": np.linalg.qr(t, mode="r"),
+                "cholesky": np.linalg.cholesky(spd), "cholesky_upper": np.linalg.cholesky(spd, upper=True),
+                "slogdet": np.linalg.slogdet(a), "inv": np.linalg.inv(spd)}
+
+    for dtype in (np.float64, np.float32):
+        args = [rng.standard_normal(s).astype(dtype) for s in ((2, 3, 4, 4), (2, 5, 3), (3, 5))]
+        want = f(*args)
+        for backend in ("interpret", "cpu"):
+            got = tk.jit(f, backend=backend)(*args)
+            g_leaves, g_td = tk.tree_flatten(got)
+            w_leaves, w_td = tk.tree_flatten(want)
+            assert g_td == w_td, (backend, g_td, w_td)
+            for k, (g, w) in enumerate(zip(g_leaves, w_leaves)):
+                assert np.asarray(g).dtype == np.asarray(w).dtype and np.shape(g) == np.shape(w), (backend, dtype, k)
+                tol = 1e-12 if dtype == np.float64 else 1e-5
+                np.testing.assert_allclose(g, w, rtol=tol, atol=tol, err_msg=f"{backend} {dtype.__name__} leaf {k}")
+
+
 # ----------------------------------------------------------------------------- the table itself
 
 

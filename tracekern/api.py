@@ -1,4 +1,4 @@
-"""User-facing transforms: jit, grad, value_and_grad, vjp, make_ir, stop_gradient.
+"""User-facing transforms: jit, grad, value_and_grad, vjp, jvp, linearize, make_ir, stop_gradient.
 
 Every transform is an `emit` function that works inside the current trace: it traces the user's
 function to a graph, hands it to a graph-to-graph transform (tracekern.autodiff) and inlines the
@@ -8,30 +8,22 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from . import autodiff, backends, passes, remat
+from . import autodiff, backends, forward, passes, remat
 from . import numpy as tnp
-from .arguments import (
-    arg_name,
-    device_view,
-    differentiated,
-    flatten_call,
-    fun_name,
-    host,
-    on_device,
-    output_location,
-    to_user,
-)
+from .arguments import arg_name, device_view, differentiated, flatten_call, fun_name, host, on_device, output_location, to_user
 from .errors import TracerLeakError, with_location
 from .ir import Aval, Graph, is_complex, is_float, is_inexact
-from .pytree import Static, TreeDef, takes_static, tree_flatten, tree_unflatten
+from .pytree import Static, TreeDef, leaf_paths, takes_static, tree_flatten, tree_unflatten
 from .staging import Staged, plan_split, split_aux, stage_vjp, trace_call
 from .trace import FlatArgs, Tracer, Variable, _read, aval_of, current_builder
+from .vectorize import make_vmap_ir
 
 # ----------------------------------------------------------------------------- jit
 
@@ -387,25 +379,272 @@ def _vjp_in_trace(fun: Callable, args: tuple, has_aux: bool, memory_budget=None)
     return out, pull
 
 
+# ----------------------------------------------------------------------------- forward mode
+
+
+def _positional(what: str, name: str, value) -> tuple:
+    if not isinstance(value, (tuple, list)):
+        raise TypeError(with_location(f"{what}: {name} must be a tuple (or list) of positional arguments, e.g. (x,) for "
+                                      f"one argument; got {type(value).__name__}"))
+    return tuple(value)
+
+
+def _match_tree(td: TreeDef, t, where: str) -> list:
+    """The leaves of tangent tree `t` laid out as the primal tree `td` (None stands for a subtree of
+    zero tangents), or a ValueError naming where they differ."""
+    if t is None:
+        return [None] * td.num_leaves
+    if td.kind == "leaf":
+        return [t]
+    kids = None
+    if td.kind in ("tuple", "namedtuple") and isinstance(t, tuple) and len(t) == len(td.children):
+        kids = [(f"[{i}]", c) for i, c in enumerate(t)]
+    elif td.kind == "list" and isinstance(t, list) and len(t) == len(td.children):
+        kids = [(f"[{i}]", c) for i, c in enumerate(t)]
+    elif td.kind == "dict" and isinstance(t, dict) and tuple(sorted(t)) == td.meta:
+        kids = [(f"[{k!r}]", t[k]) for k in td.meta]
+    if kids is None:
+        raise ValueError(with_location(f"{where}: the tangent has structure {tree_flatten(t)[1]!r}, its primal {td!r}; a "
+                                       "tangent has its primal's pytree structure (None stands for zero tangents)"))
+    return [leaf for (key, c), ctd in zip(kids, td.children) for leaf in _match_tree(ctd, c, where + key)]
+
+
+def _tangent_leaves(fun: Callable, treedefs, avals, tangents: tuple, what: str) -> list:
+    """One tangent per primal leaf (None: zero), checked against the primals' structure, shapes and
+    dtypes. An integer or bool primal has no tangent: None or zeros stand for it (as None)."""
+    if len(tangents) != len(treedefs):
+        raise ValueError(with_location(f"{what} of {fun_name(fun)}: {len(tangents)} tangents for {len(treedefs)} primals; "
+                                       "pass one tangent per positional argument, of the same structure"))
+    out = []
+    for i, (td, t) in enumerate(zip(treedefs, tangents)):
+        leaves = _match_tree(td, t, f"{what} of {fun_name(fun)}: {arg_name(fun, i)}")
+        paths = leaf_paths(td)
+        for path, x in zip(paths, leaves):
+            aval = avals[len(out)]
+            where = f"{what} of {fun_name(fun)}: the tangent of {arg_name(fun, i)}{' at ' + path if path else ''}"
+            out.append(_tangent_leaf(x, aval, where))
+    return out
+
+
+def _tangent_leaf(t, aval: Aval, where: str):
+    if t is None:
+        return None
+    t = _read(t)
+    if isinstance(t, Tracer):
+        got = aval_of(t)
+    elif on_device(t):
+        t = device_view(t)
+        got = Aval(tuple(t.shape), np.dtype(t.dtype))
+    elif isinstance(t, (int, float)) and not isinstance(t, bool) and aval.shape == () and is_float(aval.dtype):
+        t = np.asarray(t, aval.dtype)
+        got = aval
+    else:
+        t = np.asarray(t)
+        got = Aval(t.shape, t.dtype)
+    if not is_float(aval.dtype):
+        if isinstance(t, Tracer) or got.shape != aval.shape or np.any(host(t) != 0):
+            raise TypeError(with_location(
+                f"{where}: its primal is {aval}, an integer or bool value, which has no tangent (integers are constants "
+                f"of differentiation); pass None for it (zeros of its shape are accepted too and ignored), got {got}"))
+        return None
+    if got != aval:
+        raise (ValueError if got.dtype == aval.dtype else TypeError)(with_location(
+            f"{where} is {got}, the primal is {aval}: a tangent has its primal's shape and dtype"))
+    return t
+
+
+def _jvp_emit(fun: Callable, has_aux: bool) -> Callable:
+    """tk.jvp inside the current trace: emit(primals, active tangents, active) -> (out, tangent_out[, aux])."""
+
+    def emit(primals, tans, active):
+        flat = flatten_call(fun, primals)
+        graph, out_td, captured = trace_call(fun, flat)
+        value_td, aux_td = split_aux(fun, out_td, has_aux)
+        n_out = value_td.num_leaves
+        joint = forward.jvp(graph, list(active) + [False] * len(captured))
+        outs = _inline(joint.graph, list(flat.leaves) + list(captured) + list(tans))
+        values, touts = outs[:joint.num_outputs], iter(outs[joint.num_outputs:])
+        touts = [next(touts) if has else None for has in joint.has_tangent]
+        # an output no tangent reaches (an integer one among them) has zeros of its own dtype
+        tangent = [tnp.zeros_like(v) if t is None else t for t, v in zip(touts[:n_out], values[:n_out])]
+        out = (tree_unflatten(value_td, values[:n_out]), tree_unflatten(value_td, tangent))
+        return out + (tree_unflatten(aux_td, values[n_out:]),) if has_aux else out
+
+    return emit
+
+
+_JVP_STAGED: weakref.WeakKeyDictionary[Callable, dict] = weakref.WeakKeyDictionary()
+
+
+def jvp(fun: Callable, primals, tangents, *, has_aux: bool = False, backend: str | None = None):
+    """(out, tangent_out) = tk.jvp(f, primals, tangents): f(*primals) and its directional derivative
+    along `tangents`, in one compiled pass (forward mode). primals and tangents are tuples of
+    positional arguments; each tangent has its primal's structure, shapes and dtypes, or is None
+    (zero). Integer and bool primals have no tangent: pass None (or zeros). tangent_out has out's
+    structure; an output no tangent reaches (an integer one) gets zeros of its own dtype.
+    has_aux=True: f returns (out, aux) and tk.jvp (out, tangent_out, aux). backend: as for tk.vjp."""
+    primals = _positional("tk.jvp", "primals", primals)
+    tangents = _positional("tk.jvp", "tangents", tangents)
+    flat = flatten_call(fun, primals)
+    tans = _tangent_leaves(fun, flat.treedefs, flat.avals, tangents, "tk.jvp")
+    active = tuple(t is not None for t in tans)
+    present = tuple(t for t in tans if t is not None)
+    if current_builder() is not None:
+        return _jvp_emit(fun, has_aux)(primals, present, active)
+    options = {}
+    if backend is None and isinstance(fun, Staged):
+        backend, options = fun.backend, fun.options
+    key = (has_aux, backend, tuple(sorted(options.items())))
+    try:
+        per_fun = _JVP_STAGED.setdefault(fun, {})
+    except TypeError:   # not weak-referenceable: no caching
+        per_fun = {}
+    staged = per_fun.get(key)
+    if staged is None:
+        staged = per_fun[key] = Staged(fun, _jvp_emit(fun, has_aux), backend=backend, static_argnums=(2,),
+                                       options=options)
+    return staged(primals, present, active)
+
+
+@dataclass(frozen=True)
+class _StagedLinearize:
+    """tk.linearize of a function for one signature: the split graphs and their compiled halves."""
+
+    split: forward.SplitJVP
+    value_treedef: TreeDef
+    aux_treedef: TreeDef | None
+    primal: Callable                     # compiled split.primal: outputs, then residuals
+    linear: Callable                     # compiled split.linear: residuals and tangents -> output tangents
+    variables: tuple
+    variable_avals: tuple
+
+    def variables_match(self) -> bool:
+        return all(v.aval == a for v, a in zip(self.variables, self.variable_avals))
+
+
+_LINEARIZE_CACHE: weakref.WeakKeyDictionary[Callable, dict] = weakref.WeakKeyDictionary()
+
+
+class LinearizedJVP:
+    """The tangent half of tk.linearize: f_jvp(*tangents) is the JVP of f at the point it was
+    linearized at, from the residuals saved then (the primal computation does not run again).
+    Tangents as for tk.jvp: one per positional argument, None for zeros."""
+
+    def __init__(self, fun, treedefs, avals, out_treedef, run_linear):
+        self._fun = fun
+        self._treedefs = treedefs
+        self._avals = avals
+        self._out_treedef = out_treedef
+        self._run_linear = run_linear
+
+    def __call__(self, *tangents):
+        tans = _tangent_leaves(self._fun, self._treedefs, self._avals, tangents, "f_jvp of tk.linearize")
+        leaves = [np.zeros(a.shape, a.dtype) if t is None else t for t, a in zip(tans, self._avals) if is_float(a.dtype)]
+        return tree_unflatten(self._out_treedef, self._run_linear(leaves)[:self._out_treedef.num_leaves])
+
+
+def linearize(fun: Callable, *primals, has_aux: bool = False, backend: str | None = None):
+    """(out, f_jvp) = tk.linearize(f, *primals): f(*primals), and f_jvp(*tangents), its JVP at that
+    point. The primal computation runs once, now, and saves what the JVP needs (residuals);
+    f_jvp runs only the tangent computation on them. With has_aux=True, (out, f_jvp, aux).
+    backend: where both halves run; default: fun's if it is a tk.jit function, else the default."""
+    if current_builder() is not None:
+        return _linearize_in_trace(fun, primals, has_aux)
+    options = {}
+    if backend is None and isinstance(fun, Staged):
+        backend, options = fun.backend, fun.options
+    backend = backend or backends.default_backend()
+    flat = flatten_call(fun, primals, device=backend == "cuda")
+    key = (flat.treedefs, flat.avals, flat.weak, has_aux, backend, tuple(sorted(options.items())))
+    try:
+        per_fun = _LINEARIZE_CACHE.setdefault(fun, {})
+    except TypeError:
+        per_fun = {}
+    staged = per_fun.get(key)
+    if staged is None or not staged.variables_match():
+        graph, out_td, captured = trace_call(fun, flat)
+        variables = tuple(captured)
+        value_td, aux_td = split_aux(fun, out_td, has_aux)
+        active = [is_float(a.dtype) for a in flat.avals] + [False] * len(variables)
+        split = forward.split_linear(forward.jvp(graph, active, zeros=True))
+        compiler = backends.get_compiler(backend, **options)
+        staged = per_fun[key] = _StagedLinearize(split, value_td, aux_td, compiler(split.primal), compiler(split.linear),
+                                                 variables, tuple(v.aval for v in variables))
+    results = staged.primal(list(flat.leaves) + [v._value for v in staged.variables])
+    n_out, n_all = staged.value_treedef.num_leaves, staged.split.num_outputs
+    residuals = list(results[n_all:])
+    device = backend == "cuda"
+
+    def run_linear(tangents):
+        arrays = [t if device and on_device(t) else host(t) for t in tangents]
+        return [to_user(t) for t in staged.linear(residuals + arrays)]
+
+    f_jvp = LinearizedJVP(fun, flat.treedefs, flat.avals, staged.value_treedef, run_linear)
+    out = tree_unflatten(staged.value_treedef, [to_user(o) for o in results[:n_out]])
+    if has_aux:
+        return out, f_jvp, tree_unflatten(staged.aux_treedef, [to_user(o) for o in results[n_out:n_all]])
+    return out, f_jvp
+
+
+def _linearize_in_trace(fun: Callable, primals: tuple, has_aux: bool):
+    """tk.linearize inside a trace: the primal graph is emitted now, the linear graph each time
+    f_jvp is called."""
+    flat = flatten_call(fun, primals)
+    graph, out_td, captured = trace_call(fun, flat)
+    value_td, aux_td = split_aux(fun, out_td, has_aux)
+    n_out = value_td.num_leaves
+    active = [is_float(a.dtype) for a in flat.avals] + [False] * len(captured)
+    split = forward.split_linear(forward.jvp(graph, active, zeros=True))
+    builder = current_builder()
+    results = _inline(split.primal, list(flat.leaves) + list(captured))
+    outs, residuals = results[:split.num_outputs], results[split.num_outputs:]
+
+    def run_linear(tangents):
+        if not builder.active:
+            raise TracerLeakError(f"the f_jvp of tk.linearize({fun_name(fun)}) was called after the trace that made it ended")
+        return _inline(split.linear, list(residuals) + list(tangents))
+
+    f_jvp = LinearizedJVP(fun, flat.treedefs, flat.avals, value_td, run_linear)
+    out = tree_unflatten(value_td, outs[:n_out])
+    if has_aux:
+        return out, f_jvp, tree_unflatten(aux_td, outs[n_out:])
+    return out, f_jvp
+
+
 # ----------------------------------------------------------------------------- introspection
 
 
 def make_ir(fun: Callable, *, mode: str = "forward", argnums: int | Sequence[int] = 0,
             static_argnums: Sequence[int] | int = (), has_aux: bool = False,
-            memory_budget: int | float | None = None):
+            memory_budget: int | float | None = None, in_axes: Any = 0, out_axes: Any = 0):
     """make_ir(f, mode=...)(*args) returns the IR that tracekern runs for these arguments.
 
     mode="forward": the Graph of f. "grad" / "value_and_grad": the joint Graph of that transform.
     "vjp": a SplitVJP with .forward (outputs + residuals) and .backward (residuals marked saved).
+    "jvp": the joint Graph of forward mode (tangents of every float argument), its tangent inputs
+    and the equations that compute tangents marked (tangent). "linearize": a SplitJVP with .primal
+    (outputs + residuals) and .linear (residuals marked saved, tangents marked tangent).
+    "vmap": the Graph of tk.vmap(f, in_axes, out_axes), each input noted with its batch axis.
     memory_budget: as for the transforms (the vjp split is then the planner's)."""
-    modes = ("forward", "grad", "value_and_grad", "vjp")
+    modes = ("forward", "grad", "value_and_grad", "vjp", "jvp", "linearize", "vmap")
     if mode not in modes:
         raise ValueError(f"make_ir: mode must be one of {modes}, got {mode!r}")
     memory_budget = remat.check_budget(memory_budget)
 
     def build(*args) -> Any:
+        if mode == "vmap":
+            if static_argnums not in ((), None):
+                raise ValueError("make_ir(mode='vmap') takes no static_argnums; tk.jit(tk.vmap(f, in_axes=...), "
+                                 "static_argnums=...).lower(*args).ir is that graph")
+            return make_vmap_ir(fun, in_axes, out_axes, args)
         if mode == "vjp":
             return stage_vjp(fun, args, has_aux, memory_budget=memory_budget)[0].split
+        if mode in ("jvp", "linearize"):
+            sig = Staged(fun, fun, static_argnums=static_argnums)._signature(args)
+            graph = sig.make_graph()[0]
+            n = len(sig.arrays)
+            joint = forward.jvp(graph, [is_float(v.dtype) for v in graph.inputs[:n]] + [False] * (len(graph.inputs) - n))
+            return forward.mark_tangents(joint, passes.simplify(joint.graph)) if mode == "jvp" else forward.split_linear(joint)
         if mode == "forward":
             staged = Staged(fun, fun, static_argnums=static_argnums)
         else:

@@ -3,7 +3,8 @@ argsort, searchsorted, scatter and np.linalg. cpu.py renders each such equation 
 `kernel(operands..., outputs...)` and calls KERNELS[name](text, operands, outputs, eqn) for its body.
 
 Sizes are read from the arrays (p0.shape[d]), so one kernel serves every shape of a dtype and rank.
-Sorting and linear algebra call Numba's np.sort / np.argsort / np.linalg (LAPACK through SciPy)."""
+Sorting and linear algebra call Numba's np.sort / np.argsort / np.linalg (LAPACK through SciPy), and eigh
+LAPACK's ?syevd on the triangle asked for (cpu_math.eigh_*), as NumPy."""
 from __future__ import annotations
 
 from . import cpu_math
@@ -108,16 +109,25 @@ def _eig(t, ops, dsts, e) -> None:
         t.emit(depth, f"{dst}[{pre}] = {r}" if names else f"{dst}[...] = {r}")
 
 
-@kernel("solve", "inv", "slogdet", "cholesky", "qr", "eigh", "svd")
+# The call on one float64 matrix of the batch, per primitive ({0}, {1}: the operands; then the params): Numba's
+# np.linalg, or cpu_math's eigh_f64, which calls LAPACK on the triangle asked for, as NumPy does
+LINALG_CALLS = {"solve": "np.linalg.solve({0}, {1})", "inv": "np.linalg.inv({0})", "slogdet": "np.linalg.slogdet({0})",
+                "cholesky": "np.linalg.cholesky({0})", "qr": "np.linalg.qr({0})",
+                "eigh": "eigh_f64({0}, {upper})", "svd": "np.linalg.svd({0}, full_matrices={full_matrices})"}
+
+
+@kernel(*LINALG_CALLS)
 def _linalg(t, ops, dsts, e) -> None:
-    """Numba's np.linalg on each matrix of the batch (LAPACK through SciPy)."""
-    name = e.primitive.name
+    """Numba's np.linalg on each matrix of the batch (LAPACK through SciPy), or eigh as NumPy computes it. Like
+    NumPy, float32 matrices are factorized in float64 and the results rounded to float32 (LAPACK's float32
+    routines are a different computation: other signs of eigenvectors and singular vectors)."""
     names, depth = _loops(t, ops[0], list(range(e.inputs[0].ndim - 2)))
     pre = ", ".join(names)
-    mats = [f"np.ascontiguousarray({op}[{pre}])" if names else f"np.ascontiguousarray({op})" for op in ops]
-    extra = f", full_matrices={e.params['full_matrices']}" if name == "svd" else ""
+    widen = {"float32": ".astype(np.float64)", "complex64": ".astype(np.complex128)"}.get(e.inputs[0].dtype.name, "")
+    mats = [f"np.ascontiguousarray({op}[{pre}]){widen}" if names else f"np.ascontiguousarray({op}){widen}" for op in ops]
+    params = dict(e.params, upper=e.params.get("uplo") == "U")
     results = [f"r{j}" for j in range(len(dsts))]
-    t.emit(depth, f"{', '.join(results)} = np.linalg.{name}({', '.join(mats)}{extra})", eqn=e)
+    t.emit(depth, f"{', '.join(results)} = {LINALG_CALLS[e.primitive.name].format(*mats, **params)}", eqn=e)
     for r, dst, v in zip(results, dsts, e.outputs):
         target = f"{dst}[{pre}]" if names else dst
         if len(v.shape) > len(names):

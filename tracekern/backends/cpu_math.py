@@ -11,6 +11,7 @@ import math
 import numpy as np
 from numba import njit, types
 from numba.extending import intrinsic
+from numba.np.numpy_support import from_dtype
 
 from ..primitives import random as random_primitives
 from ..primitives.linalg import eig_numpy  # noqa: F401  (eig's kernel calls it in object mode)
@@ -20,6 +21,7 @@ from .render import CASTS  # noqa: F401
 from .vmath import (  # noqa: F401  (re-exported to generated modules)
     INLINE,
     TRIG_LIMIT,
+    _named,
     cos_exact_f32,
     cos_exact_f64,
     cos_f32,
@@ -150,7 +152,10 @@ for _name, _fn in LIBM.items():   # arctan_f32, arctan_f64, sinh_f32, ... (gener
 
 
 # the scalar rules shared with the CUDA backend (backends/scalar_rules.py)
-sign_f, sign_i, maximum_f, minimum_f, maximum_i, minimum_i, pow_i = (njit(**INLINE)(fn) for fn in scalar_rules.ALL)
+sign_f, sign_i, maximum_f, minimum_f, maximum_i, minimum_i, pow_unchecked = (njit(**INLINE)(fn) for fn in scalar_rules.ALL)
+# (NumPy's ValueError for an integer to a negative power; the dispatcher named, for Numba's cache of the closure)
+pow_i = jit_named("pow_i_checked")(scalar_rules.raising_negative_powers(_named(pow_unchecked, "pow_unchecked")))
+RAISING = ("pow_i",)   # the functions above that raise (backends/cpu.py runs a loop that calls one serially)
 
 
 # counter-based random numbers: Threefry-2x32 on int64 words, written once in primitives/random.py
@@ -162,7 +167,7 @@ random_bits = njit(**INLINE)(random_primitives.threefry_bits)
 LIBM_UNARY = {"log2": math.log2, "log10": math.log10, "exp2": math.exp2, "cbrt": np.cbrt, "trunc": np.trunc}
 LIBM_BINARY = {"arctan2": math.atan2, "hypot": math.hypot, "copysign": math.copysign, "nextafter": np.nextafter,
                "fmod": np.fmod}
-FLOAT_FUNCTIONS = (*LIBM_UNARY, *LIBM_BINARY, "floordiv", "remainder")
+FLOAT_FUNCTIONS = (*LIBM_UNARY, *LIBM_BINARY, "floordiv", "remainder", "logaddexp", "logaddexp2")
 
 
 def _libm2(name: str, fn, T):
@@ -184,12 +189,45 @@ for _T, _sfx in ((f32, "f32"), (f64, "f64")):
                                                         globals()[f"copysign_{_sfx}"], _T)
     globals()[f"floordiv_{_sfx}"] = jit_named(f"floordiv_{_sfx}")(_floordiv)
     globals()[f"remainder_{_sfx}"] = jit_named(f"remainder_{_sfx}")(_remainder)
+    # (issue 25: logaddexp and logaddexp2 from the vectorised exp and log1p, and libm's exp2)
+    _exp, _log1p = globals()[f"exp_{_sfx}"], globals()[f"log1p_{_sfx}"]
+    globals()[f"logaddexp_{_sfx}"] = jit_named(f"logaddexp_{_sfx}")(scalar_rules.logaddexp(_exp, _log1p, _T))
+    globals()[f"logaddexp2_{_sfx}"] = jit_named(f"logaddexp2_{_sfx}")(
+        scalar_rules.logaddexp(globals()[f"exp2_{_sfx}"], _log1p, _T, base2=True))
 
 floordiv_i, remainder_i, fmod_i, gcd_i, lcm_i, take_index = (njit(**INLINE)(fn) for fn in (
     scalar_rules.floordiv_i, scalar_rules.remainder_i, scalar_rules.fmod_i, scalar_rules.gcd_i, scalar_rules.lcm_i,
     scalar_rules.take_index))
 left_shift_32, right_shift_32 = (jit_named(f"{fn.__name__}_32")(fn) for fn in scalar_rules.shifts(32))
 left_shift_64, right_shift_64 = (jit_named(f"{fn.__name__}_64")(fn) for fn in scalar_rules.shifts(64))
+
+
+# -- issue 25: np.linalg.eigh as NumPy computes it: LAPACK's ?syevd on the triangle asked for, of a Fortran-order
+# copy (Numba's np.linalg.eigh reads the lower triangle only; a transpose's lower triangle is a different computation,
+# whose eigenvectors may have other signs). numba_ez_xxxevd is Numba's C wrapper of scipy.linalg.cython_lapack's
+# ?syevd (the one its np.linalg.eigh calls, with "L"), resolved by name: the kernels stay cacheable. As NumPy, a NaN in
+# the triangle read raises LinAlgError (LAPACK's failure), one in the other triangle is never read.
+def _eigh(T, kind: str):
+    evd = types.ExternalFunction("numba_ez_xxxevd", types.intc(
+        types.char, types.char, types.char, types.intp, types.CPointer(from_dtype(T)), types.intp,
+        types.CPointer(from_dtype(T))))
+    kind_code, vectors, lower, upper = ord(kind), ord("V"), ord("L"), ord("U")
+
+    def eigh(a, upper_triangle):
+        n = a.shape[-1]
+        v = a.T.copy().T   # (a Fortran-order copy, which LAPACK overwrites with the eigenvectors)
+        w = np.empty(n, T)
+        if n == 0:
+            return w, v
+        r = evd(kind_code, vectors, upper if upper_triangle else lower, n, v.ctypes, n, w.ctypes)
+        if r != 0:
+            raise np.linalg.LinAlgError("Eigenvalues did not converge")
+        return w, v
+
+    return eigh
+
+
+eigh_f64 = jit_named("eigh_f64")(_eigh(f64, "d"))   # (float32 matrices are computed in float64, as NumPy)
 
 
 def integer_functions(dtype_name: str) -> dict[str, str]:

@@ -108,7 +108,7 @@ LIBM_UNARY = {"log2": (math.log2, np.log2), "log10": (math.log10, np.log10), "ex
 LIBM_BINARY = {"arctan2": (math.atan2, np.arctan2), "hypot": (math.hypot, np.hypot),
                "copysign": (math.copysign, np.copysign), "nextafter": (math.nextafter, np.nextafter),
                "fmod": (math.fmod, np.fmod)}
-FLOAT_FUNCTIONS = (*LIBM_UNARY, *LIBM_BINARY, "floordiv", "remainder")
+FLOAT_FUNCTIONS = (*LIBM_UNARY, *LIBM_BINARY, "floordiv", "remainder", "logaddexp", "logaddexp2")
 
 
 def _libm_by_dtype(gpu_fn, np_fn, T, nargs: int):
@@ -138,6 +138,9 @@ for _T, _sfx in ((f32, "f32"), (f64, "f64")):
     _floordiv, _remainder = scalar_rules.float_division(globals()[f"fmod_{_sfx}"], globals()[f"floor_{_sfx}"],
                                                         globals()[f"copysign_{_sfx}"], _T)
     globals()[f"floordiv_{_sfx}"], globals()[f"remainder_{_sfx}"] = _device(_floordiv), _device(_remainder)
+    # (issue 25: exp and log1p are only called in their domains here, so Python's math serves the simulator too)
+    globals()[f"logaddexp_{_sfx}"] = _device(scalar_rules.logaddexp(math.exp, math.log1p, _T))
+    globals()[f"logaddexp2_{_sfx}"] = _device(scalar_rules.logaddexp(globals()[f"exp2_{_sfx}"], math.log1p, _T, base2=True))
 
 floordiv_i, remainder_i, fmod_i, gcd_i, lcm_i, take_index = (_device(fn) for fn in (
     scalar_rules.floordiv_i, scalar_rules.remainder_i, scalar_rules.fmod_i, scalar_rules.gcd_i, scalar_rules.lcm_i,

@@ -32,7 +32,8 @@ def minimum_i(a, b):
 
 
 def pow_i(a, b):
-    # integer power by squaring, wrapping like NumPy; negative exponents give 0 (1 or -1 for |a| == 1)
+    # integer power by squaring, wrapping like NumPy; negative exponents give 0 (1 or -1 for |a| == 1): the cuda
+    # backend's (a kernel cannot raise); the cpu backend raises NumPy's ValueError first (raising_negative_powers)
     if b < 0:
         return a * 0 + (1 if a == 1 else ((1 if b % 2 == 0 else -1) if a == -1 else 0))
     result = a * 0 + 1
@@ -46,6 +47,17 @@ def pow_i(a, b):
 
 
 ALL = (sign_f, sign_i, maximum_f, minimum_f, maximum_i, minimum_i, pow_i)
+
+
+def raising_negative_powers(power):
+    """The cpu backend's integer power: `power` (pow_i, compiled) after raising NumPy's ValueError for a negative
+    exponent (issue 25; Numba raises it from njit code, prange loops included)."""
+    def pow_i_checked(a, b):
+        if b < 0:
+            raise ValueError("Integers to negative integer powers are not allowed.")
+        return power(a, b)
+
+    return pow_i_checked
 
 
 # -- issue 19: integer division and shifts as NumPy's, gcd/lcm, float division rules, gather indices ------
@@ -143,6 +155,26 @@ def float_division(fmod, floor, copysign, T):
         return copysign(zero, b)
 
     return floordiv, remainder
+
+
+def logaddexp(exp, log1p, T, base2: bool = False):
+    """np.logaddexp for one float type T (base2: np.logaddexp2, with exp the backend's exp2), as NumPy's
+    npy_logaddexp: equal operands (infinities of one sign included) give x + log 2 (x + 1), otherwise the larger
+    plus log1p(exp(-|x - y|)) (over ln 2), and NaN stays NaN."""
+    tie = T(1.0) if base2 else T(math.log(2.0))
+    scale = T(1.0 / math.log(2.0)) if base2 else T(1.0)
+
+    def fn(x, y):
+        if x == y:
+            return x + tie
+        d = x - y
+        if d > 0:
+            return x + scale * log1p(exp(-d))
+        if d <= 0:
+            return y + scale * log1p(exp(d))
+        return d   # (NaN)
+
+    return fn
 
 
 def take_index(i, n):

@@ -15,12 +15,13 @@ from .contractions import matmul
 from .contractions import outer as _outer
 from .contractions import tensordot as _tensordot
 from .contractions import vecdot as _vecdot
+from .reductions import _sqrt_or_zero
 from .reductions import max as _max
 from .reductions import min as _min
 from .reductions import sum as _sum
 from .shapes import broadcast_to, matrix_transpose, moveaxis, reshape, squeeze
 from .shapes import diagonal as _diagonal
-from .ufuncs import absolute, add, divide, exp, greater, imag, multiply, power, real, sqrt, where
+from .ufuncs import absolute, add, divide, equal, exp, greater, imag, multiply, power, real, where
 
 EighResult = type(np.linalg.eigh(np.eye(1)))
 SVDResult = type(np.linalg.svd(np.eye(1)))
@@ -95,7 +96,7 @@ def eigh(a, UPLO="L"):   # noqa: N803 (NumPy's name)
     a = _matrices(a, "eigh")
     if UPLO not in ("L", "U"):
         raise ValueError(with_location("np.linalg.eigh: UPLO must be 'L' or 'U'"))
-    w, v = bind(P.eigh, a if UPLO == "L" else matrix_transpose(a))
+    w, v = bind(P.eigh, a, uplo=UPLO)
     return EighResult(w, v)
 
 
@@ -147,7 +148,7 @@ def _abs2(x):
 def _vector_norm(x, axes, ord, keepdims):
     a = absolute(x)
     if ord is None or ord == 2:
-        return sqrt(_sum(_abs2(x), axis=axes, keepdims=keepdims))
+        return _sqrt_or_zero(_sum(_abs2(x), axis=axes, keepdims=keepdims))
     if ord == np.inf:
         return _max(a, axis=axes, keepdims=keepdims)
     if ord == -np.inf:
@@ -158,7 +159,11 @@ def _vector_norm(x, axes, ord, keepdims):
         return _sum(a, axis=axes, keepdims=keepdims)
     if isinstance(ord, str):
         raise ValueError(with_location(f"norm: invalid norm order {ord!r} for vectors"))
-    return power(_sum(power(a, float(ord)), axis=axes, keepdims=keepdims), 1.0 / float(ord))
+    total = _sum(power(a, float(ord)), axis=axes, keepdims=keepdims)
+    if float(ord) < 0:
+        return power(total, 1.0 / float(ord))
+    zero = equal(total, 0)   # (the zero vector: the subgradient 0, as _sqrt_or_zero)
+    return where(zero, 0, power(where(zero, 1, total), 1.0 / float(ord)))
 
 
 def matrix_norm(x, /, *, keepdims=False, ord="fro"):
@@ -171,7 +176,7 @@ def _matrix_norm(x, axes, ord, keepdims):
     r, c = axes
     nd = len(_shape(x))
     if ord in (None, "fro"):
-        return sqrt(_sum(_abs2(x), axis=axes, keepdims=keepdims))
+        return _sqrt_or_zero(_sum(_abs2(x), axis=axes, keepdims=keepdims))
     a = absolute(x)
     if ord in (1, -1):
         col = _sum(a, axis=r, keepdims=True)
@@ -194,7 +199,7 @@ def norm(x, ord=None, axis=None, keepdims=False):
     nd = len(_shape(x))
     if axis is None:
         if ord is None:
-            y = sqrt(_sum(_abs2(x)))
+            y = _sqrt_or_zero(_sum(_abs2(x)))
             return reshape(y, (1,) * nd) if keepdims else y
         axis = tuple(range(nd))
     axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)

@@ -18,6 +18,7 @@ from .ufuncs import (
     equal,
     greater,
     imag,
+    isfinite,
     isnan,
     logical_not,
     logical_or,
@@ -27,6 +28,7 @@ from .ufuncs import (
     not_equal,
     real,
     sqrt,
+    stop_gradient,
     subtract,
     where,
 )
@@ -116,13 +118,40 @@ def _dof(n, ddof, correction):
     return n - ddof
 
 
+def _sqrt_or_zero(v):
+    """sqrt(v) with the subgradient 0 where v == 0: std where a slice's values are all equal, the 2-norm of a
+    zero vector (functions that are 0 there and not differentiable, like hypot at the origin). The untaken branch
+    is evaluated at 1 there (a "double where"), so second derivatives are finite (0) too, not 0 * inf."""
+    zero = equal(v, 0)
+    return where(zero, 0, sqrt(where(zero, 1, v)))
+
+
+def _shifted(a, axis, shift):
+    """a minus a value of each slice along axis (gradient-stopped; 0 where it is not finite), before the mean is
+    taken: the classic shifted-data variance, and a slice of equal values then has deviations exactly 0 (its
+    mean alone may round off them), so that std there is exactly 0 and has the gradient 0."""
+    if _count(a, axis) < 2:
+        return a   # (one value: its mean is itself, and its deviation exactly 0, already)
+    s = stop_gradient(shift)
+    return subtract(a, where(isfinite(s), s, 0))
+
+
+def _first(a, axis):
+    """Each slice's first value along axis, keepdims."""
+    axes = _axes(axis, len(_shape(a)), "var")
+    return a[tuple(slice(0, 1) if i in axes else slice(None) for i in range(len(_shape(a))))]
+
+
 def var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=None, mean=None, correction=None):
-    """Two reductions: the mean, then the sum of squared deviations over (n - ddof)."""
+    """Two reductions: the mean, then the sum of squared deviations over max(n - ddof, 0), as NumPy (inf, or NaN,
+    when ddof >= n). The deviations are taken after shifting each slice by its first value (_shifted)."""
     _reject("var", out=out, where=where, mean=mean)
     a = _inexact(_array(a, "var"), "var") if dtype is None else astype(a, dtype)
+    a = _shifted(a, axis, _first(a, axis))
     m = globals()["mean"](a, axis, keepdims=True)
     d = subtract(a, m)
-    return divide(sum(_abs2(d), axis, keepdims=keepdims), _dof(_count(a, axis), ddof, correction))
+    dof = _dof(_count(a, axis), ddof, correction)
+    return divide(sum(_abs2(d), axis, keepdims=keepdims), dof if dof > 0 else 0)
 
 
 def _abs2(d):
@@ -134,7 +163,8 @@ def _abs2(d):
 
 
 def std(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=None, mean=None, correction=None):
-    return sqrt(var(a, axis, dtype, out, ddof, keepdims, where=where, mean=mean, correction=correction))
+    """sqrt(var), with the gradient 0 where var is 0 (_sqrt_or_zero)."""
+    return _sqrt_or_zero(var(a, axis, dtype, out, ddof, keepdims, where=where, mean=mean, correction=correction))
 
 
 def ptp(a, axis=None, out=None, keepdims=False):
@@ -247,17 +277,24 @@ def nanmean(a, axis=None, dtype=None, out=None, keepdims=False, *, where=None):
 
 
 def nanvar(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=None, mean=None, correction=None):
+    """var of the values that are not NaN; NaN where the degrees of freedom are <= 0, as NumPy (an integer array
+    has no NaN, and NumPy's np.var rules apply to it). Each slice is shifted by its largest value first."""
     _reject("nanvar", out=out, where=where, mean=mean)
-    a = _inexact(_array(a, "nanvar"), "nanvar") if dtype is None else astype(a, dtype)
+    a = _array(a, "nanvar")
+    if dtype is None and not is_float(_dtype(a)):
+        return var(a, axis, ddof=ddof, keepdims=keepdims, correction=correction)
+    a = _inexact(a, "nanvar") if dtype is None else astype(a, dtype)
+    if not is_complex(_dtype(a)):   # (complex numbers have no order to take a largest value by)
+        a = _shifted(a, axis, max(_where(isnan(a), -np.inf, a), axis, keepdims=True))
     m = nanmean(a, axis, keepdims=True)
     d = _where(isnan(a), 0, subtract(a, m))
     sq = _abs2(d)
-    n = _cast(_valid(a, axis, keepdims), _dtype(sq))
-    return divide(sum(sq, axis, keepdims=keepdims), subtract(n, ddof if correction is None else correction))
+    dof = subtract(_cast(_valid(a, axis, keepdims), _dtype(sq)), ddof if correction is None else correction)
+    return divide(sum(sq, axis, keepdims=keepdims), _where(greater(dof, 0), dof, np.nan))
 
 
 def nanstd(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=None, mean=None, correction=None):
-    return sqrt(nanvar(a, axis, dtype, out, ddof, keepdims, where=where, mean=mean, correction=correction))
+    return _sqrt_or_zero(nanvar(a, axis, dtype, out, ddof, keepdims, where=where, mean=mean, correction=correction))
 
 
 def average(a, axis=None, weights=None, returned=False, *, keepdims=False):

@@ -1,5 +1,5 @@
 """Elementwise functions: every ufunc of the elementwise primitive table (np.add, np.arctan2, ...),
-with NumPy's promotion, and the ones composed from them (logaddexp, fmax, heaviside, sinc,
+with NumPy's promotion, and the ones composed from them (fmax, heaviside, sinc,
 nan_to_num, ...), which fuse into the same loops. Also where, clip, astype, round."""
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def _ufunc_op(ufunc, prim, fname: str) -> Callable:
 BY_UFUNC: dict = {p.ufunc: p for p in REGISTRY.values() if isinstance(p, Elementwise) and p.ufunc is not None}
 OPS: dict[str, Callable] = {u.__name__: _ufunc_op(u, p, u.__name__) for u, p in BY_UFUNC.items()}
 
-add, subtract, multiply, divide, power = (OPS[n] for n in ("add", "subtract", "multiply", "divide", "power"))
+add, subtract, multiply, divide = (OPS[n] for n in ("add", "subtract", "multiply", "divide"))
 true_divide = divide
 negative, floor, ceil, rint = (OPS[n] for n in ("negative", "floor", "ceil", "rint"))
 maximum, minimum, exp, log, log1p, expm1, sqrt = (OPS[n] for n in ("maximum", "minimum", "exp", "log", "log1p", "expm1", "sqrt"))
@@ -60,8 +60,24 @@ less, less_equal, greater, greater_equal, equal, not_equal = (OPS[n] for n in (
 arctan2, hypot, cbrt, log2, log10, exp2, trunc, copysign, nextafter = (OPS[n] for n in (
     "arctan2", "hypot", "cbrt", "log2", "log10", "exp2", "trunc", "copysign", "nextafter"))
 floor_divide, remainder, fmod = (OPS[n] for n in ("floor_divide", "remainder", "fmod"))
+logaddexp, logaddexp2 = OPS["logaddexp"], OPS["logaddexp2"]
 bitwise_and, bitwise_or, bitwise_xor, left_shift, right_shift, gcd, lcm = (OPS[n] for n in (
     "bitwise_and", "bitwise_or", "bitwise_xor", "left_shift", "right_shift", "gcd", "lcm"))
+
+
+def power(x1, x2):
+    """np.power, traced. As NumPy, an integer to a negative integer power raises ValueError: here, at trace time,
+    for a constant exponent; a traced exponent raises from the compiled cpu kernel when it runs (the interpreter
+    raises NumPy's own; a cuda kernel cannot raise, and gives 0, or 1 or -1 for a base of 1 or -1)."""
+    y = OPS["power"](x1, x2)
+    if _dtype(y).kind in "iu" and not isinstance(x2, Tracer) and np.any(np.asarray(x2) < 0):
+        raise ValueError(with_location(
+            f"Integers to negative integer powers are not allowed: np.power (or **) of an integer array "
+            f"(shape {tuple(np.shape(x1))}, {_dtype(x1)}) to {np.asarray(x2).tolist()!r}, as in NumPy. Use a float "
+            f"base, x.astype(np.float64) ** k, or 1.0 / x ** -k"))
+    return y
+
+
 mod = remainder
 fix = trunc
 
@@ -165,22 +181,6 @@ def _pick(c, a, b):
     return bind(P.select, c, *_promote("where", a, b))
 
 
-def logaddexp(x1, x2):
-    """log(exp(x1) + exp(x2)) without overflow: max + log1p(exp(-|x1 - x2|)); equal operands (both
-    infinite included) give x + log 2, and their gradients share 1/2 each (maximum's ties)."""
-    x1, x2 = _promote("logaddexp", x1, x2)
-    same = equal(x1, x2)
-    gap = _pick(same, 0, negative(absolute(subtract(x1, x2))))
-    return add(maximum(x1, x2), log1p(exp(gap)))
-
-
-def logaddexp2(x1, x2):
-    x1, x2 = _promote("logaddexp2", x1, x2)
-    same = equal(x1, x2)
-    gap = _pick(same, 0, negative(absolute(subtract(x1, x2))))
-    return add(maximum(x1, x2), divide(log1p(exp2(gap)), math.log(2.0)))
-
-
 def fmax(x1, x2):
     """maximum that ignores a NaN operand (NaN only when both are)."""
     x1, x2 = _promote("fmax", x1, x2)
@@ -216,12 +216,22 @@ def rad2deg(x):
 radians, degrees = deg2rad, rad2deg
 
 
+_SINC_TAYLOR = (1.0, -1 / 6, 1 / 120, -1 / 5040, 1 / 362880)   # sinc(x) = sum c_k z**k, z = (pi x)**2
+_SINC_SMALL = 0.03   # below it the polynomial is exact to rounding (the next term is < 1e-17)
+
+
 def sinc(x):
-    """sin(pi x) / (pi x), 1 at 0 (the zero is replaced before dividing, so gradients stay finite)."""
+    """sin(pi x) / (pi x), and its Taylor polynomial near 0, so that the value there is 1 and the derivatives
+    are the true ones (the second is -pi**2 / 3 at 0), not a constant's. Each branch is evaluated at a safe
+    point where it is not taken (a "double where": no 0 / 0 and no 0 * inf in the gradients)."""
     x = x if is_float(_dtype(x)) else _cast(x, np.float64)
-    zero = equal(x, 0)
-    y = multiply(_pick(zero, 1, x), math.pi)
-    return _pick(zero, 1, divide(sin(y), y))
+    small = less(absolute(x), _SINC_SMALL)
+    z = square(multiply(_pick(small, x, 0), math.pi))
+    taylor = _SINC_TAYLOR[-1]
+    for c in reversed(_SINC_TAYLOR[:-1]):
+        taylor = add(multiply(taylor, z), c)
+    y = multiply(_pick(small, 1, x), math.pi)
+    return _pick(small, taylor, divide(sin(y), y))
 
 
 def spacing(x):
@@ -406,12 +416,12 @@ def stop_gradient(x):
 # ufunc -> traced function, for __array_ufunc__ (np.abs is np.absolute, np.acos is np.arccos...)
 UFUNCS: dict = {u: OPS[u.__name__] for u in BY_UFUNC}
 UFUNCS.update({
-    np.absolute: absolute, np.sign: sign,
+    np.absolute: absolute, np.sign: sign, np.power: power,
     np.positive: positive, np.square: square, np.reciprocal: reciprocal,
     np.isnan: isnan, np.isinf: isinf, np.isfinite: isfinite, np.logical_and: logical_and,
     np.logical_or: logical_or, np.logical_not: logical_not, np.logical_xor: logical_xor, np.invert: invert,
-    np.signbit: signbit, np.fabs: fabs, np.float_power: float_power, np.logaddexp: logaddexp,
-    np.logaddexp2: logaddexp2, np.fmax: fmax, np.fmin: fmin, np.heaviside: heaviside, np.deg2rad: deg2rad,
-    np.rad2deg: rad2deg, np.radians: radians, np.degrees: degrees, np.spacing: spacing, np.ldexp: ldexp,
+    np.signbit: signbit, np.fabs: fabs, np.float_power: float_power, np.fmax: fmax, np.fmin: fmin,
+    np.heaviside: heaviside, np.deg2rad: deg2rad, np.rad2deg: rad2deg, np.radians: radians, np.degrees: degrees,
+    np.spacing: spacing, np.ldexp: ldexp,
     np.divmod: divmod, np.modf: modf, np.frexp: frexp, np.conjugate: conj,
 })

@@ -3,9 +3,11 @@
 Operands broadcast as in NumPy; every VJP is un-broadcast to its operand's shape in one place
 (Elementwise.vjp), which also applies the complex convention: a gradient rule is written as the
 derivative, ct * f'(x), and for complex operands the cotangent is ct * conj(f'(z)) (PyTorch's:
-the README's "Complex numbers"). The table at the bottom is where an elementwise primitive is defined: its NumPy
-ufunc (which also makes np.<ufunc> traceable), its gradients, written with ops, and its scalar
-template, whose {math} names each backend's math module resolves (cpu_math, cuda_math)."""
+the README's "Complex numbers"); every JVP is read from the same gradient rules (Elementwise.jvp),
+which need no conjugate (a tangent is multiplied by f'(z) itself). The table at the bottom is where
+an elementwise primitive is defined: its NumPy ufunc (which also makes np.<ufunc> traceable), its
+gradients, written with ops, and its scalar template, whose {math} names each backend's math module
+resolves (cpu_math, cuda_math)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
@@ -14,7 +16,7 @@ import numpy as np
 
 from ..errors import IRError, ShapeError
 from ..ir import FLOAT_DTYPES, SUPPORTED_DTYPES, Aval, is_complex, is_inexact, real_dtype
-from . import ops
+from . import lanes, ops
 from .core import Primitive
 
 
@@ -59,6 +61,14 @@ class Elementwise(Primitive):
         # "real" (float, int or bool), "numeric" (any, complex included), "float" (float32, float64),
         # "inexact" (float or complex), "bool", "int" (int32, int64), "integer" (int or bool)
         self.dtypes = dtypes
+
+    def batch(self, args, batched, **params):
+        """Batched operands get size-1 axes after their batch axis up to the widest lane, so that
+        NumPy's broadcasting (trailing axes first) lines the lanes up; unbatched ones broadcast as
+        they are. One rule for the whole table (select and random_bits included)."""
+        ndim = max(lanes.lane_ndim(a, b) for a, b in zip(args, batched))
+        args = [lanes.with_lane_ndim(a, ndim) if b else a for a, b in zip(args, batched)]
+        return [ops.emit(self, *args, **params)], [True]
 
     def abstract_eval(self, *avals: Aval, **params) -> tuple[Aval, ...]:
         if len(avals) != self.nin:
@@ -111,6 +121,20 @@ class Elementwise(Primitive):
             result.append(ops.unbroadcast(raw, tuple(x.shape)))
         return result
 
+    def jvp(self, tangents, ins, outs, **params):
+        """The same table read forwards: each gradient rule is elementwise and linear in its
+        cotangent, so it maps an operand's tangent (broadcast to the output's shape) to that
+        operand's share of the output's tangent; the shares add up."""
+        out, total = outs[0], None
+        for rule, t in zip(self.grads, tangents):
+            if t is None or rule is None:
+                continue
+            if tuple(t.shape) != tuple(out.shape):
+                t = ops.broadcast_to(t, shape=tuple(out.shape))
+            share = rule(t, *ins, out)
+            total = share if total is None else ops.add(total, share)
+        return [total]
+
 
 def _safe_log(x):
     # log(x), with log(1) = 0 standing in where x == 0: pow's exponent gradient at a zero base
@@ -118,7 +142,12 @@ def _safe_log(x):
 
 
 def _pow_base(ct, x, y, out):
-    return ops.mul(ct, ops.select(ops.eq(y, 0), ops.full_like(out, 0), ops.mul(y, ops.power(x, ops.sub(y, 1)))))
+    # y * x**(y - 1), and 0 where x == y == 0 (x**0 is constant; the formula is 0 * inf there). Only there: at
+    # y == 0 and x != 0 it is 0 with the derivative 1 / x in y. The untaken branch is evaluated at x = 1 (a
+    # "double where"): 0 * 0**-1's own derivative would make the second derivative NaN.
+    both_zero = ops.logical_and(ops.eq(y, 0), ops.eq(x, 0))
+    safe_x = ops.select(both_zero, ops.full_like(x, 1), x)
+    return ops.mul(ct, ops.select(both_zero, ops.full_like(out, 0), ops.mul(y, ops.power(safe_x, ops.sub(y, 1)))))
 
 
 def _share(ct, wins, ties):
@@ -250,6 +279,9 @@ class Convert(Primitive):
     fusion = "elementwise"
     scalar = "{0}"
 
+    def batch(self, args, batched, *, dtype):
+        return [ops.convert(args[0], dtype=dtype)], [True]
+
     def abstract_eval(self, x: Aval, *, dtype):
         if np.dtype(dtype) not in SUPPORTED_DTYPES:
             raise TypeError(f"astype: dtype {dtype} is not supported")
@@ -268,6 +300,12 @@ class Convert(Primitive):
             ct = ops.real(ct)
         return [ops.convert(ct, dtype=x.dtype) if x.dtype != ct.dtype else ct]
 
+    def jvp(self, tangents, ins, outs, *, dtype):
+        (t,) = tangents
+        if not is_inexact(dtype):
+            return [None]
+        return [ops.convert(t, dtype=np.dtype(dtype)) if t.dtype != np.dtype(dtype) else t]
+
 
 convert = Convert("convert")
 
@@ -277,6 +315,9 @@ class StopGradient(Primitive):
 
     fusion = "elementwise"
     scalar = "{0}"
+
+    def batch(self, args, batched):
+        return [ops.stop_gradient(args[0])], [True]
 
     def abstract_eval(self, x: Aval):
         return (x,)
@@ -302,6 +343,9 @@ class ComplexPart(Primitive):
     def __init__(self, name: str, scalar: str):
         super().__init__(name)
         self.scalar = scalar
+
+    def batch(self, args, batched):
+        return [ops.emit(self, args[0])], [True]
 
     def abstract_eval(self, z: Aval):
         if not is_complex(z.dtype):
@@ -338,8 +382,31 @@ def _zero_where_out_is_zero(ct, v, out):
     return ops.select(zero, ops.full_like(ct, 0), ops.div(ops.mul(ct, v), safe))
 
 
-def _sum_of_squares(a, b):
-    return ops.add(ops.mul(a, a), ops.mul(b, b))
+def _over_squared_radius(ct, v, y, x):
+    # ct * v / (x**2 + y**2) (arctan2's gradients), as (v / r) / r with r = hypot(x, y), whose square cannot
+    # underflow; 0 at the origin (a subgradient, as hypot's), the untaken branch evaluated at r = 1 there
+    r = ops.hypot(x, y)
+    origin = ops.eq(r, 0)
+    safe = ops.select(origin, ops.full_like(r, 1), r)
+    return ops.select(origin, ops.full_like(ct, 0), ops.div(ops.div(ops.mul(ct, v), safe), safe))
+
+
+def _logaddexp_weight(x, y, scale: float):
+    """d logaddexp(x, y) / dx = exp(x - out) = sigmoid(scale * (x - y)) (scale ln 2 for logaddexp2): 1/2 at a tie,
+    with derivatives of its own there (second derivatives 1/4 and -1/4), 1 or 0 against a finite operand when x
+    is infinite, 1/2 at a tie of infinities (whose difference is NaN: 0 is used instead), NaN for NaN.
+    Computed from x - y, not from the rounded out, and with exp of a non-positive number only; each branch of
+    each select is evaluated at a safe point where it is not taken (a "double where": no 0 * inf in the
+    derivatives)."""
+    inf_tie = ops.logical_and(ops.eq(x, y), ops.eq(ops.abs(x), np.inf))
+    zero = ops.full_like(x, 0)
+    d = ops.select(inf_tie, zero, ops.sub(x, y))
+    if scale != 1.0:
+        d = ops.mul(d, scale)
+    up = ops.ge(d, 0)
+    e_up = ops.exp(ops.neg(ops.select(up, d, zero)))     # exp(-d), d >= 0
+    e_down = ops.exp(ops.select(up, zero, d))            # exp(d), d < 0
+    return ops.select(up, ops.div(1, ops.add(e_up, 1)), ops.div(e_down, ops.add(e_down, 1)))
 
 
 trunc = Elementwise("trunc", np.trunc, None, dtypes="float", scalar="{trunc}({0})")
@@ -350,8 +417,8 @@ log10 = Elementwise("log10", np.log10, [lambda ct, x, out: ops.div(ct, ops.mul(x
                     scalar="{log10}({0})")
 exp2 = Elementwise("exp2", np.exp2, [lambda ct, x, out: ops.mul(ct, ops.mul(out, _LN2))], dtypes="inexact", scalar="{exp2}({0})")
 arctan2 = Elementwise("arctan2", np.arctan2,
-                      [lambda ct, y, x, out: ops.div(ops.mul(ct, x), _sum_of_squares(x, y)),
-                       lambda ct, y, x, out: ops.neg(ops.div(ops.mul(ct, y), _sum_of_squares(x, y)))],
+                      [lambda ct, y, x, out: _over_squared_radius(ct, x, y, x),
+                       lambda ct, y, x, out: ops.neg(_over_squared_radius(ct, y, y, x))],
                       dtypes="float", scalar="{arctan2}({0}, {1})")
 hypot = Elementwise("hypot", np.hypot, [lambda ct, x, y, out: _zero_where_out_is_zero(ct, x, out),
                                         lambda ct, x, y, out: _zero_where_out_is_zero(ct, y, out)],
@@ -362,6 +429,16 @@ copysign = Elementwise("copysign", np.copysign,
                        dtypes="float", scalar="{copysign}({0}, {1})")
 nextafter = Elementwise("nextafter", np.nextafter, [lambda ct, x, y, out: ct, None], dtypes="float",
                         scalar="{nextafter}({0}, {1})")
+# issue 25: log(exp(x) + exp(y)) and log2(2**x + 2**y) as NumPy computes them (scalar_rules.logaddexp), with the
+# softmax weights as gradients (smooth at ties, so second derivatives there are right)
+logaddexp = Elementwise("logaddexp", np.logaddexp,
+                        [lambda ct, x, y, out: ops.mul(ct, _logaddexp_weight(x, y, 1.0)),
+                         lambda ct, x, y, out: ops.mul(ct, _logaddexp_weight(y, x, 1.0))],
+                        dtypes="float", scalar="{logaddexp}({0}, {1})")
+logaddexp2 = Elementwise("logaddexp2", np.logaddexp2,
+                         [lambda ct, x, y, out: ops.mul(ct, _logaddexp_weight(x, y, _LN2)),
+                          lambda ct, x, y, out: ops.mul(ct, _logaddexp_weight(y, x, _LN2))],
+                         dtypes="float", scalar="{logaddexp2}({0}, {1})")
 # NumPy's integer and float division rules: floor division and a remainder with the divisor's sign (a
 # zero divisor gives 0 for integers, inf/nan for floats); fmod keeps the dividend's sign (C's)
 floor_divide = Elementwise("floor_divide", np.floor_divide, None, scalar="{floordiv}({0}, {1})")

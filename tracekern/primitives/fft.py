@@ -46,6 +46,10 @@ class FFT(Primitive):
 
     linear = True   # (forward mode may apply it to tangents)
 
+    def batch(self, args, batched, **params):
+        """Over trailing axes: a leading batch axis is one more axis it leaves alone."""
+        return [ops.fft(args[0], **params)], [True]
+
     def abstract_eval(self, x: Aval, *, kind: str, inverse: bool, ndim: int, n: int | None):
         if kind not in KINDS:
             raise ValueError(f"fft: kind must be one of {KINDS}, got {kind!r}")

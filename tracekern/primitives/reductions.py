@@ -7,7 +7,7 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..ir import Aval, is_complex
-from . import ops
+from . import lanes, ops
 from .core import Primitive
 
 
@@ -24,6 +24,9 @@ class Reduce(Primitive):
         self.combine = combine
         self.identity = identity  # "0", "1", "-inf", "+inf" (the dtype's lowest/highest for integers)
 
+    def batch(self, args, batched, *, axes):
+        return [ops.emit(self, args[0], axes=lanes.shift(axes))], [True]
+
     def abstract_eval(self, x: Aval, *, axes: tuple[int, ...]):
         if tuple(sorted(set(axes))) != tuple(axes) or any(not 0 <= a < x.ndim for a in axes):
             raise ShapeError(f"{self.name}: axes {axes} are not valid sorted axes of an array of shape {x.shape}")
@@ -36,6 +39,8 @@ class Reduce(Primitive):
 
 
 class ReduceSum(Reduce):
+    linear = True
+
     def vjp(self, cts, ins, outs, active, *, axes):
         return [ops.expand(cts[0], ins[0].shape, axes)]
 
@@ -51,29 +56,45 @@ class ReduceMinMax(Reduce):
 
     def vjp(self, cts, ins, outs, active, *, axes):
         x = ins[0]
-        mask = ops.convert(ops.eq(x, ops.expand(outs[0], x.shape, axes)), dtype=x.dtype)
-        count = ops.reduce_sum(mask, axes=axes)
-        return [ops.mul(mask, ops.expand(ops.div(cts[0], count), x.shape, axes))]
+        return [ops.mul(_extremum_weights(x, outs[0], axes), ops.expand(cts[0], x.shape, axes))]
+
+    def jvp(self, tangents, ins, outs, *, axes):
+        return [ops.reduce_sum(ops.mul(_extremum_weights(ins[0], outs[0], axes), tangents[0]), axes=axes)]
 
 
 class ReduceProd(Reduce):
     """d prod / d x_i = product of the other entries, computed without dividing by zero."""
 
     def vjp(self, cts, ins, outs, active, *, axes):
-        return [ops.holomorphic(lambda ct: self._vjp(ct, ins[0], axes), cts[0], ins[0])]
+        x = ins[0]
+        # (holomorphic: for complex values, the conjugate derivative)
+        return [ops.holomorphic(lambda ct: ops.mul(_other_entries(x, axes), ops.expand(ct, x.shape, axes)), cts[0], x)]
 
-    @staticmethod
-    def _vjp(ct, x, axes):
-        is_zero = ops.eq(x, ops.full_like(x, 0, shape=()))
-        ones = ops.full_like(x, 1)
-        nonzero_prod = ops.expand(ops.reduce_prod(ops.select(is_zero, ones, x), axes=axes), x.shape, axes)
-        zeros_count = ops.expand(ops.reduce_sum(ops.convert(is_zero, dtype=x.dtype), axes=axes), x.shape, axes)
-        zero = ops.sub(ones, 1)
-        others = ops.select(
-            ops.eq(zeros_count, zero), ops.div(nonzero_prod, ops.select(is_zero, ones, x)),
-            ops.select(ops.logical_and(is_zero, ops.eq(zeros_count, ones)), nonzero_prod, zero),
-        )
-        return ops.mul(others, ops.expand(ct, x.shape, axes))
+    def jvp(self, tangents, ins, outs, *, axes):
+        return [ops.reduce_sum(ops.mul(_other_entries(ins[0], axes), tangents[0]), axes=axes)]
+
+
+# d out = (sum over the axes of) weights * d x for min, max and prod: the VJP multiplies the expanded
+# cotangent by the weights, the JVP sums the weighted tangent
+
+
+def _extremum_weights(x, out, axes):
+    """1 / (number of ties) where x equals the extremum, 0 elsewhere."""
+    mask = ops.convert(ops.eq(x, ops.expand(out, x.shape, axes)), dtype=x.dtype)
+    return ops.div(mask, ops.expand(ops.reduce_sum(mask, axes=axes), x.shape, axes))
+
+
+def _other_entries(x, axes):
+    """The product of the other entries of each one's slice, without dividing by zero."""
+    is_zero = ops.eq(x, ops.full_like(x, 0, shape=()))
+    ones = ops.full_like(x, 1)
+    nonzero_prod = ops.expand(ops.reduce_prod(ops.select(is_zero, ones, x), axes=axes), x.shape, axes)
+    zeros_count = ops.expand(ops.reduce_sum(ops.convert(is_zero, dtype=x.dtype), axes=axes), x.shape, axes)
+    zero = ops.sub(ones, 1)
+    return ops.select(
+        ops.eq(zeros_count, zero), ops.div(nonzero_prod, ops.select(is_zero, ones, x)),
+        ops.select(ops.logical_and(is_zero, ops.eq(zeros_count, ones)), nonzero_prod, zero),
+    )
 
 
 reduce_sum = ReduceSum("reduce_sum", np.sum, has_identity=True, combine="{radd}({acc}, {x})", identity="0")
