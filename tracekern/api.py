@@ -435,13 +435,13 @@ def _tangent_leaf(t, aval: Aval, where: str):
     elif on_device(t):
         t = device_view(t)
         got = Aval(tuple(t.shape), np.dtype(t.dtype))
-    elif isinstance(t, (int, float)) and not isinstance(t, bool) and aval.shape == () and is_float(aval.dtype):
+    elif isinstance(t, (int, float, complex)) and not isinstance(t, bool) and aval.shape == () and is_inexact(aval.dtype):
         t = np.asarray(t, aval.dtype)
         got = aval
     else:
         t = np.asarray(t)
         got = Aval(t.shape, t.dtype)
-    if not is_float(aval.dtype):
+    if not is_inexact(aval.dtype):
         if isinstance(t, Tracer) or got.shape != aval.shape or np.any(host(t) != 0):
             raise TypeError(with_location(
                 f"{where}: its primal is {aval}, an integer or bool value, which has no tangent (integers are constants "
@@ -539,7 +539,7 @@ class LinearizedJVP:
 
     def __call__(self, *tangents):
         tans = _tangent_leaves(self._fun, self._treedefs, self._avals, tangents, "f_jvp of tk.linearize")
-        leaves = [np.zeros(a.shape, a.dtype) if t is None else t for t, a in zip(tans, self._avals) if is_float(a.dtype)]
+        leaves = [np.zeros(a.shape, a.dtype) if t is None else t for t, a in zip(tans, self._avals) if is_inexact(a.dtype)]
         return tree_unflatten(self._out_treedef, self._run_linear(leaves)[:self._out_treedef.num_leaves])
 
 
@@ -565,7 +565,7 @@ def linearize(fun: Callable, *primals, has_aux: bool = False, backend: str | Non
         graph, out_td, captured = trace_call(fun, flat)
         variables = tuple(captured)
         value_td, aux_td = split_aux(fun, out_td, has_aux)
-        active = [is_float(a.dtype) for a in flat.avals] + [False] * len(variables)
+        active = [is_inexact(a.dtype) for a in flat.avals] + [False] * len(variables)
         split = forward.split_linear(forward.jvp(graph, active, zeros=True))
         compiler = backends.get_compiler(backend, **options)
         staged = per_fun[key] = _StagedLinearize(split, value_td, aux_td, compiler(split.primal), compiler(split.linear),
@@ -593,7 +593,7 @@ def _linearize_in_trace(fun: Callable, primals: tuple, has_aux: bool):
     graph, out_td, captured = trace_call(fun, flat)
     value_td, aux_td = split_aux(fun, out_td, has_aux)
     n_out = value_td.num_leaves
-    active = [is_float(a.dtype) for a in flat.avals] + [False] * len(captured)
+    active = [is_inexact(a.dtype) for a in flat.avals] + [False] * len(captured)
     split = forward.split_linear(forward.jvp(graph, active, zeros=True))
     builder = current_builder()
     results = _inline(split.primal, list(flat.leaves) + list(captured))
@@ -643,7 +643,7 @@ def make_ir(fun: Callable, *, mode: str = "forward", argnums: int | Sequence[int
             sig = Staged(fun, fun, static_argnums=static_argnums)._signature(args)
             graph = sig.make_graph()[0]
             n = len(sig.arrays)
-            joint = forward.jvp(graph, [is_float(v.dtype) for v in graph.inputs[:n]] + [False] * (len(graph.inputs) - n))
+            joint = forward.jvp(graph, [is_inexact(v.dtype) for v in graph.inputs[:n]] + [False] * (len(graph.inputs) - n))
             return forward.mark_tangents(joint, passes.simplify(joint.graph)) if mode == "jvp" else forward.split_linear(joint)
         if mode == "forward":
             staged = Staged(fun, fun, static_argnums=static_argnums)
