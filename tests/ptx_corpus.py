@@ -135,7 +135,7 @@ def _numpy_programs(with_float64: bool = False):
                 continue
             picked = [c for c in cases if c.cuda and dtype in c.dtypes]
             args = {c.id: numpy_cases.case_inputs(c, dtype) for c in picked}
-            grads = [c for c in picked if c.grad] if dtype == "float32" else []
+            grads = [c for c in picked if c.grad] if dtype in ("float32", "complex64") else []
             values = {c.id: args[c.id] for c in picked if c not in grads}
 
             def program(args, picked=tuple(c for c in picked if c not in grads)):
@@ -153,8 +153,8 @@ def _numpy_programs(with_float64: bool = False):
                     for c in grads:
                         it = iter(xs[c.id])
                         full = [a if s.kind in ("int", "bool", "given") else next(it) for s, a in zip(c.inputs, args[c.id])]
-                        leaves = [leaf for leaf in tk.tree_flatten(c.fn(*full))[0] if leaf.dtype.kind == "f"]
-                        out[c.id] = sum(np.sum(leaf * 0.5) for leaf in leaves)
+                        leaves = [leaf for leaf in tk.tree_flatten(c.fn(*full))[0] if leaf.dtype.kind in "fc"]
+                        out[c.id] = sum(np.sum(np.real(leaf) * 0.5) for leaf in leaves)
                     return out
                 out, pullback = tk.vjp(f, xs)
                 return out, pullback({k: np.ones_like(v) for k, v in out.items()})[0]
@@ -237,7 +237,7 @@ def main(which: str) -> dict:
     workers = max(1, min(4, os.cpu_count() or 1))
     with multiprocessing.get_context("fork").Pool(workers) as pool:   # (compiling is CPU-bound)
         problems = [p for p in pool.map(_check, range(len(_JOBS)), chunksize=8) if p]
-    float32 = sum(not any(d == "float64" for d, _ in params) for _, _, params, _ in _JOBS)
+    float32 = sum(not any(d in ("float64", "complex128") for d, _ in params) for _, _, params, _ in _JOBS)
     return {"kernels": len(_JOBS), "float32_kernels": float32, "problems": problems}
 
 

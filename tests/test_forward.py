@@ -33,12 +33,20 @@ def test_every_differentiable_primitive_has_a_jvp_rule():
 # ----------------------------------------------------------------------------- the table
 
 GRAD_FAMILIES = [f for f, cases in FAMILIES.items() if any(c.grad for c in cases)]
+# (family, dtype): the float64 rows, and the complex128 rows (a complex tangent is a real-linear direction)
+GRAD_ROWS = [(f, d) for f in GRAD_FAMILIES for d in ("float64", "complex128") if any(c.grad and d in c.dtypes for c in FAMILIES[f])]
 EPS = 1e-6
 
 
 def _direction(cases, xs, seed=11):
+    """A random direction per input: u1 + i u2 for a complex one."""
     rng = np.random.default_rng(seed)
-    return {c.id: tuple(rng.uniform(-1.0, 1.0, np.shape(x)).astype(np.asarray(x).dtype) for x in xs[c.id]) for c in cases}
+
+    def one(x):
+        dtype = np.asarray(x).dtype
+        u = rng.uniform(-1.0, 1.0, np.shape(x))
+        return (u + 1j * rng.uniform(-1.0, 1.0, np.shape(x)) if dtype.kind == "c" else u).astype(dtype)
+    return {c.id: tuple(one(x) for x in xs[c.id]) for c in cases}
 
 
 def _jvp_and_vjp(cases, backend, xs, cs, us, w=None):
@@ -66,9 +74,11 @@ def _reference(family: str, dtype: str):
     cases, xs, cs, want = _data(family, dtype)
     cases = [c for c in cases if c.grad]
     us = _direction(cases, xs)
-    up = lambda d: {k: tuple(np.asarray(v, np.float64) for v in t) for k, t in d.items()}   # noqa: E731
-    x64, u64 = (xs, us) if dtype == "float64" else (up(xs), up(us))
-    w64 = _cotangent(cases, _data(family, "float64")[3], _weights(family))
+    wide = lambda v: np.asarray(v, np.complex128 if np.asarray(v).dtype.kind == "c" else np.float64)   # noqa: E731
+    up = lambda d: {k: tuple(wide(v) for v in t) for k, t in d.items()}   # noqa: E731
+    x64, u64 = (xs, us) if dtype != "float32" else (up(xs), up(us))
+    ref = "float64" if dtype == "float32" else dtype
+    w64 = _cotangent(cases, _data(family, ref)[3], _weights(family, ref))
     return cases, xs, cs, us, w64, _jvp_and_vjp(cases, "interpret", x64, cs, u64, w64)
 
 
@@ -78,13 +88,14 @@ def _scale(a) -> float:
     return 1.0 + (float(finite.max()) if finite.size else 0.0)
 
 
-@pytest.mark.parametrize("family", GRAD_FAMILIES)
+@pytest.mark.parametrize("family, dtype", GRAD_ROWS)
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 @pytest.mark.filterwarnings("ignore:`row_stack` alias is deprecated:DeprecationWarning")
-def test_jvp_of_every_table_row_against_finite_differences_and_reverse_mode(family):
-    """float64, interpret: the tangent of every differentiable row against central finite
-    differences of NumPy's function along the same direction, and <w, J u> against <J^T w, u>."""
-    cases, xs, cs, us, w, (out, tangent, cot) = _reference(family, "float64")
+def test_jvp_of_every_table_row_against_finite_differences_and_reverse_mode(family, dtype):
+    """float64 and complex128, interpret: the tangent of every differentiable row against central
+    finite differences of NumPy's function along the same direction, and <w, J u> against <J^T w, u>
+    (real inner products Re(sum(conj(a) b)): a complex cotangent is d/dx + i d/dy, as PyTorch's)."""
+    cases, xs, cs, us, w, (out, tangent, cot) = _reference(family, dtype)
     assert cases
     bad = []
     for c in cases:
@@ -102,8 +113,9 @@ def test_jvp_of_every_table_row_against_finite_differences_and_reverse_mode(fami
             except AssertionError as err:
                 bad.append(f"{c.id} leaf {k} against finite differences: {str(err).strip().splitlines()[-3:]}")
         # the identity <w, J u> = <J^T w, u>, which ties every JVP rule to its VJP rule
-        lhs = sum(float(np.sum(np.nan_to_num(a * b))) for a, b in zip(_float_leaves(tangent[c.id]), _weights(family)[c.id]))
-        rhs = sum(float(np.sum(np.nan_to_num(g * u))) for g, u in zip(cot[c.id], us[c.id]) if g is not None)
+        inner = lambda a, b: float(np.sum(np.real(np.nan_to_num(np.conj(a) * b))))   # noqa: E731
+        lhs = sum(inner(b, a) for a, b in zip(_float_leaves(tangent[c.id]), _weights(family, dtype)[c.id]))
+        rhs = sum(inner(g, u) for g, u in zip(cot[c.id], us[c.id]) if g is not None)
         size = sum(float(np.sum(np.abs(np.nan_to_num(a)))) for a in _float_leaves(tangent[c.id])) + abs(rhs) + 1.0
         if abs(lhs - rhs) > 1e-9 * size:
             bad.append(f"{c.id}: <w, J u> = {lhs!r} but <J^T w, u> = {rhs!r}")
@@ -124,7 +136,7 @@ def _compare_float32(family: str, backend: str, rows=None):
         assert tk.tree_flatten(t32[c.id])[1] == tk.tree_flatten(tangent64[c.id])[1], c.id
         for k, (g, o, e) in enumerate(leaves):
             g = np.asarray(g)
-            if np.asarray(e).dtype.kind != "f":
+            if np.asarray(e).dtype.kind not in "fc":
                 continue
             if g.dtype != np.asarray(o).dtype:
                 bad.append(f"{c.id} leaf {k}: a {g.dtype} tangent of a {np.asarray(o).dtype} output")
@@ -145,8 +157,8 @@ def test_the_table_runs_every_other_jvp_rule():
     """Every differentiable primitive's JVP rule runs in the table's programs (a new primitive needs a
     row in tests/numpy_cases.py), but those of OWN_TESTS, which run in this file's own tests."""
     used = set()
-    for family in GRAD_FAMILIES:
-        cases, xs, cs, _, _, _ = _reference(family, "float64")
+    for family, dtype in GRAD_ROWS:
+        cases, xs, cs, _, _, _ = _reference(family, dtype)
         with np.errstate(all="ignore"):
             graph = tk.make_ir(lambda x, k: _outputs(cases, x, k))(xs, cs)
         used |= {e.primitive.name for e in _equations(graph)}
@@ -154,7 +166,7 @@ def test_the_table_runs_every_other_jvp_rule():
     assert differentiable - used == OWN_TESTS
 
 
-@pytest.mark.parametrize("family", GRAD_FAMILIES)
+@pytest.mark.parametrize("family", [f for f in GRAD_FAMILIES if any(c.grad and "float32" in c.dtypes for c in FAMILIES[f])])
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 @pytest.mark.filterwarnings("ignore:`row_stack` alias is deprecated:DeprecationWarning")
 def test_jvp_of_every_table_row_in_float32(family):
@@ -169,11 +181,11 @@ def _equations(graph) -> list:
 
 
 @functools.cache
-def _covering_rows(family: str) -> tuple[str, ...]:
+def _covering_rows(family: str, dtype: str) -> tuple[str, ...]:
     """Rows of the family whose forward-mode graphs hold every kind of equation (a primitive and
     its str and bool params) that the family's rows do: a greedy cover, by tracing alone, that
     prefers rows of few equations (the compile cost). What cpu compiles: every rule, fewer kernels."""
-    cases, xs, cs, _, _, _ = _reference(family, "float64")
+    cases, xs, cs, _, _, _ = _reference(family, dtype)
     kinds, cost = {}, {}
     for c in cases:
         with np.errstate(all="ignore"):
@@ -189,22 +201,22 @@ def _covering_rows(family: str) -> tuple[str, ...]:
     return tuple(chosen)
 
 
-@pytest.mark.parametrize("family", GRAD_FAMILIES)
+@pytest.mark.parametrize("family, dtype", GRAD_ROWS)
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 @pytest.mark.filterwarnings("ignore:`row_stack` alias is deprecated:DeprecationWarning")
-def test_jvp_of_every_table_rule_on_cpu(family):
+def test_jvp_of_every_table_rule_on_cpu(family, dtype):
     """cpu's tangents against the interpreter's (which are checked against finite differences and
     reverse mode above), float64, for the rows that hold every kind of equation the family's rows
     do (_covering_rows: every JVP rule the family uses compiles, in fewer kernels than every row);
     and, for the elementwise family (the float32 math functions), float32 against float64. (Reverse
     mode on cpu is test_numpy's.)"""
-    cases, xs, cs, us, _, (out, tangent, _) = _reference(family, "float64")
-    rows = _covering_rows(family)
+    cases, xs, cs, us, _, (out, tangent, _) = _reference(family, dtype)
+    rows = _covering_rows(family, dtype)
     cases = [c for c in cases if c.id in rows]
     got_out, got_tangent, _ = _jvp_and_vjp(cases, "cpu", xs, cs, us)
     assert_tree_close(got_out, {i: out[i] for i in rows}, tol=1e-9)
     assert_tree_close(got_tangent, {i: tangent[i] for i in rows}, tol=1e-8)
-    if family == "elementwise":
+    if family == "elementwise" and dtype == "float64":
         _compare_float32(family, "cpu", rows)
 
 

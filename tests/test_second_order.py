@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
+import scipy.special as sp
 
 import tracekern as tk
 import tracekern.numpy as tnp
@@ -69,6 +70,11 @@ DIVISION = [P(x, y) for x, y in ((2.3, 0.7), (-1.9, 0.8), (3.1, -1.3))]   # (x /
 TIES = [kink(0.8, 0.8)]
 ORIGIN = [kink(0.0, 0.0)]
 
+def _polygamma(n):
+    """scipy.special.polygamma(n, x) is Python code that cannot trace; tk.scipy.special's is the traced one."""
+    return lambda x: sp.polygamma(n, x) if isinstance(x, np.ndarray) else tk.scipy.special.polygamma(n, x)
+
+
 # -- every differentiable elementwise primitive of the table, by its registered name --------------------------------
 PRIMITIVES: dict[str, Case] = {
     "add": one(np.add, 2, PAIRS), "sub": one(np.subtract, 2, PAIRS), "mul": one(np.multiply, 2, PAIRS),
@@ -113,6 +119,21 @@ PRIMITIVES: dict[str, Case] = {
     "logaddexp2": one(np.logaddexp2, 2, PAIRS + [P(1.0, 1.0), P(-2.5, -2.5), P(0.0, 0.0), P(30.0, -30.0),
                                                  kink(-np.inf, -np.inf), kink(np.inf, np.inf), kink(np.inf, 1.0)],
                       note="ties are smooth: ln2/4, -ln2/4, ln2/4; infinite operands: 0"),
+    # scipy.special (issue 30)
+    "gammaln": one(sp.gammaln, 1, POS + [P(8.0), P(-0.5)]),
+    "digamma": one(sp.psi, 1, POS[1:] + [P(0.2, h=1e-5), P(8.0), P(-0.45, h=1e-5)]),
+    "polygamma": Case({f"polygamma({n})": _polygamma(n) for n in (0, 1, 2)}, 1, POS[1:] + [P(0.3, h=1e-5), P(6.0)],
+                      uses=("polygamma", "digamma")),
+    "erf": one(sp.erf, 1, ANY + [P(0.0)]), "erfc": one(sp.erfc, 1, ANY + [P(0.0)]),
+    "erfinv": one(sp.erfinv, 1, UNIT + [P(0.0), P(0.99, h=1e-5)]),
+    "log_ndtr": one(sp.log_ndtr, 1, ANY + [P(-12.0), P(6.0)]),
+    "i0": one(sp.i0, 1, ANY + [P(0.0)]), "i1": one(sp.i1, 1, ANY + [P(0.0)]),
+    "i0e": one(sp.i0e, 1, ANY + [P(0.0, xx=FINITE)], note="i0e = exp(-|x|) i0(x) has a kink at 0: finite there"),
+    "i1e": one(sp.i1e, 1, ANY + [P(0.0, xx=FINITE)], note="i1e's second derivative jumps at 0 (-1 to 1): finite there"),
+    "xlogy": one(sp.xlogy, 2, [P(0.6, 1.2), P(-1.4, 0.3), P(2.5, 1.7), P(0.0, 1.5)],
+                 note="x = 0: xlogy is 0 for every y, its y-derivatives 0"),
+    "xlog1py": one(sp.xlog1py, 2, [P(0.6, 1.2), P(-1.4, -0.3), P(2.5, 0.7), P(0.0, 1.5)],
+                   note="x = 0: xlog1py is 0 for every y, its y-derivatives 0"),
 }
 
 

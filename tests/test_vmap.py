@@ -39,7 +39,7 @@ def _stack(trees, axis=0):
 
 
 def _compare(got, want, tol, what):
-    """Per case: the same structure, dtypes and shapes; values within tol (exact for non-floats)."""
+    """Per case: the same structure, dtypes and shapes; values within tol (exact for integers and bools)."""
     bad = []
     for cid in want:
         g_leaves, g_td = tk.tree_flatten(to_host(got[cid]))
@@ -51,7 +51,7 @@ def _compare(got, want, tol, what):
             g, w = np.asarray(g), np.asarray(w)
             if g.dtype != w.dtype or g.shape != w.shape:
                 bad.append(f"{cid} leaf {k}: {g.dtype}{list(g.shape)} != {w.dtype}{list(w.shape)}")
-            elif w.dtype.kind != "f":
+            elif w.dtype.kind not in "fc":
                 if not np.array_equal(g, w):
                     bad.append(f"{cid} leaf {k}: {g.ravel()[:8]} != {w.ravel()[:8]}")
             else:
@@ -82,9 +82,9 @@ def _merge(case, xs, cs):
 
 
 def _dtypes(cases):
-    """float64 for the float cases; int64 and bool for the integer and bool ones."""
+    """float64 for the float cases, complex128 for the complex ones; int64 and bool for the integer and bool ones."""
     present = {d for c in cases for d in c.dtypes}
-    return [d for d in ("float64", "int64", "bool") if d in present]
+    return [d for d in ("float64", "complex128", "int64", "bool") if d in present]
 
 
 @functools.cache

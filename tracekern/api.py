@@ -19,7 +19,7 @@ from . import autodiff, backends, forward, passes, remat
 from . import numpy as tnp
 from .arguments import arg_name, device_view, differentiated, flatten_call, fun_name, host, on_device, output_location, to_user
 from .errors import TracerLeakError, with_location
-from .ir import Aval, Graph, is_float
+from .ir import Aval, Graph, is_complex, is_float, is_inexact
 from .pytree import Static, TreeDef, leaf_paths, takes_static, tree_flatten, tree_unflatten
 from .staging import Staged, plan_split, split_aux, stage_vjp, trace_call
 from .trace import FlatArgs, Tracer, Variable, _read, aval_of, current_builder
@@ -70,9 +70,9 @@ def _check_wrt(fun: Callable, wrt) -> tuple | None:
     if not isinstance(items, (list, tuple)) or not all(isinstance(v, Variable) for v in items):
         raise TypeError(f"wrt= of a transform of {fun_name(fun)} must be a list of tk.Variable, got {wrt!r:.80}")
     for v in items:
-        if not is_float(v.dtype):
+        if not is_inexact(v.dtype):
             raise TypeError(f"cannot differentiate with respect to Variable {v.name or ''} of dtype {v.dtype}: "
-                            "gradients are defined for float32/float64 only")
+                            "gradients are defined for float32/float64 and complex64/complex128 only")
     return tuple(items)
 
 
@@ -99,8 +99,31 @@ def _budgeted(fun: Callable, joint: autodiff.JointVJP, memory_budget) -> tuple[a
     return dataclasses.replace(joint, graph=remat.rejoin(split), num_forward=len(split.forward.eqns)), split
 
 
+def _check_output(fun: Callable, graph: Graph, holomorphic: bool) -> None:
+    """grad's output: a float scalar (a complex one with holomorphic=True), else an error saying what to do."""
+    aval = graph.outputs[0].aval
+    if holomorphic and aval.shape == () and is_complex(aval.dtype):
+        return
+    if holomorphic:
+        raise TypeError(with_location(
+            f"grad of {fun_name(fun)} with holomorphic=True: the output must be a complex scalar, got {aval}",
+            output_location(fun, graph, 0)))
+    if aval.shape == () and is_complex(aval.dtype):
+        raise TypeError(with_location(
+            f"grad of {fun_name(fun)}: the output is complex ({aval}), and a complex function has no gradient "
+            "unless it is holomorphic. For a holomorphic function (z**2, np.exp(z), ...: complex-differentiable) pass "
+            "holomorphic=True to get f'(z), as JAX's; otherwise reduce the output to a real loss (np.abs(out) ** 2, "
+            "np.real(out)), whose gradient follows tracekern's convention (the README's \"Complex numbers\")",
+            output_location(fun, graph, 0)))
+    if aval.shape != () or not is_float(aval.dtype):
+        raise (ValueError if is_float(aval.dtype) else TypeError)(with_location(
+            f"grad of {fun_name(fun)}: the output must be a float scalar, got {aval}. Use "
+            "tk.vjp(f, *args) with a cotangent of the output's shape for non-scalar outputs "
+            "(or reduce the output, e.g. with .sum()).", output_location(fun, graph, 0)))
+
+
 def _grad_emit(fun: Callable, argnums, has_aux: bool, unconnected: str, with_value: bool, wrt=None,
-               memory_budget=None) -> Callable:
+               memory_budget=None, holomorphic: bool = False) -> Callable:
     if unconnected not in ("zero", "none"):
         raise ValueError(f"unconnected must be 'zero' or 'none', got {unconnected!r}")
     wrt = _check_wrt(fun, wrt)
@@ -125,16 +148,20 @@ def _grad_emit(fun: Callable, argnums, has_aux: bool, unconnected: str, with_val
                 f"grad of {fun_name(fun)}: the output must be a single scalar, got structure {value_td!r}. Use "
                 "tk.vjp(f, *args) for several or non-scalar outputs.", output_location(fun, graph, 0)))
         out_var = graph.outputs[0]
-        if out_var.aval.shape != () or not is_float(out_var.aval.dtype):
-            raise (ValueError if is_float(out_var.aval.dtype) else TypeError)(with_location(
-                f"grad of {fun_name(fun)}: the output must be a float scalar, got {out_var.aval}. Use "
-                "tk.vjp(f, *args) with a cotangent of the output's shape for non-scalar outputs "
-                "(or reduce the output, e.g. with .sum()).", output_location(fun, graph, 0)))
+        _check_output(fun, graph, holomorphic)
+        if holomorphic:
+            for j, (aval, act) in enumerate(zip(flat.avals, active)):
+                if act and not is_complex(aval.dtype):
+                    raise TypeError(with_location(
+                        f"grad of {fun_name(fun)} with holomorphic=True: every differentiated input must be complex; "
+                        f"{arg_name(fun, flat.owner[j])} is {aval} (pass z.astype(np.complex128))"))
         var_active = [any(c is v for v in wrt or ()) for c in captured]
         joint = autodiff.vjp(graph, active + var_active, seeded=[i == 0 for i in range(len(graph.outputs))])
         joint, emit.plan = _budgeted(fun, joint, memory_budget)   # (lower() reports the plan)
         seed = np.ones((), out_var.aval.dtype)
         outs, cts = _inline_joint(joint, list(flat.leaves) + list(captured), [seed])
+        if holomorphic:   # f'(z): the conjugate of the convention's cotangent for a seed of 1
+            cts = [tnp.conj(c) if c is not None else None for c in cts]
         grads = _collect_grads(flat, nums, cts, active, unconnected)
         grads = grads[0] if isinstance(argnums, int) else tuple(grads)
         if wrt is not None:
@@ -180,7 +207,7 @@ def _collect_grads(flat: FlatArgs, nums, cts, active, unconnected) -> list:
 
 
 def grad(fun: Callable, argnums: int | Sequence[int] = 0, *, has_aux: bool = False, unconnected: str = "zero",
-         wrt: Sequence[Variable] | None = None, memory_budget: int | float | None = None):
+         wrt: Sequence[Variable] | None = None, memory_budget: int | float | None = None, holomorphic: bool = False):
     """Gradient of a scalar-valued `fun` with respect to the arguments in `argnums`.
 
     Gradients have the pytree structure of their arguments; with a tuple argnums, a tuple of them.
@@ -188,21 +215,26 @@ def grad(fun: Callable, argnums: int | Sequence[int] = 0, *, has_aux: bool = Fal
     unconnected="zero" gives zeros for arguments the output does not depend on; "none" gives None.
     memory_budget: the most bytes the forward pass may keep for the backward pass (an int), or a
     fraction in (0, 1] of what it keeps without a budget (a float); the planner recomputes the rest
-    the cheapest way (tracekern.remat.plan_residuals)."""
+    the cheapest way (tracekern.remat.plan_residuals).
+
+    Complex inputs: the gradient of a real loss is dL/dx + i dL/dy (PyTorch's convention; z -= lr *
+    grad descends). A complex output is an error unless holomorphic=True, which gives f'(z) (JAX's)."""
     memory_budget = remat.check_budget(memory_budget)
     return Staged(fun, _grad_emit(fun, argnums, has_aux, unconnected, with_value=False, wrt=wrt,
-                                  memory_budget=memory_budget), memory_budget=memory_budget,
-                  rebudget=lambda b: _grad_emit(fun, argnums, has_aux, unconnected, with_value=False, wrt=wrt, memory_budget=b))
+                                  memory_budget=memory_budget, holomorphic=holomorphic), memory_budget=memory_budget,
+                  rebudget=lambda b: _grad_emit(fun, argnums, has_aux, unconnected, with_value=False, wrt=wrt, memory_budget=b,
+                                                holomorphic=holomorphic))
 
 
 def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, *, has_aux: bool = False,
                    unconnected: str = "zero", wrt: Sequence[Variable] | None = None,
-                   memory_budget: int | float | None = None):
-    """(fun(*args), grad(fun)(*args)) from one joint pass (memory_budget: as for grad)."""
+                   memory_budget: int | float | None = None, holomorphic: bool = False):
+    """(fun(*args), grad(fun)(*args)) from one joint pass (memory_budget, holomorphic: as for grad)."""
     memory_budget = remat.check_budget(memory_budget)
     return Staged(fun, _grad_emit(fun, argnums, has_aux, unconnected, with_value=True, wrt=wrt,
-                                  memory_budget=memory_budget), memory_budget=memory_budget,
-                  rebudget=lambda b: _grad_emit(fun, argnums, has_aux, unconnected, with_value=True, wrt=wrt, memory_budget=b))
+                                  memory_budget=memory_budget, holomorphic=holomorphic), memory_budget=memory_budget,
+                  rebudget=lambda b: _grad_emit(fun, argnums, has_aux, unconnected, with_value=True, wrt=wrt, memory_budget=b,
+                                                holomorphic=holomorphic))
 
 
 # ----------------------------------------------------------------------------- vjp
@@ -241,7 +273,7 @@ class Pullback:
                 got = Aval(tuple(x.shape), np.dtype(x.dtype))
             else:
                 got = Aval(np.shape(x), np.asarray(x).dtype)
-            if isinstance(x, (int, float)) and not isinstance(x, bool) and got.shape == aval.shape:
+            if isinstance(x, (int, float, complex)) and not isinstance(x, bool) and got.shape == aval.shape:
                 x = np.asarray(x, aval.dtype)
             elif got != aval:
                 raise ValueError(with_location(f"pullback of {fun_name(self._fun)}: cotangent {j} is {got}, the output "
@@ -403,13 +435,13 @@ def _tangent_leaf(t, aval: Aval, where: str):
     elif on_device(t):
         t = device_view(t)
         got = Aval(tuple(t.shape), np.dtype(t.dtype))
-    elif isinstance(t, (int, float)) and not isinstance(t, bool) and aval.shape == () and is_float(aval.dtype):
+    elif isinstance(t, (int, float, complex)) and not isinstance(t, bool) and aval.shape == () and is_inexact(aval.dtype):
         t = np.asarray(t, aval.dtype)
         got = aval
     else:
         t = np.asarray(t)
         got = Aval(t.shape, t.dtype)
-    if not is_float(aval.dtype):
+    if not is_inexact(aval.dtype):
         if isinstance(t, Tracer) or got.shape != aval.shape or np.any(host(t) != 0):
             raise TypeError(with_location(
                 f"{where}: its primal is {aval}, an integer or bool value, which has no tangent (integers are constants "
@@ -507,7 +539,7 @@ class LinearizedJVP:
 
     def __call__(self, *tangents):
         tans = _tangent_leaves(self._fun, self._treedefs, self._avals, tangents, "f_jvp of tk.linearize")
-        leaves = [np.zeros(a.shape, a.dtype) if t is None else t for t, a in zip(tans, self._avals) if is_float(a.dtype)]
+        leaves = [np.zeros(a.shape, a.dtype) if t is None else t for t, a in zip(tans, self._avals) if is_inexact(a.dtype)]
         return tree_unflatten(self._out_treedef, self._run_linear(leaves)[:self._out_treedef.num_leaves])
 
 
@@ -533,7 +565,7 @@ def linearize(fun: Callable, *primals, has_aux: bool = False, backend: str | Non
         graph, out_td, captured = trace_call(fun, flat)
         variables = tuple(captured)
         value_td, aux_td = split_aux(fun, out_td, has_aux)
-        active = [is_float(a.dtype) for a in flat.avals] + [False] * len(variables)
+        active = [is_inexact(a.dtype) for a in flat.avals] + [False] * len(variables)
         split = forward.split_linear(forward.jvp(graph, active, zeros=True))
         compiler = backends.get_compiler(backend, **options)
         staged = per_fun[key] = _StagedLinearize(split, value_td, aux_td, compiler(split.primal), compiler(split.linear),
@@ -561,7 +593,7 @@ def _linearize_in_trace(fun: Callable, primals: tuple, has_aux: bool):
     graph, out_td, captured = trace_call(fun, flat)
     value_td, aux_td = split_aux(fun, out_td, has_aux)
     n_out = value_td.num_leaves
-    active = [is_float(a.dtype) for a in flat.avals] + [False] * len(captured)
+    active = [is_inexact(a.dtype) for a in flat.avals] + [False] * len(captured)
     split = forward.split_linear(forward.jvp(graph, active, zeros=True))
     builder = current_builder()
     results = _inline(split.primal, list(flat.leaves) + list(captured))
@@ -611,7 +643,7 @@ def make_ir(fun: Callable, *, mode: str = "forward", argnums: int | Sequence[int
             sig = Staged(fun, fun, static_argnums=static_argnums)._signature(args)
             graph = sig.make_graph()[0]
             n = len(sig.arrays)
-            joint = forward.jvp(graph, [is_float(v.dtype) for v in graph.inputs[:n]] + [False] * (len(graph.inputs) - n))
+            joint = forward.jvp(graph, [is_inexact(v.dtype) for v in graph.inputs[:n]] + [False] * (len(graph.inputs) - n))
             return forward.mark_tangents(joint, passes.simplify(joint.graph)) if mode == "jvp" else forward.split_linear(joint)
         if mode == "forward":
             staged = Staged(fun, fun, static_argnums=static_argnums)

@@ -17,7 +17,7 @@ import numpy as np
 
 from . import autodiff
 from .errors import IRError
-from .ir import Aval, Graph, is_float
+from .ir import Aval, Graph, is_inexact
 from .primitives import annotations as A
 from .primitives import control as C
 from .primitives import lanes, ops
@@ -161,7 +161,7 @@ def select_branches(live, branches: Sequence[Graph], operands: Sequence, flags: 
     n_out = len(every)
     forward_graphs = [batch_graph(g, flags, size, out_batched=every)[0] for g in branches]
     # the backward runs the branches with every float operand batched: a cotangent per lane to select
-    active = [is_float(x.dtype) for x in operands]
+    active = [is_inexact(x.dtype) for x in operands]
     wide = [f or a for f, a in zip(flags, active)]
     backward_graphs = [batch_graph(g, wide, size, out_batched=every)[0] for g in branches]
 

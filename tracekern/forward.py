@@ -24,7 +24,7 @@ import numpy as np
 
 from . import autodiff, passes
 from .errors import IRError, TracekernError
-from .ir import Aval, Eqn, Graph, Var, is_float, verify
+from .ir import Aval, Eqn, Graph, Var, is_inexact, verify
 from .primitives import annotations as A
 from .primitives import control as C
 from .primitives import ops
@@ -54,7 +54,7 @@ def emit_jvp(b: Builder, graph: Graph, primals: Sequence[Any], tangents: Sequenc
             raise IRError(f"JVP rule of {e.primitive.name} returned {len(touts)} tangents for {len(e.outputs)} outputs")
         env.update(zip(e.outputs, outs))
         for v, t in zip(e.outputs, touts):
-            if t is None or not is_float(v.dtype):
+            if t is None or not is_inexact(v.dtype):
                 continue
             if aval_of(t) != v.aval:
                 raise IRError(f"JVP rule of {e.primitive.name} gave a tangent {aval_of(t)} for an output {v.aval} "
@@ -100,7 +100,7 @@ def jvp(graph: Graph, active: Sequence[bool], zeros: bool = False) -> JointJVP:
     """The joint primal and tangent graph of `graph`, for tangents of the (float) inputs marked
     `active`. zeros=True gives every output a tangent (zeros where none flows, in the output's own
     dtype for a non-float one); otherwise only outputs a tangent reaches have one (has_tangent)."""
-    active = tuple(bool(a) and is_float(v.dtype) for v, a in zip(graph.inputs, active)) + \
+    active = tuple(bool(a) and is_inexact(v.dtype) for v, a in zip(graph.inputs, active)) + \
         (False,) * (len(graph.inputs) - len(active))
     b = Builder()
     primals = [b.new_input(v.aval) for v in graph.inputs]
@@ -183,10 +183,10 @@ def _custom_jvp(b, tangents, ins, *, body, bwd, num_y, num_x, var_positions, fun
     ys, residuals = outs[:num_y], outs[num_y:]
     u = list(tangents[:num_x]) + [tangents[p] for p in var_positions]
     dys = [zeros_for(y) for y in ys]
-    fp = autodiff.forward(b, bwd, dys + residuals, [is_float(y.dtype) for y in ys] + [False] * len(residuals))
+    fp = autodiff.forward(b, bwd, dys + residuals, [is_inexact(y.dtype) for y in ys] + [False] * len(residuals))
     ty = fp.backward(u)[:num_y]
     tres = [None] * len(residuals)
-    if any(is_float(r.dtype) for r in residuals):
+    if any(is_inexact(r.dtype) for r in residuals):
         tres = emit_jvp(b, quiet(body), ins, tangents)[1][num_y:]   # (dead code unless grad_fn's ops are differentiated)
     return outs, list(ty) + list(tres)
 

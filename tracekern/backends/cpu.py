@@ -294,7 +294,7 @@ def _call_unit(k: CallKernel) -> Unit:
     dsts = [f"p{len(ops) + j}" for j in range(len(e.outputs))]
     dst = dsts[0]
     t = _Text()
-    t.emit(0, f"@njit({_FLAGS})")
+    t.emit(0, f"@njit({_FLAGS.replace(', nogil=True', '') if e.primitive.name in cpu_calls.OBJECT_MODE else _FLAGS})")
     t.emit(0, f"def kernel({', '.join(ops + dsts)}):")
     name = e.primitive.name
     if name == "matmul":
@@ -339,7 +339,7 @@ def _matmul(t: _Text, ops: list[str], C0: str, out: Var, e) -> None:
     depth = 1 + len(batch)
     sub = "".join(f"q{d}, " for d in range(len(batch)))
     A, B, C = (f"{x}[{sub[:-2]}]" if batch else x for x in (*ops, C0))
-    if out.dtype.kind == "f" and k_dim > 0 and out.size > 0:
+    if out.dtype.kind in "fc" and k_dim > 0 and out.size > 0:
         t.emit(depth, f"np.dot({A}, {B}, {C})", eqn=e)
         return
     # integer and bool matmul (no BLAS), and empty products

@@ -11,6 +11,7 @@ from . import cpu_math
 from .render import kernel_registry, subscript
 
 KERNELS, kernel = kernel_registry()
+OBJECT_MODE = {"eig"}   # kernels that call NumPy in an objmode block (they hold the GIL: no nogil flag)
 
 
 def _loops(t, array: str, dims: list[int], depth: int = 1) -> tuple[list[str], int]:
@@ -73,8 +74,39 @@ def _scatter(t, ops, dsts, e) -> None:
     u = subscript(upd, names)
     fns = cpu_math.functions(e.inputs[0].dtype)
     value = {"set": u, "add": f"{cell} + {u}", "mul": f"{cell} * {u}",
-             "min": f"{fns['minimum']}({cell}, {u})", "max": f"{fns['maximum']}({cell}, {u})"}[mode]
+             "min": f"{fns.get('minimum')}({cell}, {u})", "max": f"{fns.get('maximum')}({cell}, {u})"}[mode]
     t.emit(depth, f"{cell} = {value}", eqn=e)
+
+
+@kernel("fft")
+def _fft(t, ops, dsts, e) -> None:
+    """NumPy's FFTs inside compiled code: rocket-fft (pocketfft, the C++ code NumPy itself runs), unnormalized."""
+    p = e.params
+    nd = e.inputs[0].ndim
+    axes = tuple(range(nd - p["ndim"], nd))
+    x = ops[0]
+    if p["kind"] == "c2c":
+        call = f"np.fft.{'ifftn' if p['inverse'] else 'fftn'}({x}, axes={axes}, norm={'forward' if p['inverse'] else 'backward'!r})"
+    elif p["kind"] == "r2c":
+        call = f"np.fft.rfftn({x}, axes={axes}, norm='backward')"
+    else:
+        call = f"np.fft.irfftn({x}, s={tuple(e.outputs[0].shape[nd - p['ndim']:])}, axes={axes}, norm='forward')"
+    t.emit(1, f"{dsts[0]}[...] = {call}", eqn=e)
+
+
+@kernel("eig")
+def _eig(t, ops, dsts, e) -> None:
+    """NumPy's eig on each matrix (in object mode: Numba's refuses a real matrix with complex eigenvalues)."""
+    names, depth = _loops(t, ops[0], list(range(e.inputs[0].ndim - 2)))
+    pre = ", ".join(names)
+    c = e.outputs[0].dtype.name
+    results = [f"r{j}" for j in range(len(dsts))]
+    types = ", ".join(f"{r}='{c}[{', '.join([':'] * (v.ndim - len(names) - 1) + ['::1'])}]'" for r, v in zip(results, e.outputs))
+    t.emit(depth, f"m = np.ascontiguousarray({ops[0]}[{pre}])" if names else f"m = np.ascontiguousarray({ops[0]})")
+    t.emit(depth, f"with objmode({types}):", eqn=e)
+    t.emit(depth + 1, f"{', '.join(results)}{',' if len(results) == 1 else ''} = eig_numpy(m, {e.params['vectors']})", eqn=e)
+    for r, dst in zip(results, dsts):
+        t.emit(depth, f"{dst}[{pre}] = {r}" if names else f"{dst}[...] = {r}")
 
 
 # The call on one float64 matrix of the batch, per primitive ({0}, {1}: the operands; then the params): Numba's
@@ -91,7 +123,7 @@ def _linalg(t, ops, dsts, e) -> None:
     routines are a different computation: other signs of eigenvectors and singular vectors)."""
     names, depth = _loops(t, ops[0], list(range(e.inputs[0].ndim - 2)))
     pre = ", ".join(names)
-    widen = ".astype(np.float64)" if e.inputs[0].dtype.name != "float64" else ""
+    widen = {"float32": ".astype(np.float64)", "complex64": ".astype(np.complex128)"}.get(e.inputs[0].dtype.name, "")
     mats = [f"np.ascontiguousarray({op}[{pre}]){widen}" if names else f"np.ascontiguousarray({op}){widen}" for op in ops]
     params = dict(e.params, upper=e.params.get("uplo") == "U")
     results = [f"r{j}" for j in range(len(dsts))]

@@ -5,6 +5,7 @@ vectorises the fused loops that call them; Numba's math.* would be scalar libm c
 with a `reassoc` flag (intrinsics below) so their loops vectorise too. Accuracy: see tests/test_cpu_math.py."""
 from __future__ import annotations
 
+import cmath  # noqa: F401  (generated modules may call cmath.*)
 import math
 
 import numpy as np
@@ -13,6 +14,7 @@ from numba.extending import intrinsic
 from numba.np.numpy_support import from_dtype
 
 from ..primitives import random as random_primitives
+from ..primitives.linalg import eig_numpy  # noqa: F401  (eig's kernel calls it in object mode)
 from ..schedule import actions as schedule_actions  # noqa: F401  (for while loops' schedules, in objmode)
 from . import scalar_rules
 from .render import CASTS  # noqa: F401
@@ -49,13 +51,18 @@ from .vmath import (  # noqa: F401  (re-exported to generated modules)
 
 # (casts are named so that they cannot clash with generated names: buffers are b<id>, scalars s<id>)
 f32, f64, i32, i64, boolean, U = np.float32, np.float64, np.int32, np.int64, np.bool_, np.uintp
-ACCUMULATOR = {"float32": "float64", "float64": "float64", "int32": "int64", "int64": "int64", "bool": "int64"}
+c64, c128 = np.complex64, np.complex128
+ACCUMULATOR = {"float32": "float64", "float64": "float64", "int32": "int64", "int64": "int64", "bool": "int64",
+               "complex64": "complex128", "complex128": "complex128"}
 
 
 def functions(dtype: np.dtype, exact: bool = False) -> dict[str, str]:
     """The names that Elementwise.scalar and Reduce.combine templates refer to, for one dtype;
     exact=True gives libm's sin/cos/tan (for arguments beyond vmath.TRIG_LIMIT)."""
     name = np.dtype(dtype).name
+    if name in ("complex64", "complex128"):
+        sfx = CASTS[name]
+        return {**{f: f"{f}_{sfx}" for f in COMPLEX_FUNCTIONS}, "radd": "cadd", "rmul": "cmul"}
     if name in ("float32", "float64"):
         sfx = "f32" if name == "float32" else "f64"
         fns = {f: f"{f}_{sfx}" for f in ("exp", "log", "log1p", "expm1", "sin", "cos", "tan", "tanh", "pow")}
@@ -99,7 +106,8 @@ def _empty(T):
     return empty
 
 
-empty_f32, empty_f64, empty_i32, empty_i64, empty_boolean = (_empty(T) for T in (f32, f64, i32, i64, boolean))
+empty_f32, empty_f64, empty_i32, empty_i64, empty_boolean, empty_c64, empty_c128 = (
+    _empty(T) for T in (f32, f64, i32, i64, boolean, c64, c128))
 
 
 def _rounded(fn, T):
@@ -227,3 +235,67 @@ def integer_functions(dtype_name: str) -> dict[str, str]:
     bits = "32" if dtype_name == "int32" else "64"
     return {"floordiv": "floordiv_i", "remainder": "remainder_i", "fmod": "fmod_i", "gcd": "gcd_i", "lcm": "lcm_i",
             "left_shift": f"left_shift_{bits}", "right_shift": f"right_shift_{bits}"}
+
+
+# -- issue 30: complex64 and complex128 --------------------------------------------------------------------
+# NumPy's complex functions as Numba implements them (its ufunc loops, ported from NumPy's: within an ulp or
+# two of NumPy's; tests/test_complex.py), and plain adds and multiplies for reductions (no reassoc flag: a
+# complex number is a pair, which LLVM does not reorder)
+COMPLEX_FUNCTIONS = ("exp", "log", "log1p", "expm1", "sqrt", "sin", "cos", "tan", "tanh", "arctan", "sinh", "cosh",
+                     "arcsin", "arccos", "arcsinh", "arccosh", "arctanh", "log2", "log10", "exp2", "pow")
+
+
+def _complex(name: str, T):
+    fn = np.power if name == "pow" else getattr(np, name)
+    if name == "pow":
+        @jit_named(f"pow_{CASTS[np.dtype(T).name]}")
+        def scalar2(x, y):
+            return T(fn(x, y))
+        return scalar2
+
+    @jit_named(f"{name}_{CASTS[np.dtype(T).name]}")
+    def scalar(x):
+        return T(fn(x))
+
+    return scalar
+
+
+for _name in COMPLEX_FUNCTIONS:
+    for _T in (c64, c128):
+        globals()[f"{_name}_{CASTS[np.dtype(_T).name]}"] = _complex(_name, _T)
+# log (and log2, log10), expm1, tanh, arccosh and pow from scalar_rules (the cuda backend's), where Numba's
+# differ from NumPy's: its log takes log |z| as log(hypot), which loses the real part near |z| = 1
+# (log(1 + 1e-9j) has real part 5e-19), its expm1 is exp(z) - 1, its tanh overflows for Re z > 355, its
+# arccosh is 1e-12 off, and its power over- and underflows where NumPy's does not (tests/test_complex.py)
+_LOGS = scalar_rules.complex_functions(math, c128, f64, lambda fn: jit_named(f"{fn.__name__}_c128")(fn))
+for _name in ("log", "log2", "log10", "expm1", "tanh", "arccosh", "pow"):
+    globals()[f"{_name}_c128"] = _LOGS[_name]
+    globals()[f"{_name}_c64"] = jit_named(f"{_name}_c64")(scalar_rules.rounded(_LOGS[_name], c128, c64, 2 if _name == "pow" else 1))
+
+
+@njit(**INLINE)
+def cadd(a, b):
+    return a + b
+
+
+@njit(**INLINE)
+def cmul(a, b):
+    return a * b
+
+
+# -- issue 30: scipy.special's functions (scalar_rules.special_functions), computed in float64; the float32
+# ones round the float64 result (as the libm functions above)
+SPECIAL_UNARY = ("gammaln", "digamma", "erfinv", "log_ndtr", "i0", "i0e", "i1", "i1e")
+SPECIAL_BINARY = ("polygamma", "xlogy", "xlog1py")
+LIBM_SPECIAL = {"erf": math.erf, "erfc": math.erfc}
+_SPECIAL = scalar_rules.special_functions(math, f64, lambda fn: jit_named(f"{fn.__name__}_special")(fn))
+
+
+for _name in (*SPECIAL_UNARY, *SPECIAL_BINARY):
+    globals()[f"{_name}_f64"] = _SPECIAL[_name]
+    globals()[f"{_name}_f32"] = jit_named(f"{_name}_f32")(
+        scalar_rules.rounded(_SPECIAL[_name], f64, f32, 1 if _name in SPECIAL_UNARY else 2))
+for _name, _fn in LIBM_SPECIAL.items():
+    for _T in (f32, f64):
+        globals()[f"{_name}_{CASTS[np.dtype(_T).name]}"] = _libm(_name, _fn, _T)
+FLOAT_FUNCTIONS = (*FLOAT_FUNCTIONS, *SPECIAL_UNARY, *SPECIAL_BINARY, *LIBM_SPECIAL)

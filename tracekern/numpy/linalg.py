@@ -1,4 +1,4 @@
-"""tk.numpy.linalg: np.linalg on traced arrays. solve, inv, slogdet, cholesky, qr, eigh and svd are
+"""tk.numpy.linalg: np.linalg on traced arrays. solve, inv, slogdet, cholesky, qr, eigh, svd and eig are
 primitives (LAPACK on cpu, the standard reverse-mode rules); det, norm, pinv, matrix_power,
 multi_dot, matrix_rank, cond and the array-API names are built from them. Results are NumPy's
 own named tuples (EighResult, SVDResult, ...). Stacks of matrices (..., m, n) work throughout."""
@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 
+from ..ir import is_complex
 from ._core import P, ShapeError, Tracer, _array, _axes, _cast, _dtype, _inexact, _promote, _shape, bind, with_location
 from .contractions import cross as _cross
 from .contractions import matmul
@@ -20,14 +21,15 @@ from .reductions import min as _min
 from .reductions import sum as _sum
 from .shapes import broadcast_to, matrix_transpose, moveaxis, reshape, squeeze
 from .shapes import diagonal as _diagonal
-from .ufuncs import absolute, divide, equal, exp, greater, multiply, power, where
+from .ufuncs import absolute, add, divide, equal, exp, greater, imag, multiply, power, real, where
 
 EighResult = type(np.linalg.eigh(np.eye(1)))
 SVDResult = type(np.linalg.svd(np.eye(1)))
 QRResult = type(np.linalg.qr(np.eye(1)))
 SlogdetResult = type(np.linalg.slogdet(np.eye(1)))
+EigResult = type(np.linalg.eig(np.eye(1)))
 
-__all__ = ["cholesky", "cond", "cross", "det", "diagonal", "eigh", "eigvalsh", "inv", "matmul", "matrix_norm",
+__all__ = ["cholesky", "cond", "cross", "det", "diagonal", "eig", "eigh", "eigvals", "eigvalsh", "inv", "matmul", "matrix_norm",
            "matrix_power", "matrix_rank", "matrix_transpose", "multi_dot", "norm", "outer", "pinv", "qr", "slogdet",
            "solve", "svd", "svdvals", "tensordot", "trace", "vecdot", "vector_norm"]
 
@@ -102,6 +104,18 @@ def eigvalsh(a, UPLO="L"):   # noqa: N803
     return eigh(a, UPLO).eigenvalues
 
 
+def eig(a):
+    """Eigenvalues and right eigenvectors of general matrices, NumPy's (LAPACK's geev), always complex:
+    NumPy's are real when every eigenvalue of a real matrix is real, a dtype that depends on the values."""
+    w, v = bind(P.eig, _matrices(a, "eig"), vectors=True)
+    return EigResult(w, v)
+
+
+def eigvals(a):
+    (w,) = bind(P.eig, _matrices(a, "eigvals"), vectors=False)
+    return w
+
+
 def svd(a, full_matrices=True, compute_uv=True, hermitian=False):
     a = _matrices(a, "svd", square=False)
     m, n = _shape(a)[-2:]
@@ -123,16 +137,24 @@ def vector_norm(x, /, *, axis=None, keepdims=False, ord=2):
     return _vector_norm(x, ax, ord, keepdims)
 
 
+def _abs2(x):
+    """|x|^2 elementwise, real (for complex x: the sum of its parts' squares)."""
+    if is_complex(_dtype(x)):
+        re, im = real(x), imag(x)
+        return add(multiply(re, re), multiply(im, im))
+    return multiply(x, x)
+
+
 def _vector_norm(x, axes, ord, keepdims):
     a = absolute(x)
     if ord is None or ord == 2:
-        return _sqrt_or_zero(_sum(multiply(x, x), axis=axes, keepdims=keepdims))
+        return _sqrt_or_zero(_sum(_abs2(x), axis=axes, keepdims=keepdims))
     if ord == np.inf:
         return _max(a, axis=axes, keepdims=keepdims)
     if ord == -np.inf:
         return _min(a, axis=axes, keepdims=keepdims)
     if ord == 0:
-        return _cast(_sum(_cast(greater(a, 0), _dtype(x)), axis=axes, keepdims=keepdims), _dtype(x))
+        return _cast(_sum(_cast(greater(a, 0), _dtype(a)), axis=axes, keepdims=keepdims), _dtype(a))
     if ord == 1:
         return _sum(a, axis=axes, keepdims=keepdims)
     if isinstance(ord, str):
@@ -154,7 +176,7 @@ def _matrix_norm(x, axes, ord, keepdims):
     r, c = axes
     nd = len(_shape(x))
     if ord in (None, "fro"):
-        return _sqrt_or_zero(_sum(multiply(x, x), axis=axes, keepdims=keepdims))
+        return _sqrt_or_zero(_sum(_abs2(x), axis=axes, keepdims=keepdims))
     a = absolute(x)
     if ord in (1, -1):
         col = _sum(a, axis=r, keepdims=True)
@@ -177,7 +199,7 @@ def norm(x, ord=None, axis=None, keepdims=False):
     nd = len(_shape(x))
     if axis is None:
         if ord is None:
-            y = _sqrt_or_zero(_sum(multiply(x, x)))
+            y = _sqrt_or_zero(_sum(_abs2(x)))
             return reshape(y, (1,) * nd) if keepdims else y
         axis = tuple(range(nd))
     axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)

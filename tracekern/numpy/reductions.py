@@ -7,15 +7,17 @@ import math
 
 import numpy as np
 
-from ..ir import is_float
+from ..ir import is_complex, is_float, is_inexact
 from ._core import P, _array, _axes, _axis, _cast, _dtype, _inexact, _iota, _reject, _shape, bind, with_location
 from .shapes import concatenate, diagonal, expand_dims, ravel, reshape, squeeze, transpose
 from .ufuncs import (
     add,
     astype,
+    conj,
     divide,
     equal,
     greater,
+    imag,
     isfinite,
     isnan,
     logical_not,
@@ -24,6 +26,7 @@ from .ufuncs import (
     minimum,
     multiply,
     not_equal,
+    real,
     sqrt,
     stop_gradient,
     subtract,
@@ -101,7 +104,7 @@ def mean(a, axis=None, dtype=None, out=None, keepdims=False, *, where=None):
     a = _array(a, "mean")
     if dtype is not None:
         a = astype(a, dtype)
-    elif not is_float(_dtype(a)):
+    elif not is_inexact(_dtype(a)):
         a = _cast(a, np.float64)
     if where is not None:
         ones = np.ones(_shape(a), _dtype(a))
@@ -148,7 +151,15 @@ def var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=Non
     m = globals()["mean"](a, axis, keepdims=True)
     d = subtract(a, m)
     dof = _dof(_count(a, axis), ddof, correction)
-    return divide(sum(multiply(d, d), axis, keepdims=keepdims), dof if dof > 0 else 0)
+    return divide(sum(_abs2(d), axis, keepdims=keepdims), dof if dof > 0 else 0)
+
+
+def _abs2(d):
+    """|d|^2: d * d, or for complex d the sum of its parts' squares (NumPy's var of complex is real)."""
+    if is_complex(_dtype(d)):
+        re, im = real(d), imag(d)
+        return add(multiply(re, re), multiply(im, im))
+    return multiply(d, d)
 
 
 def std(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=None, mean=None, correction=None):
@@ -223,7 +234,7 @@ def nanargmin(a, axis=None, out=None, *, keepdims=False):
 
 def _without_nan(a, fill, fname):
     a = _array(a, fname)
-    if not is_float(_dtype(a)):
+    if not is_inexact(_dtype(a)):
         return a
     return where(isnan(a), fill, a)
 
@@ -273,11 +284,13 @@ def nanvar(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=
     if dtype is None and not is_float(_dtype(a)):
         return var(a, axis, ddof=ddof, keepdims=keepdims, correction=correction)
     a = _inexact(a, "nanvar") if dtype is None else astype(a, dtype)
-    a = _shifted(a, axis, max(_where(isnan(a), -np.inf, a), axis, keepdims=True))
+    if not is_complex(_dtype(a)):   # (complex numbers have no order to take a largest value by)
+        a = _shifted(a, axis, max(_where(isnan(a), -np.inf, a), axis, keepdims=True))
     m = nanmean(a, axis, keepdims=True)
     d = _where(isnan(a), 0, subtract(a, m))
-    dof = subtract(_cast(_valid(a, axis, keepdims), _dtype(a)), ddof if correction is None else correction)
-    return divide(sum(multiply(d, d), axis, keepdims=keepdims), _where(greater(dof, 0), dof, np.nan))
+    sq = _abs2(d)
+    dof = subtract(_cast(_valid(a, axis, keepdims), _dtype(sq)), ddof if correction is None else correction)
+    return divide(sum(sq, axis, keepdims=keepdims), _where(greater(dof, 0), dof, np.nan))
 
 
 def nanstd(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=None, mean=None, correction=None):
@@ -318,7 +331,7 @@ def cov(m, y=None, rowvar=True, bias=False, ddof=None, fweights=None, aweights=N
     n = _shape(x)[1]
     ddof = (0 if bias else 1) if ddof is None else ddof
     d = subtract(x, mean(x, axis=1, keepdims=True))
-    c = divide(bind(P.matmul, d, transpose(d)), n - ddof)
+    c = divide(bind(P.matmul, d, transpose(conj(d))), n - ddof)   # (X X^H: conjugated, as NumPy's)
     return squeeze(c) if _shape(c) == (1, 1) else c
 
 

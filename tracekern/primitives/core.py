@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ..ir import Aval, Graph, is_float
+from ..ir import Aval, Graph, is_inexact
 
 REGISTRY: dict[str, Primitive] = {}
 
@@ -104,7 +104,7 @@ def linear_jvp(prim: Primitive, tangents: Sequence, ins: Sequence, **params) -> 
     (zeros where an operand has none), its other operands (indices) as they are."""
     b = next(t.builder for t in tangents if t is not None)
     args = [t if t is not None else (b.bind(REGISTRY["full"], shape=tuple(x.shape), dtype=x.dtype, value=x.dtype.type(0).item())
-                                     if is_float(x.dtype) else x) for t, x in zip(tangents, ins)]
+                                     if is_inexact(x.dtype) else x) for t, x in zip(tangents, ins)]
     out = b.bind(prim, *args, **params)
     return list(out) if prim.multiple_results else [out]
 
@@ -115,7 +115,7 @@ def no_operands(self, args, batched, **params):
     raise AssertionError(f"{self.name} has no operands to batch")
 
 
-def literal_value(v, producer) -> float | None:
+def literal_value(v, producer) -> float | complex | None:
     """The value of a one-element constant or fill operand `v` (`producer`: Var -> its Eqn), else
     None: what Primitive.scalar_for receives as a literal (fusion renders it, the memory planner's
     cost model prices what fusion renders)."""
@@ -124,7 +124,8 @@ def literal_value(v, producer) -> float | None:
         v = p.inputs[0]
         p = producer.get(v)
     if p is not None and p.primitive.fusion in ("fill", "const") and int(np.prod(v.shape)) == 1:
-        return float(np.asarray(p.params["value"]).reshape(-1)[0])
+        value = np.asarray(p.params["value"]).reshape(-1)[0]
+        return complex(value) if np.iscomplexobj(value) else float(value)
     return None
 
 

@@ -93,6 +93,8 @@ class Scatter(Primitive):
         if updates.shape != idx.shape or updates.dtype != base.dtype:
             raise ShapeError(f"scatter: updates {updates} must have the indices' shape {idx.shape} and the operand's "
                              f"dtype {base.dtype}")
+        if mode in ("min", "max") and base.dtype.kind == "c":
+            raise TypeError(f"scatter ({mode}): complex numbers have no order that tracekern traces ({base.dtype})")
         return (base,)
 
     def impl(self, base, idx, updates, *, axis, mode):
@@ -119,8 +121,9 @@ class Scatter(Primitive):
             wins = ops.eq(ops.gather(last, idx, axis=axis), ids)
             return [ops.scatter(ct, idx, zero_u, axis=axis, mode="set"), None, ops.select(wins, gather(ct), zero_u)]
         if mode == "mul":
-            return [ops.scatter(ct, idx, upd, axis=axis, mode="mul"), None,
-                    ops.mul(gather(ops.mul(ct, base)), _other_factors(base, idx, upd, axis))]
+            # (holomorphic in base and upd: for complex values, the conjugate derivatives)
+            return [ops.holomorphic(lambda c: ops.scatter(c, idx, upd, axis=axis, mode="mul"), ct, base), None,
+                    ops.holomorphic(lambda c: ops.mul(gather(ops.mul(c, base)), _other_factors(base, idx, upd, axis)), ct, base)]
         # min / max: the cotangent goes to the values equal to the result, shared equally between ties
         base_wins, upd_wins, total = _extremum_winners(base, idx, upd, out, axis)
         share = ops.div(ct, total)

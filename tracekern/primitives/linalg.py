@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ShapeError
-from ..ir import Aval
+from ..ir import Aval, complex_dtype, is_complex
 from . import lanes, ops
 from .core import Primitive
 
@@ -45,9 +45,11 @@ class Matmul(Primitive):
         return np.matmul(a, b)
 
     def vjp(self, cts, ins, outs, active):
+        # (complex: ct @ b^H and a^H @ ct, the complex convention)
         (ct,), (a, b) = cts, ins
-        return [ops.matmul(ct, ops.swap_last(b)) if active[0] else None,
-                ops.matmul(ops.swap_last(a), ct) if active[1] else None]
+        adjoint = (lambda m: ops.conj(ops.swap_last(m))) if a.dtype.kind == "c" else ops.swap_last
+        return [ops.matmul(ct, adjoint(b)) if active[0] else None,
+                ops.matmul(adjoint(a), ct) if active[1] else None]
 
     def jvp(self, tangents, ins, outs):
         (ta, tb), (a, b) = tangents, ins
@@ -75,11 +77,16 @@ matmul = Matmul("matmul")
 # (the gradient of what the function reads).
 
 
-def _square(name: str, a: Aval) -> None:
+def _square(name: str, a: Aval, complex_ok: bool = False) -> None:
     if a.ndim < 2 or a.shape[-1] != a.shape[-2]:
         raise ShapeError(f"{name}: needs square matrices (..., n, n), got shape {a.shape}")
-    if a.dtype.kind != "f":
-        raise TypeError(f"{name}: needs float32 or float64 matrices, got {a.dtype}")
+    if a.dtype.kind != "f" and not (complex_ok and a.dtype.kind == "c"):
+        raise TypeError(f"{name}: needs float32 or float64 matrices{' (or complex)' if complex_ok else ''}, got {a.dtype}")
+
+
+def _adjoint(x):
+    """The conjugate transpose of the last two axes (the transpose for real x)."""
+    return ops.conj(ops.swap_last(x)) if is_complex(x.dtype) else ops.swap_last(x)
 
 
 def _eye(x, n: int):
@@ -183,7 +190,7 @@ class Solve(Primitive):
         return [lanes.moveaxis(out, nd - 2, 0)], [True]
 
     def abstract_eval(self, a: Aval, b: Aval):
-        _square("solve", a)
+        _square("solve", a, complex_ok=True)
         if b.ndim != a.ndim or b.shape[:-1] != a.shape[:-1] or b.dtype != a.dtype:
             raise ShapeError(f"solve: b {b} does not fit a {a}: expected (..., n, k) with a's batch axes and dtype")
         return (b,)
@@ -193,8 +200,8 @@ class Solve(Primitive):
 
     def vjp(self, cts, ins, outs, active):
         (ct,), (a, _), (x,) = cts, ins, outs
-        bbar = ops.solve(ops.swap_last(a), ct)
-        return [ops.neg(ops.matmul(bbar, ops.swap_last(x))) if active[0] else None, bbar if active[1] else None]
+        bbar = ops.solve(_adjoint(a), ct)
+        return [ops.neg(ops.matmul(bbar, _adjoint(x))) if active[0] else None, bbar if active[1] else None]
 
     def jvp(self, tangents, ins, outs):
         """d x = solve(a, d b - d a @ x)."""
@@ -206,14 +213,14 @@ class Inv(Primitive):
     batch = _stack_of_matrices
 
     def abstract_eval(self, a: Aval):
-        _square("inv", a)
+        _square("inv", a, complex_ok=True)
         return (a,)
 
     def impl(self, a):
         return np.linalg.inv(a)
 
     def vjp(self, cts, ins, outs, active):
-        yt = ops.swap_last(outs[0])
+        yt = _adjoint(outs[0])
         return [ops.neg(ops.matmul(ops.matmul(yt, cts[0]), yt))]
 
     def jvp(self, tangents, ins, outs):
@@ -456,3 +463,78 @@ cholesky = Cholesky("cholesky")
 qr = QR("qr")
 eigh = Eigh("eigh")
 svd = SVD("svd")
+
+
+# -- issue 30: eig and eigvals (general matrices; complex results) -------------------------------------------
+
+
+def eig_numpy(a: np.ndarray, vectors: bool) -> tuple:
+    """NumPy's eig (or eigvals) of a stack of matrices, as complex arrays (contiguous): what every
+    backend runs. NumPy's own result is real when every eigenvalue of a real matrix is: its dtype
+    depends on the values, which tracing cannot know, so tracekern's is complex always (as JAX's)."""
+    c = complex_dtype(a.dtype)
+    if vectors:
+        w, v = np.linalg.eig(a)
+        return np.ascontiguousarray(w, c), np.ascontiguousarray(v, c)
+    return (np.ascontiguousarray(np.linalg.eigvals(a), c),)
+
+
+def _diagonal(m):
+    """(..., n, n) -> (..., n)."""
+    n = m.shape[-1]
+    return ops.reduce_sum(ops.select(_mask(m, np.eye(n, dtype=bool)), m, ops.zeros_like(m)), axes=(m.ndim - 2,))
+
+
+class Eig(Primitive):
+    """Eigenvalues and (vectors=True) right eigenvectors of general square matrices: LAPACK's geev,
+    through NumPy on every backend that runs it (its order; unit eigenvectors whose largest component
+    is real). Outputs are complex; a real input's gradient is the real part of the complex one."""
+
+    multiple_results = True
+
+    batch = _stack_of_matrices
+
+    def abstract_eval(self, a: Aval, *, vectors: bool):
+        _square("eig", a, complex_ok=True)
+        c = complex_dtype(a.dtype)
+        w = Aval(a.shape[:-1], c)
+        return (w, Aval(a.shape, c)) if vectors else (w,)
+
+    def impl(self, a, *, vectors):
+        return eig_numpy(a, vectors)
+
+    def vjp(self, cts, ins, outs, active, *, vectors):
+        """gA = V^-H (diag(gw) + conj(F) o (V^H gV - V^H V diag(Re diag(V^H gV)))) V^H, F_ij = 1 / (w_j - w_i)
+        (the second term keeps the eigenvectors' unit norm; the loss must not depend on their phase,
+        which LAPACK fixes by convention, as for PyTorch's linalg.eig)."""
+        (a,) = ins
+        w, v = outs if vectors else ops.eig(a, vectors=True)
+        gw, gv = (cts[0], cts[1]) if vectors else (cts[0], None)
+        vh = _adjoint(v)
+        inner = _diag_matrix(gw if gw is not None else ops.zeros_like(w))
+        if gv is not None:
+            g = ops.matmul(vh, gv)
+            norm = ops.matmul(vh, ops.mul(v, _rows(ops.convert(ops.real(_diagonal(g)), dtype=v.dtype), tuple(v.shape))))
+            inner = ops.add(inner, ops.mul(_inverse_gaps(ops.conj(w)), ops.sub(g, norm)))
+        ga = ops.solve(vh, ops.matmul(inner, vh))
+        if not is_complex(a.dtype):
+            ga = ops.convert(ops.real(ga), dtype=a.dtype)
+        return [ga]
+
+    def jvp(self, tangents, ins, outs, *, vectors):
+        """With m = V^-1 dA V: dw = diag(m), dV = V (F o m), F_ij = 1 / (w_j - w_i) off the diagonal, less
+        each column's real component along itself (the eigenvectors keep unit norm; their phase, which
+        LAPACK fixes by convention, is left alone: the transpose of vjp's gauge)."""
+        (t,), (a,) = tangents, ins
+        w, v = outs if vectors else ops.eig(a, vectors=True)
+        ta = t if is_complex(t.dtype) else ops.convert(t, dtype=v.dtype)
+        m = ops.matmul(ops.solve(v, ta), v)
+        dw = _diagonal(m)
+        if not vectors:
+            return [dw]
+        dv = ops.matmul(v, ops.mul(_inverse_gaps(w), m))
+        along = ops.convert(ops.real(_diagonal(ops.matmul(_adjoint(v), dv))), dtype=v.dtype)
+        return [dw, ops.sub(dv, ops.mul(v, _rows(along, tuple(v.shape))))]
+
+
+eig = Eig("eig")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ShapeError
-from ..ir import Aval
+from ..ir import Aval, is_complex
 from . import lanes, ops
 from .core import Primitive
 
@@ -48,6 +48,12 @@ class ReduceSum(Reduce):
 class ReduceMinMax(Reduce):
     """The cotangent goes to the positions equal to the extremum, shared equally between ties."""
 
+    def abstract_eval(self, x: Aval, *, axes: tuple[int, ...]):
+        if is_complex(x.dtype):
+            raise TypeError(f"{self.name}: complex numbers have no order that tracekern traces ({x.dtype}); NumPy's "
+                            "is lexicographic. Reduce np.abs(z) or z.real instead")
+        return super().abstract_eval(x, axes=axes)
+
     def vjp(self, cts, ins, outs, active, *, axes):
         x = ins[0]
         return [ops.mul(_extremum_weights(x, outs[0], axes), ops.expand(cts[0], x.shape, axes))]
@@ -61,7 +67,8 @@ class ReduceProd(Reduce):
 
     def vjp(self, cts, ins, outs, active, *, axes):
         x = ins[0]
-        return [ops.mul(_other_entries(x, axes), ops.expand(cts[0], x.shape, axes))]
+        # (holomorphic: for complex values, the conjugate derivative)
+        return [ops.holomorphic(lambda ct: ops.mul(_other_entries(x, axes), ops.expand(ct, x.shape, axes)), cts[0], x)]
 
     def jvp(self, tangents, ins, outs, *, axes):
         return [ops.reduce_sum(ops.mul(_other_entries(ins[0], axes), tangents[0]), axes=axes)]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ShapeError
-from ..ir import Aval
+from ..ir import Aval, is_complex
 from . import ops
 from .core import Primitive, linear_jvp
 
@@ -29,6 +29,8 @@ class Cumulative(Primitive):
     def abstract_eval(self, x: Aval, *, axis: int, reverse: bool):
         if not 0 <= axis < x.ndim:
             raise ShapeError(f"{self.name}: axis {axis} is out of range for shape {x.shape}")
+        if is_complex(x.dtype) and self.name in ("cummax", "cummin"):
+            raise TypeError(f"{self.name}: complex numbers have no order that tracekern traces ({x.dtype})")
         return (x,)
 
     def impl(self, x, *, axis, reverse):
@@ -43,7 +45,7 @@ class Cumulative(Primitive):
         if self.name == "cumsum":
             return [ops.cumsum(ct, axis=axis, reverse=back)]
         if self.name == "cumprod":
-            return [_cumprod_vjp(ct, x, out, axis, reverse)]
+            return [ops.holomorphic(lambda c: _cumprod_vjp(c, x, out, axis, reverse), ct, x)]
         return [_cum_extremum_vjp(ct, x, out, axis, reverse)]
 
     def jvp(self, tangents, ins, outs, *, axis, reverse):

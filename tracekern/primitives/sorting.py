@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ShapeError
-from ..ir import Aval
+from ..ir import Aval, is_complex
 from . import lanes, ops
 from .core import Primitive
 
@@ -16,6 +16,9 @@ from .core import Primitive
 def _last_axis(name: str, x: Aval) -> None:
     if x.ndim == 0:
         raise ShapeError(f"{name}: needs an array of at least one dimension, got a 0-d one")
+    if is_complex(x.dtype):
+        raise TypeError(f"{name}: complex numbers have no order that tracekern traces ({x.dtype}); NumPy's is "
+                        "lexicographic. Sort by np.abs(z) or z.real (np.argsort of it, then take)")
 
 
 class Sort(Primitive):
@@ -84,6 +87,7 @@ class SearchSorted(Primitive):
             raise ValueError(f"searchsorted: side must be 'left' or 'right', got {side!r}")
         if a.dtype != v.dtype:
             raise TypeError(f"searchsorted: dtypes differ ({a.dtype}, {v.dtype})")
+        _last_axis("searchsorted", a)
         return (Aval(v.shape, np.dtype(np.int64)),)
 
     def impl(self, a, v, *, side):
