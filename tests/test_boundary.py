@@ -323,8 +323,8 @@ def test_output_errors_name_the_users_line():
 
 
 def test_unsupported_functions_are_named_as_the_user_called_them():
-    cases = [(lambda x: np.fft.ifft(x), "np.fft.ifft"), (lambda x: scipy.special.psi(x), "scipy.special.psi"),
-             (lambda x: np.linalg.eig(x), "np.linalg.eig"), (lambda x: np.unique(x), "np.unique"),
+    cases = [(lambda x: np.fft.hfft(x), "np.fft.hfft"), (lambda x: scipy.special.gamma(x), "scipy.special.gamma"),
+             (lambda x: np.linalg.lstsq(x, x), "np.linalg.lstsq"), (lambda x: np.unique(x), "np.unique"),
              (lambda x: scipy.special.logsumexp(x), "scipy.special.logsumexp")]
     for fn, name in cases:
         with pytest.raises((NotImplementedError, TypeError)) as err:

@@ -13,7 +13,7 @@ import numpy as np
 from . import numpy as tnp
 from . import remat
 from .errors import with_location
-from .ir import Aval, Graph, is_float
+from .ir import Aval, Graph, is_inexact
 from .primitives import annotations as A
 from .primitives.shape import full
 from .pytree import Static, call_static, tree_flatten, tree_unflatten
@@ -118,7 +118,7 @@ def _run_grad_fn(f, grad_fn, dys, xs, variables, statics=(0, ())) -> list:
     targets = [aval_of(x) for x in xs] + [v.aval for v in variables]
     out = []
     for k, (g, want) in enumerate(zip(flat + grad_vars, targets)):
-        if g is None or not is_float(want.dtype):
+        if g is None or not is_inexact(want.dtype):
             out.append(bind(full, shape=tuple(want.shape), dtype=want.dtype, value=want.dtype.type(0).item()))
             continue
         g = _read(g)

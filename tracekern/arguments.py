@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from .errors import TracerLeakError
-from .ir import SUPPORTED_DTYPES, Aval, Graph, is_float
+from .ir import SUPPORTED_DTYPES, Aval, Graph, is_inexact
 from .pytree import leaf_paths
 from .trace import FlatArgs, Tracer, flatten_args, refuse_subclass, weak_flag
 
@@ -95,6 +95,8 @@ def leaf_to_array(fun: Callable, x: Any, where: str, device: bool = False) -> tu
         arr, weak = np.asarray(x, np.int64), weak_flag(x)
     elif isinstance(x, float):
         arr, weak = np.asarray(x, np.float64), True
+    elif isinstance(x, complex):
+        arr, weak = np.asarray(x, np.complex128), True
     elif isinstance(x, Tracer):
         raise TracerLeakError(f"{where} of {fun_name(fun)} is a traced value from a trace that has ended "
                               "(a leaked tracer); return values from traced functions instead")
@@ -128,13 +130,13 @@ def differentiated(fun: Callable, flat: FlatArgs, argnums: tuple[int, ...], chec
     active = []
     for k, (aval, i) in enumerate(zip(flat.avals, flat.owner)):
         is_diff = i in argnums
-        if is_diff and check_float and not is_float(aval.dtype):
+        if is_diff and check_float and not is_inexact(aval.dtype):
             path = _leaf_path(flat, k)
             where = arg_name(fun, i) + (f" at {path}" if path else "")
             raise TypeError(f"cannot differentiate with respect to {where} of {fun_name(fun)}: its dtype is "
-                            f"{aval.dtype}. Gradients are defined for float32/float64 only; integer and bool "
+                            f"{aval.dtype}. Gradients are defined for float32/float64 and complex64/complex128 only; integer and bool "
                             "values are constants of differentiation (leave them out of argnums, or .astype(float)).")
-        active.append(is_diff and is_float(aval.dtype))
+        active.append(is_diff and is_inexact(aval.dtype))
     return active
 
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from . import passes
 from .errors import IRError, TracekernError
-from .ir import Aval, Eqn, Graph, Var, is_float
+from .ir import Aval, Eqn, Graph, Var, is_inexact
 from .primitives import annotations as A
 from .primitives import control as C
 from .primitives import ops
@@ -28,10 +28,10 @@ from .trace import Builder, Value, aval_of, build_graph
 
 def active_vars(graph: Graph, active_inputs: Sequence[bool]) -> set[Var]:
     """Float values that depend, through differentiable equations, on the active inputs."""
-    active = {v for v, a in zip(graph.inputs, active_inputs) if a and is_float(v.dtype)}
+    active = {v for v, a in zip(graph.inputs, active_inputs) if a and is_inexact(v.dtype)}
     for e in graph.eqns:
         if any(v in active for v in e.inputs) and e.primitive.differentiable(**e.params):
-            active.update(v for v in e.outputs if is_float(v.dtype))
+            active.update(v for v in e.outputs if is_inexact(v.dtype))
     return active
 
 
@@ -315,10 +315,10 @@ def _scan_vjp(rev, cts, ins, outs, active, body, num_consts, num_carry, length, 
     ct_ys = [ops.zeros_like(o) if c is None else c for c, o in zip(cts[nk:nk + n_y], outs[nk:nk + n_y])]
     # grad of grad: cotangents of the recorded carries join the carry's at the start of each step
     ct_recs = {i: c for i, c in enumerate(cts[nk + n_y:]) if c is not None and i in
-               [j for j in range(nk) if is_float(body.outputs[j].dtype)]}
+               [j for j in range(nk) if is_inexact(body.outputs[j].dtype)]}
     act = list(active)
     dc = [i for i in range(nc) if act[i]]                       # consts that get cotangents
-    fk = [i for i in range(nk) if is_float(body.outputs[i].dtype)]
+    fk = [i for i in range(nk) if is_inexact(body.outputs[i].dtype)]
     dx = [i for i in range(len(xs)) if act[nc + nk + i]]
     # one backward step: (consts, ct_carry (float ones), acc, carry_t, x_t, ct_y_t) ->
     #                    (ct_carry_prev, acc + ct_consts, ct_x_t)
@@ -349,7 +349,7 @@ def _revolve_vjp(rev, cts, ins, outs, active, body, nc, nk, length, reverse, k, 
     ct_ys = [ops.zeros_like(o) if c is None else c for c, o in zip(cts[nk:nk + n_y], outs[nk:nk + n_y])]
     act = list(active)
     dc = [i for i in range(nc) if act[i]]
-    fk = [i for i in range(nk) if is_float(body.outputs[i].dtype)]
+    fk = [i for i in range(nk) if is_inexact(body.outputs[i].dtype)]
     dx = [i for i in range(len(xs)) if act[nc + nk + i]]
     step_active = act[:nc] + [i in fk for i in range(nk)] + act[nc + nk:]
     avals = ([aval_of(c) for c in consts] + [aval_of(ct_carry[i]) for i in fk] + [aval_of(consts[i]) for i in dc]
@@ -407,7 +407,7 @@ def _while_vjp(rev, cts, ins, outs, active, cond, body, num_consts, checkpoint=N
     nc = num_consts
     consts, init = list(ins[:nc]), list(ins[nc:])
     nk = len(init)
-    fk = [i for i in range(nk) if is_float(init[i].dtype)]
+    fk = [i for i in range(nk) if is_inexact(init[i].dtype)]
     dc = [i for i in range(nc) if active[i]]
     step_active = list(active[:nc]) + [i in fk for i in range(nk)]
     avals = ([aval_of(c) for c in consts] + [aval_of(init[i]) for i in fk] + [aval_of(consts[i]) for i in dc]

@@ -16,7 +16,7 @@ from . import autodiff, backends, passes, remat
 from .arguments import arg_name, flatten_call, fun_location, fun_name, to_user
 from .backends import fusion
 from .errors import MemoryBudgetError, TracekernError, with_location
-from .ir import Aval, Graph, is_float
+from .ir import Aval, Graph, is_inexact
 from .pytree import Static, TreeDef, call_static, takes_static, tree_flatten, tree_unflatten
 from .trace import FlatArgs, Tracer, Variable, current_builder, trace_to_graph
 
@@ -400,7 +400,7 @@ def stage_vjp(fun: Callable, args: tuple, has_aux: bool, backend: str | None = N
         variables = tuple(captured)
         value_td, aux_td = split_aux(fun, out_td, has_aux)
         n_out = value_td.num_leaves
-        active = tuple(is_float(aval.dtype) for aval in flat.avals)
+        active = tuple(is_inexact(aval.dtype) for aval in flat.avals)
         joint = autodiff.vjp(graph, active + (False,) * len(variables),
                              seeded=[i < n_out for i in range(len(graph.outputs))], zeros=True)
         split = plan_split(fun, passes.simplify(joint.graph), joint.num_primals, len(graph.outputs), memory_budget)

@@ -217,7 +217,7 @@ def weak_flag(x: Any) -> bool | str:
     """How a Python number argument promotes: True (weak, as NumPy 2's Python scalars), WIDE for an
     int outside int32's range (combined with an int32 array, NumPy raises OverflowError, and so does
     tracing), False for anything else."""
-    if isinstance(x, bool) or not isinstance(x, (int, float)):
+    if isinstance(x, bool) or not isinstance(x, (int, float, complex)):
         return False
     if isinstance(x, int) and not INT32_RANGE[0] <= x <= INT32_RANGE[1]:
         return WIDE
@@ -251,7 +251,7 @@ def as_constant(x: Any) -> np.ndarray:
     """A NumPy array for a constant operand, or TypeError for something that is not an array."""
     if isinstance(x, Variable):
         return x.value
-    if isinstance(x, (np.ndarray, np.generic, bool, int, float)):
+    if isinstance(x, (np.ndarray, np.generic, bool, int, float, complex)):
         refuse_subclass(x, "a constant")
         arr = np.asarray(x)
         if arr.dtype not in SUPPORTED_DTYPES:
@@ -326,7 +326,7 @@ def trace_to_graph(fn: Callable, avals: Sequence[Aval], weak: Sequence[bool] | N
         out = fn(*tracers)
         leaves, out_td = tree_flatten(out)
         for i, leaf in enumerate(leaves):
-            if not isinstance(leaf, (Tracer, Variable, np.ndarray, np.generic, bool, int, float)):
+            if not isinstance(leaf, (Tracer, Variable, np.ndarray, np.generic, bool, int, float, complex)):
                 raise TypeError(with_location(
                     f"output {i} of {name or 'the traced function'} is a {type(leaf).__name__} ({leaf!r:.40}), not an "
                     "array; traced functions must return arrays, numbers, or tuples/lists/dicts of them (a generator: "
@@ -498,7 +498,7 @@ class ArrayOps:
     # (issue 19: the rest of ndarray's methods that return values; not .var(), whose name is a Value's Var:
     # np.var(x) works)
     mT = property(lambda self: ArrayOps.numpy.matrix_transpose(_read(self)))
-    real = property(lambda self: _read(self))
+    real = property(lambda self: ArrayOps.numpy.real(_read(self)))
     imag = property(lambda self: ArrayOps.numpy.imag(_read(self)))
     def argmax(self, axis=None, keepdims=False): return ArrayOps.numpy.argmax(_read(self), axis, keepdims=keepdims)
     def argmin(self, axis=None, keepdims=False): return ArrayOps.numpy.argmin(_read(self), axis, keepdims=keepdims)
@@ -510,8 +510,8 @@ class ArrayOps:
     def repeat(self, repeats, axis=None): return ArrayOps.numpy.repeat(_read(self), repeats, axis)
     def take(self, indices, axis=None): return ArrayOps.numpy.take(_read(self), _read(indices), axis)
     def round(self, decimals=0): return ArrayOps.numpy.round(_read(self), decimals)
-    def conj(self): return _read(self)
-    def conjugate(self): return _read(self)
+    def conj(self): return ArrayOps.numpy.conj(_read(self))
+    def conjugate(self): return ArrayOps.numpy.conj(_read(self))
 
     def std(self, axis=None, dtype=None, ddof=0, keepdims=False):
         return ArrayOps.numpy.std(_read(self), axis, dtype, ddof=ddof, keepdims=keepdims)
@@ -593,6 +593,13 @@ class Tracer(ArrayOps, Value):
     def __array__(self, dtype=None, copy=None):
         location = user_frame_location()
         library = library_call()
+        name = library.rpartition(".")[2] if library else ""
+        if library and library.startswith("scipy.special.") and name in getattr(ArrayOps.numpy, "SCIPY_FUNCTIONS", ()):
+            raise TypeError(with_location(
+                f"{library} converts its arguments to NumPy arrays with np.asarray, which a traced array ({self.aval}) "
+                f"cannot honour (it has no values while tracing). Call tk.scipy.special.{name} instead: the same "
+                "signature and results, traced and differentiated (SciPy's ufuncs, such as scipy.special.gammaln, "
+                "trace as they are)", location))
         if library is not None:
             raise TypeError(with_location(
                 f"{library} converts its arguments to NumPy arrays, which needs their values: a traced array "

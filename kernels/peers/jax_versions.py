@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from kernels import chain, heat, lstm, rnn, signal, transformer
+from kernels import chain, heat, lstm, rnn, signal, spectral, transformer
 from kernels.peers import Unsupported
 
 POLICIES = {"recompute": "nothing_saveable", "dots": "dots_saveable"}
@@ -76,7 +76,8 @@ def _block(x, p):
 
 
 def _dropout(key, x, rate=transformer.RATE):
-    keep = jax.random.bernoulli(key, 1.0 - rate, x.shape)
+    # p as float32: with jax_enable_x64 a Python float would draw float64 uniforms, other masks
+    keep = jax.random.bernoulli(key, np.float32(1.0 - rate), x.shape)
     return jnp.where(keep, x / np.float32(1.0 - rate), np.float32(0.0))
 
 
@@ -260,6 +261,31 @@ def signal_version(args, strategy, size, **options):
     return "jax.numpy (the same code)", _step(lambda taps, x, target: signal.loss(taps, x, target, k, jnp), args), _to_numpy
 
 
+def spectral_version(args, strategy, size, **options):
+    """The same code with jax.numpy, jax.numpy.fft, jax.scipy.special.erf and lax.scan (checkpointed: two
+    levels of scans, the outer one over jax.checkpoint'ed segments)."""
+    from jax.scipy.special import erf
+
+    steps, k = spectral.SIZES[size][2], spectral.checkpoints(strategy)
+
+    def scan(step, psi, steps, checkpoint):
+        body = lambda p, _: (step(p), None)   # noqa: E731
+        if checkpoint is None:
+            return lax.scan(body, psi, None, length=steps)[0]
+        outer = _segments(steps, checkpoint)
+
+        @jax.checkpoint
+        def segment(p, _):
+            return lax.scan(body, p, None, length=steps // outer)[0], None
+        return lax.scan(segment, psi, None, length=outer)[0]
+
+    def loss(params, psi0, x, target):
+        return spectral.loss(params, psi0, x, target, steps, k, xp=jnp, erf=erf, scan=scan)
+    how = ("lax.scan" if k is None else f"lax.scan over {_segments(steps, k)} jax.checkpoint'ed segments of an inner scan "
+           "(two levels: JAX has no binomial schedule)")
+    return how, _step(loss, args), _to_numpy
+
+
 VERSIONS = {"chain": chain_version, "mlp": mlp_version, "transformer": transformer_version, "revnet": revnet_version,
             "softplus": softplus_version, "rnn": rnn_version, "heat": heat_version, "signal": signal_version,
-            "lstm": lstm_version}
+            "spectral": spectral_version, "lstm": lstm_version}

@@ -98,6 +98,19 @@ def _has_trig(k: LoopKernel) -> bool:
     return bool(k.domain) and (_trig(k.body) or (k.epilogue_first > 0 and _trig(k.epilogue_body)))
 
 
+def _raises(k: LoopKernel) -> bool:
+    """Whether a loop calls a scalar function that raises (cpu_math.RAISING: NumPy's ValueError for an integer to
+    a negative power). Numba carries no exception out of a prange loop (the chunk stops, the call returns), so
+    such a loop runs its chunks serially, where the exception reaches the caller."""
+    for s in list(k.body) + list(k.epilogue_body):
+        if isinstance(s, Compute):
+            e = s.eqn
+            expr = s.template.format(*s.args, **cpu_math.functions(e.inputs[0].dtype if e.inputs else e.outputs[0].dtype))
+            if any(f"{fn}(" in expr for fn in cpu_math.RAISING):
+                return True
+    return False
+
+
 def loop_params(k: LoopKernel) -> list[Var]:
     """A loop kernel's parameters: the values it reads (in body order), then those it writes."""
     return k.reads + k.writes
@@ -112,18 +125,19 @@ class _LoopUnit:
         self.params = loop_params(k)
         self.names = {v: f"p{j}" for j, v in enumerate(self.params)}
         self.flagged = _has_trig(k)
+        self.parallel = k.parallel and not _raises(k)
 
     def unit(self) -> Unit:
         fns = [self.function("kernel", exact=False)]
         if self.flagged:
             fns.append(self.function("kernel_exact", exact=True))
         source, lines = _module(f"loop over {list(self.k.domain)}", fns)
-        return Unit(source, lines, flagged=self.flagged, parallel=self.k.parallel)
+        return Unit(source, lines, flagged=self.flagged, parallel=self.parallel)
 
     def function(self, name: str, exact: bool) -> _Text:
         k, t = self.k, _Text()
         flag = self.flagged and not exact
-        t.emit(0, f"@njit({_FLAGS}{', parallel=True' if k.parallel else ''})")
+        t.emit(0, f"@njit({_FLAGS}{', parallel=True' if self.parallel else ''})")
         t.emit(0, f"def {name}({', '.join(self.names[v] for v in self.params)}):")
         D = k.domain
         n = len(D)
@@ -155,7 +169,7 @@ class _LoopUnit:
         rows = k.chunk_rows
         if flag:  # a flag per chunk, combined after the loop (a prange reduction costs compile time)
             t.emit(1, f"bigc = {_empty((k.num_chunks,), 'bool')}")
-        t.emit(1, f"for c in {'prange' if k.parallel else 'range'}({k.num_chunks}):")
+        t.emit(1, f"for c in {'prange' if self.parallel else 'range'}({k.num_chunks}):")
         t.emit(2, f"lo = c * {rows}")
         t.emit(2, f"m0 = {rows} if lo + {rows} <= {D[0]} else {D[0]} - lo")
         if flag:
@@ -283,7 +297,7 @@ def _call_unit(k: CallKernel) -> Unit:
     dsts = [f"p{len(ops) + j}" for j in range(len(e.outputs))]
     dst = dsts[0]
     t = _Text()
-    t.emit(0, f"@njit({_FLAGS})")
+    t.emit(0, f"@njit({_FLAGS.replace(', nogil=True', '') if e.primitive.name in cpu_calls.OBJECT_MODE else _FLAGS})")
     t.emit(0, f"def kernel({', '.join(ops + dsts)}):")
     name = e.primitive.name
     if name == "matmul":
@@ -328,7 +342,7 @@ def _matmul(t: _Text, ops: list[str], C0: str, out: Var, e) -> None:
     depth = 1 + len(batch)
     sub = "".join(f"q{d}, " for d in range(len(batch)))
     A, B, C = (f"{x}[{sub[:-2]}]" if batch else x for x in (*ops, C0))
-    if out.dtype.kind == "f" and k_dim > 0 and out.size > 0:
+    if out.dtype.kind in "fc" and k_dim > 0 and out.size > 0:
         t.emit(depth, f"np.dot({A}, {B}, {C})", eqn=e)
         return
     # integer and bool matmul (no BLAS), and empty products
@@ -1088,5 +1102,5 @@ def _describe(k, names: dict) -> str:
     if isinstance(k, LoopKernel):
         what = ", ".join([f"store {names[v]}" for v in k.stores] + [f"{e.primitive.name} -> {e.outputs[0].aval}" for e in k.reductions]
                          + [f"then store {names[v]}" for v in k.epilogue])
-        return f"loop over {list(k.domain)}{' in parallel' if k.parallel else ''}: {what}"
+        return f"loop over {list(k.domain)}{' in parallel' if k.parallel and not _raises(k) else ''}: {what}"
     return f"{k.eqn.primitive.name} -> {', '.join(str(v.aval) for v in k.eqn.outputs)}"

@@ -24,7 +24,7 @@ from .. import passes, schedule
 from ..errors import TracekernError
 from ..ir import Graph, Var
 from ..settings import config
-from . import cache, cublas, cuda_calls, cuda_math, fusion, render, scalar_rules, units
+from . import cache, cublas, cuda_calls, cuda_math, cufft, fusion, render, scalar_rules, units
 from .fusion import CallKernel, Literal, LoopKernel, Read
 from .render import CASTS, CONTROL, ControlRenderer, identity_literal, literal
 from .units import Unit
@@ -165,6 +165,12 @@ class Runtime:
         device = 0 if cuda_math.SIMULATOR else self.cuda.get_current_device().id
         cublas.blas(device, self.workspace).gemm(self.stream_handle(), np.dtype(c.dtype), plan, self.pointer(a),
                                                  self.pointer(b), self.pointer(c), tf32)
+
+
+    # -- cuFFT (backends/cufft.py) ------------------------------------------------------------
+    def fft(self, x, out, kind: str, inverse: bool, ndim: int) -> None:
+        """out = the unnormalized transform of x over its last ndim axes, on cuFFT (asynchronous)."""
+        cufft.run(self, x, out, kind, inverse, ndim, cuda_math.SIMULATOR)
 
 
 @dataclass(frozen=True)
@@ -654,7 +660,7 @@ class _Renderer(ControlRenderer):
         if m * n * nb == 0:
             return
         depth = 1
-        if self.launch.cublas and out.dtype.kind == "f" and K > 0:
+        if self.launch.cublas and out.dtype.kind in "fc" and K > 0:
             A, B, C = self.names[a_var], self.names[b_var], self.names[out]
             call = f"R.gemm({A}, {a_t}, {B}, {b_t}, {C}, {self.module.tf32})"
             strided = [x for v, x in ((a_var, A), (b_var, B)) if v in self.graph.inputs]
@@ -675,7 +681,7 @@ class _Renderer(ControlRenderer):
         m, n = out.shape[-2:]
         K = e.inputs[0].shape[-1]
         nb = _size(batch)
-        acc_dtype = np.dtype(out.dtype.name if out.dtype.kind == "f" else cuda_math.ACCUMULATOR[out.dtype.name])
+        acc_dtype = np.dtype(out.dtype.name if out.dtype.kind in "fc" else cuda_math.ACCUMULATOR[out.dtype.name])
         acc = CASTS[acc_dtype.name]
         kn = _Kernel()
         A, B, C = kn.param(self.names[a_var], a_var), kn.param(self.names[b_var], b_var), kn.param(self.names[out], out)
@@ -1023,7 +1029,7 @@ def ptx_float64(py_func, params: list[tuple[str, int]], cc=(8, 0)) -> list[str]:
     from numba import cuda
 
     ptx, _ = cuda.compile_ptx(py_func, _kernel_signature(params), cc=cc)
-    if any(d == "float64" for d, _ in params):
+    if any(np.dtype(d) in (np.float64, np.complex128) for d, _ in params):
         return []
     return [line.strip() for line in ptx.splitlines() if _F64.search(line) and not _LIBDEVICE_F64.match(line)]
 

@@ -17,7 +17,8 @@ from ..ir import Graph, Var, format_graph
 
 CONTROL = ("cond", "scan", "while", "scan_revolve")
 # the names both math modules (cpu_math, cuda_math) give the casts to each dtype
-CASTS = {"float32": "f32", "float64": "f64", "int32": "i32", "int64": "i64", "bool": "boolean"}
+CASTS = {"float32": "f32", "float64": "f64", "int32": "i32", "int64": "i64", "bool": "boolean", "complex64": "c64",
+         "complex128": "c128"}
 
 
 def kernel_registry() -> tuple[dict, Callable]:
@@ -39,12 +40,17 @@ def subscript(array: str, idx: Sequence[str]) -> str:
     return f"{array}[{', '.join(idx)}]" if idx else f"{array}[()]"
 
 
+def _float_text(f: float) -> str:
+    return "np.nan" if f != f else ("np.inf" if f == np.inf else ("-np.inf" if f == -np.inf else repr(f)))
+
+
 def literal(value, dtype: np.dtype) -> str:
     cast = CASTS[dtype.name]
     v = np.asarray(value).astype(dtype)[()]
     if dtype.kind == "f":
-        f = float(v)
-        text = "np.nan" if f != f else ("np.inf" if f == np.inf else ("-np.inf" if f == -np.inf else repr(f)))
+        text = _float_text(float(v))
+    elif dtype.kind == "c":
+        text = f"complex({_float_text(float(v.real))}, {_float_text(float(v.imag))})"
     elif dtype.kind == "b":
         text = repr(bool(v))
     else:

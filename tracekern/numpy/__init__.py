@@ -17,10 +17,11 @@ import numpy as np
 
 from ..errors import with_location
 from ..trace import ArrayOps
-from . import contractions, creation, extras, indexing, linalg, reductions, scans, shapes, sorting, ufuncs
+from . import contractions, creation, extras, fft, indexing, linalg, reductions, scans, shapes, sorting, special, ufuncs
 from ._core import _check_dtype
 from .indexing import at, getitem  # noqa: F401 (tk.at; x[idx] on tracers)
 from .scans import accumulate
+from .special import SCIPY_FUNCTIONS  # noqa: F401 (trace.Tracer's advice for SciPy's Python functions)
 
 # the names each part defines for users (helpers start with "_" or are listed here)
 _PARTS = (ufuncs, creation, shapes, reductions, indexing, contractions, scans, sorting, extras)
@@ -58,6 +59,9 @@ for _name, _fn in NAMES.items():
 for _name in linalg.__all__:
     if hasattr(np.linalg, _name):
         FUNCTIONS[getattr(np.linalg, _name)] = getattr(linalg, _name)
+for _name in fft.__all__:
+    FUNCTIONS[getattr(np.fft, _name)] = getattr(fft, _name)
+FUNCTIONS[np.i0] = special.i0   # (NumPy's own modified Bessel function, as scipy.special.i0)
 
 # Not traceable, and what to write instead (data-dependent shapes, in-place writes, complex results)
 _SHAPE = "its result's shape depends on the data, which tracing cannot know"
@@ -82,8 +86,6 @@ ALTERNATIVES: dict[str, str] = {
     "allclose": "it returns a Python bool, which needs the values: use np.all(np.isclose(a, b)) (a traced bool)",
     "array_equal": "it returns a Python bool, which needs the values: use np.all(a == b) (a traced bool)",
     "frexp": "use np.log2(np.abs(x)) and np.floor for the exponent",
-    "linalg.eig": "complex results are not supported; for symmetric matrices use np.linalg.eigh",
-    "linalg.eigvals": "complex results are not supported; for symmetric matrices use np.linalg.eigvalsh",
     "linalg.lstsq": "use np.linalg.pinv(a) @ b (or np.linalg.solve(a.T @ a, a.T @ b) for full-rank a)",
     "linalg.tensorsolve": "reshape to a matrix and use np.linalg.solve",
     "linalg.tensorinv": "reshape to a matrix and use np.linalg.inv",
@@ -92,11 +94,14 @@ ALTERNATIVES: dict[str, str] = {
 
 # advice for a whole module of functions that are not traced (by the public module's name, numpy's as "np")
 MODULE_ADVICE: dict[str, str] = {
-    "np.fft": "FFTs return complex arrays, which tracekern does not trace yet",
+    "np.fft": "tk.numpy.fft traces fft/ifft, rfft/irfft, fft2/ifft2, rfft2/irfft2, fftn/ifftn, rfftn/irfftn, "
+              "fftfreq/rfftfreq and fftshift/ifftshift; write the Hermitian transforms with those (np.fft.hfft(a, n) is "
+              "np.fft.irfft(np.conj(a), n) * n)",
     "np.random": "draw random numbers with tk.random (counter-based: tk.random.key, split, uniform, normal), or "
                  "pass NumPy's draws in as arguments",
-    "scipy.special": "scipy.special's functions are not traced yet; tk.numpy has logsumexp, softmax, log_softmax "
-                     "and sigmoid (scipy.special.expit), and np.log / np.exp / np.tanh build most others",
+    "scipy.special": "tracekern traces scipy.special's " + ", ".join(sorted(special.SCIPY_UFUNCS)) + " (and digamma), and "
+                     "tk.scipy.special has " + ", ".join(special.SCIPY_FUNCTIONS) + " with SciPy's signatures; write "
+                     "others with those and np.log / np.exp / np.tanh",
 }
 
 
@@ -147,7 +152,7 @@ def apply_ufunc(ufunc, method: str, inputs, kwargs):
         raise TypeError(with_location(f"np.{ufunc.__name__}(..., out=...) cannot write into a traced array; "
                                       "assign the result instead"))
     extra = {k: v for k, v in kwargs.items() if k != "out"}
-    fn = UFUNCS.get(ufunc)
+    fn = UFUNCS.get(ufunc) or special.scipy_ufunc(ufunc)
     if method == "__call__":
         if fn is None:
             raise _unsupported(_qualname(ufunc), "ufunc")

@@ -11,8 +11,8 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..ir import SUPPORTED_DTYPES, Aval
-from . import ops
-from .core import Primitive
+from . import lanes, ops
+from .core import Primitive, no_operands
 
 
 def broadcast_index(idx: list[str], in_shape: tuple[int, ...], out_shape: tuple[int, ...]) -> list[str]:
@@ -29,10 +29,45 @@ def _strides(shape) -> list[int]:
     return out[::-1]
 
 
+def _split_digits(digits: list, d: int) -> list | None:
+    """Digits (expression, coefficient, extent) of a mixed-radix number, with d made a digit boundary:
+    a digit whose range straddles d (c < d < c * n) is split into its high part (e // r, coefficient
+    c * r = d) and its low part (e % r), r = d / c. None where d does not divide into it evenly."""
+    out = []
+    for e, c, n in digits:
+        if c < d < c * n:
+            if d % c or n % (d // c):
+                return None
+            r = d // c
+            out += [(f"({e} // {r})", d, n // r), (f"({e} % {r})", c, r)]
+        else:
+            out.append((e, c, n))
+    return out
+
+
+def _mixed_radix_digit(digits: list, d: int, m: int) -> str | None:
+    """(sum of e * c over the digits) // d % m without divisions where the radices line up (a reshape
+    that splits or merges axes: (i1 * 9 + i2 * 3 + i3) // 9 % 200 is i1), or None (the general form
+    then stands). Each digit's expression e lies in [0, n), n its extent."""
+    split = _split_digits(digits, d)
+    if split is None or sum(c * (n - 1) for _, c, n in split if c < d) >= d or any(c % d for _, c, _ in split if c >= d):
+        return None
+    high = _split_digits([(e, c // d, n) for e, c, n in split if c >= d], m)
+    if high is None or any(c % m for _, c, _ in high if c >= m):
+        return None
+    kept = [(e, c, n) for e, c, n in high if c < m]
+    if sum(c * (n - 1) for _, c, n in kept) >= m:
+        return None
+    terms = [e if c == 1 else f"{e} * {c}" for e, c, _ in kept]
+    return terms[0] if len(terms) == 1 else (f"({' + '.join(terms)})" if terms else "0")
+
+
 class Const(Primitive):
     """A constant array captured while tracing (NumPy arrays, Python and NumPy scalars)."""
 
     fusion = "const"
+
+    batch = no_operands
 
     def abstract_eval(self, *, value: np.ndarray):
         return (Aval(value.shape, value.dtype),)
@@ -46,6 +81,8 @@ class Full(Primitive):
 
     fusion = "fill"
 
+    batch = no_operands
+
     def abstract_eval(self, *, shape, dtype, value):
         if np.dtype(dtype) not in SUPPORTED_DTYPES:
             raise TypeError(f"full: dtype {dtype} is not supported")
@@ -57,14 +94,23 @@ class Full(Primitive):
 
 class Reshape(Primitive):
     fusion = "view"
+    linear = True
 
     def view_index(self, idx, in_shape, *, new_shape):
         kept_out = [i for i, s in zip(idx, new_shape) if s != 1]
         if [s for s in in_shape if s != 1] == [s for s in new_shape if s != 1]:  # only size-1 axes move
             it = iter(kept_out)
             return ["0" if s == 1 else next(it) for s in in_shape]
-        flat = " + ".join(f"{i} * {st}" for i, st in zip(idx, _strides(new_shape)) if st and i != "0") or "0"
-        return [f"((({flat}) // {st}) % {s})" if s != 1 else "0" for s, st in zip(in_shape, _strides(in_shape))]
+        digits = [(i, st, n) for i, st, n in zip(idx, _strides(new_shape), new_shape) if n != 1 and i != "0"]
+        flat = " + ".join(f"{i} * {st}" for i, st, _ in digits) or "0"
+        out = []
+        for s, st in zip(in_shape, _strides(in_shape)):
+            simple = _mixed_radix_digit(digits, st, s) if s != 1 else "0"
+            out.append(simple if simple is not None else f"((({flat}) // {st}) % {s})")
+        return out
+
+    def batch(self, args, batched, *, new_shape):
+        return [ops.reshape(args[0], new_shape=(args[0].shape[0],) + tuple(new_shape))], [True]
 
     def abstract_eval(self, x: Aval, *, new_shape):
         new_shape = tuple(new_shape)
@@ -81,12 +127,16 @@ class Reshape(Primitive):
 
 class Transpose(Primitive):
     fusion = "view"
+    linear = True
 
     def view_index(self, idx, in_shape, *, perm):
         out = [""] * len(perm)
         for k, p in enumerate(perm):
             out[p] = idx[k]
         return out
+
+    def batch(self, args, batched, *, perm):
+        return [ops.transpose(args[0], perm=(0,) + lanes.shift(perm))], [True]
 
     def abstract_eval(self, x: Aval, *, perm):
         if sorted(perm) != list(range(x.ndim)):
@@ -102,9 +152,14 @@ class Transpose(Primitive):
 
 class BroadcastTo(Primitive):
     fusion = "view"
+    linear = True
 
     def view_index(self, idx, in_shape, *, shape):
         return broadcast_index(idx, in_shape, tuple(shape))
+
+    def batch(self, args, batched, *, shape):
+        x = lanes.with_lane_ndim(args[0], len(shape))
+        return [ops.broadcast_to(x, shape=(x.shape[0],) + tuple(shape))], [True]
 
     def abstract_eval(self, x: Aval, *, shape):
         shape = tuple(shape)
@@ -133,6 +188,7 @@ class Slice(Primitive):
     """x[start:stop:step, ...] with static, normalised (start, stop, step) for every axis."""
 
     fusion = "view"
+    linear = True
 
     def view_index(self, idx, in_shape, *, index):
         out = []
@@ -140,6 +196,9 @@ class Slice(Primitive):
             term = i if step == 1 else f"({step} * {i})"
             out.append(term if start == 0 else f"({start} + {term})")
         return out
+
+    def batch(self, args, batched, *, index):
+        return [ops.slice_(args[0], index=((0, args[0].shape[0], 1),) + tuple(index))], [True]
 
     def abstract_eval(self, x: Aval, *, index):
         if len(index) != x.ndim:
@@ -182,6 +241,12 @@ class Unslice(Primitive):
             return [(None, 0, src)]
         return [(" and ".join(f"({c})" for c in conds), 0, src), (None, None, None)]
 
+    linear = True
+
+    def batch(self, args, batched, *, shape, index):
+        n = args[0].shape[0]
+        return [ops.unslice(args[0], shape=(n,) + tuple(shape), index=((0, n, 1),) + tuple(index))], [True]
+
     def abstract_eval(self, x: Aval, *, shape, index):
         if _slice_shape(shape, index) != x.shape:
             raise ShapeError(f"unslice: operand shape {x.shape} does not match slice {index} of {shape}")
@@ -209,8 +274,15 @@ class Concatenate(Primitive):
                 src[axis] = _clamped(i if offset == 0 else f"({i} - {offset})", n)
                 parts.append((f"{i} < {offset + n}", k, src))
             offset += n
+        if not parts:   # (every operand empty along the axis: so is the result)
+            return [(None, None, None)]
         parts[-1] = (None,) + parts[-1][1:]
         return parts
+
+    linear = True
+
+    def batch(self, args, batched, *, axis):
+        return [ops.concatenate(*lanes.all_batched(args, batched), axis=axis + 1)], [True]
 
     def abstract_eval(self, *xs: Aval, axis):
         if not xs:
@@ -261,12 +333,16 @@ class Roll(Primitive):
     """roll(x, shift, axis): out[..., i, ...] = x[..., (i - shift) mod n, ...]; 0 <= shift < n."""
 
     fusion = "view"
+    linear = True
 
     def view_index(self, idx, in_shape, *, shift, axis):
         out = list(idx)
         n = in_shape[axis]
         out[axis] = f"(({idx[axis]} + {n - shift}) % {n})"
         return out
+
+    def batch(self, args, batched, *, shift, axis):
+        return [ops.roll(args[0], shift=shift, axis=axis + 1)], [True]
 
     def abstract_eval(self, x: Aval, *, shift, axis):
         if not 0 <= axis < x.ndim or not 0 <= shift < max(x.shape[axis], 1):
