@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import chain, heat, mlp, revnet, rnn, signal, lstm, softplus, spectral, transformer
+from . import chain, heat, lstm, mlp, revnet, rnn, signal, softplus, spectral, transformer
 
 
 @dataclass

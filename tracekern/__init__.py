@@ -37,11 +37,11 @@ from .vectorize import vmap
 __version__ = "0.1.0"
 
 __all__ = [
-    "Aval", "CacheWarning", "at", "Eqn", "Graph", "GradientCheckError", "IRError", "MemoryBudgetError", "ShapeError",
-    "SplitVJP", "Staged",
-    "TracekernError", "TracerBoolError", "TracerLeakError", "Var", "Variable", "available_backends",
-    "check_grad", "checkpoint", "cond", "config", "custom_gradient", "default_backend", "fori_loop", "grad", "grad_pass_through", "jit", "jvp",
-    "linearize", "make_ir", "numpy", "print", "random", "recompute", "scipy", "recompute_grad", "reversible", "scan", "stop_gradient",
-    "tree_flatten", "tree_map", "tree_unflatten", "value_and_grad", "verify", "vjp", "where", "while_loop",
-    "vmap", "jacfwd", "jacrev", "hessian",
+    "Aval", "CacheWarning", "at", "Eqn", "Graph", "GradientCheckError", "IRError", "MemoryBudgetError",
+    "ShapeError", "SplitVJP", "Staged", "TracekernError", "TracerBoolError", "TracerLeakError", "Var", "Variable",
+    "available_backends", "check_grad", "checkpoint", "cond", "config", "custom_gradient", "default_backend",
+    "fori_loop", "grad", "grad_pass_through", "jit", "jvp", "linearize", "make_ir", "numpy", "print", "random",
+    "recompute", "scipy", "recompute_grad", "reversible", "scan", "stop_gradient", "tree_flatten", "tree_map",
+    "tree_unflatten", "value_and_grad", "verify", "vjp", "where", "while_loop", "vmap", "jacfwd", "jacrev",
+    "hessian",
 ]
