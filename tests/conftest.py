@@ -8,6 +8,12 @@ os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
 # (tests of the workers set their own count).
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.setdefault("TRACEKERN_COMPILE_WORKERS", "0")
+# Tests of the cpu backend test its compiled kernels: every step compiles before its first call returns,
+# as for a user who needs compiled code (benchmarks, bit-exact reductions). Without this, a test calling
+# a function once would compare the NumPy tier with the interpreter and could not catch a kernel's bug.
+# tests/test_tiers.py turns the tiers on where it tests them (tk.jit(f, tiers=True)). The environment
+# variable reaches the subprocesses tests start.
+os.environ["TRACEKERN_TIERS"] = "0"
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402

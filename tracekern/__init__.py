@@ -16,6 +16,7 @@ from .check import check_grad
 from .control import cond, fori_loop, scan, while_loop
 from .errors import (
     CacheWarning,
+    CompileWarning,
     GradientCheckError,
     IRError,
     MemoryBudgetError,
@@ -37,7 +38,7 @@ from .vectorize import vmap
 __version__ = "0.1.0"
 
 __all__ = [
-    "Aval", "CacheWarning", "at", "Eqn", "Graph", "GradientCheckError", "IRError", "MemoryBudgetError",
+    "Aval", "CacheWarning", "CompileWarning", "at", "Eqn", "Graph", "GradientCheckError", "IRError", "MemoryBudgetError",
     "ShapeError", "SplitVJP", "Staged", "TracekernError", "TracerBoolError", "TracerLeakError", "Var", "Variable",
     "available_backends", "check_grad", "checkpoint", "cond", "config", "custom_gradient", "default_backend",
     "fori_loop", "grad", "grad_pass_through", "jit", "jvp", "linearize", "make_ir", "numpy", "print", "random",

@@ -29,22 +29,29 @@ from .vectorize import make_vmap_ir
 
 
 def jit(fun: Callable | None = None, *, backend: str | None = None, static_argnums: Sequence[int] | int = (),
-        matmul_precision: str | None = None):
+        matmul_precision: str | None = None, tiers: bool | None = None):
     """Compile `fun` per argument signature (shapes, dtypes, pytree structure, static args).
 
     backend: "interpret" (NumPy), "cpu" or "cuda"; default tracekern.backends.default_backend().
     matmul_precision (backend="cuda" only): "highest" (the default: full float32) or "tf32" (float32
     matmuls may use TF32 tensor cores, with inputs rounded to 10-bit mantissas: about 1e-3 relative
     error instead of 1e-6, and several times faster on an A100 or H100).
+    tiers (backend="cpu"; None: tk.config.tiers, True by default): a new signature's first calls run
+    each kernel with NumPy while its compiled units are built in the background (the README's "Tiers");
+    False: everything is compiled before the first call returns. f.compile(*args) (or
+    f.lower(*args).compile()) compiles ahead of time and waits.
     Usable bare (@tk.jit) or with arguments (@tk.jit(backend="interpret"))."""
     if fun is None:
-        return lambda f: jit(f, backend=backend, static_argnums=static_argnums, matmul_precision=matmul_precision)
+        return lambda f: jit(f, backend=backend, static_argnums=static_argnums, matmul_precision=matmul_precision,
+                             tiers=tiers)
+    if tiers is not None and not isinstance(tiers, bool):
+        raise ValueError(f"tiers must be True, False or None (tk.config.tiers), got {tiers!r}")
     options = backends.check_options(backend or backends.default_backend(), {"matmul_precision": matmul_precision})
     if backend is not None or options:
         backends.get_compiler(backend or backends.default_backend(), **options)  # fail now, not at the first call
     if matmul_precision is not None and matmul_precision not in ("highest", "tf32"):
         raise ValueError(f"matmul_precision must be 'highest' or 'tf32', got {matmul_precision!r}")
-    return Staged(fun, fun, backend=backend, static_argnums=static_argnums, options=options)
+    return Staged(fun, fun, backend=backend, static_argnums=static_argnums, options=options, tiers=tiers)
 
 
 # ----------------------------------------------------------------------------- grad

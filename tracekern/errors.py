@@ -45,6 +45,11 @@ class MemoryBudgetError(ValueError, TracekernError):
         self.requested = requested
 
 
+class CompileWarning(UserWarning):
+    """A step's background compile failed (backends/tiers.py): the step keeps running on the NumPy
+    tier, with the same results, slower. The message carries the compiler's error."""
+
+
 class CacheWarning(UserWarning):
     """The disk cache directory was refused (another user could write to it): this process compiles
     into a private temporary directory instead. The message names the reason and the fix."""

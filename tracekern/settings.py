@@ -1,14 +1,15 @@
 """tk.config: the settings a user may change while the process runs (how many threads tracekern's
-kernels and BLAS may use, whether small loops run whole in compiled code), and their environment
-variables. No tracekern imports: every room may read it.
+kernels and BLAS may use, whether small loops run whole in compiled code, whether a new program runs
+on the NumPy tier while it compiles), and their environment variables. No tracekern imports: every
+room may read it.
 
     tk.config.threads = 1                 # at most one thread (None: decided per call, the default)
     with tk.config.override(compiled_loops=False):
         ...                               # steps compiled in here drive their loops from the host
 
-`threads` is read on every call of a compiled step; `compiled_loops` when a step is compiled (a
-tk.jit object keeps the steps it compiled). TRACEKERN_NUM_THREADS and TRACEKERN_COMPILED_LOOPS
-set the defaults when tracekern is imported."""
+`threads` is read on every call of a compiled step; `compiled_loops` and `tiers` when a step is
+compiled (a tk.jit object keeps the steps it compiled). TRACEKERN_NUM_THREADS,
+TRACEKERN_COMPILED_LOOPS and TRACEKERN_TIERS set the defaults when tracekern is imported."""
 from __future__ import annotations
 
 import contextlib
@@ -48,7 +49,7 @@ def _flag_from_env(name: str, default: bool) -> bool:
 class Config:
     """The settings (see the module docstring). Assigning an attribute checks its value."""
 
-    _FIELDS = ("threads", "compiled_loops")
+    _FIELDS = ("threads", "compiled_loops", "tiers")
 
     def __init__(self):
         # the most threads a compiled step uses, for its parallel loops and for BLAS together;
@@ -57,6 +58,10 @@ class Config:
         # loops whose bodies are small run all their steps inside one compiled function (False: the
         # loop is driven step by step as before this setting existed; tests compare the two)
         self.compiled_loops: bool = _flag_from_env("TRACEKERN_COMPILED_LOOPS", True)
+        # a new cpu step runs its kernels with NumPy until their compiled units are ready, compiled in
+        # the background (backends/tiers.py); False: every kernel is compiled before the first call
+        # returns (tk.jit(f, tiers=...) decides for one function)
+        self.tiers: bool = _flag_from_env("TRACEKERN_TIERS", True)
 
     def __setattr__(self, name, value):
         if name not in self._FIELDS:

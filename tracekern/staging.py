@@ -144,6 +144,12 @@ class Lowered:
     source: str | None
     memory: MemoryReport
     vjp: remat.SplitVJP | None = None
+    _compile: Callable | None = field(default=None, repr=False, compare=False)
+
+    def compile(self) -> Callable:
+        """Compile what a call on these arguments runs, now, and wait (ahead of time: the next call
+        runs compiled code, not the NumPy tier); returns the tk.jit function."""
+        return self._compile()
 
     def __str__(self) -> str:
         return f"{self.ir}\n\nmemory: {self.memory}"
@@ -162,8 +168,10 @@ class Staged:
 
     def __init__(self, fun: Callable, emit: Callable, *, backend: str | None = None,
                  static_argnums: Sequence[int] | int = (), options: dict | None = None,
-                 memory_budget: int | float | None = None, rebudget: Callable | None = None):
+                 memory_budget: int | float | None = None, rebudget: Callable | None = None,
+                 tiers: bool | None = None):
         self.fun = fun
+        self.tiers = tiers   # (None: tk.config.tiers when a signature is compiled)
         self.emit = emit
         # a gradient transform's emit for another memory budget (rebudget(b)): lower() reports what the
         # step keeps without a budget from rebudget(1.0)'s plan, the number a fractional budget scales
@@ -194,7 +202,7 @@ class Staged:
             emit = functools.partial(self.emit, instance)
             emit.takes_static = takes_static(self.emit)
             bound = Staged(functools.partial(self.fun, instance), emit,
-                           backend=self.backend, options=self.options,
+                           backend=self.backend, options=self.options, tiers=self.tiers,
                            static_argnums=tuple(i - 1 for i in self.static_argnums if i > 0),
                            memory_budget=self.memory_budget)
             if hasattr(instance, "__dict__"):
@@ -221,12 +229,23 @@ class Staged:
         entry = self._cache.get(sig.key)
         if entry is None or not entry.variables_match():
             graph, out_td, variables = sig.make_graph()
-            compile_graph = backends.get_compiler(self.backend or backends.default_backend(), **self.options)
+            compile_graph = backends.get_compiler(self.backend or backends.default_backend(), tiers=self.tiers,
+                                                  **self.options)
             planned = self if self.memory_budget is not None else self.fun   # (tk.jit of a budgeted transform too)
             plan = getattr(planned.emit, "plan", None) if getattr(planned, "memory_budget", None) is not None else None
             entry = CompiledEntry(graph, out_td, compile_graph(graph), variables, plan)
             self._cache[sig.key] = entry
         return entry
+
+    def compile(self, *args, **kwargs) -> Staged:
+        """Trace and compile for the signature of these arguments now, and wait: every kernel is
+        compiled before this returns (ahead of time), whatever the tiers say; returns self."""
+        sig = self._signature(args, kwargs)
+        entry = self._entry(sig)
+        compile_step = getattr(entry.run, "compile", None)
+        if compile_step is not None:
+            compile_step(list(sig.arrays) + [v._value for v in entry.variables])
+        return self
 
     def lower(self, *args, **kwargs) -> Lowered:
         """What a call on these arguments runs: .ir (the graph), .source (the generated Numba source;
@@ -261,7 +280,8 @@ class Staged:
                 peaks.update(vjp_forward=staged.forward.peak_bytes, vjp_backward=staged.backward.peak_bytes)
         plan = plan_info if split is None else dict(memory_budget=split.memory_budget, recompute_cost=split.recompute_cost,
                                                      solver=split.solver, smallest_budget=split.smallest_budget)
-        return Lowered(entry.graph, entry.run.source, MemoryReport(residual, peaks, saved, **plan), split)
+        return Lowered(entry.graph, entry.run.source, MemoryReport(residual, peaks, saved, **plan), split,
+                       functools.partial(self.compile, *args, **kwargs))
 
     def _gradient(self) -> Staged | None:
         """The gradient transform this function runs (itself, or the one tk.jit wraps), or None."""

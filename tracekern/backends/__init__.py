@@ -9,6 +9,7 @@ import importlib
 from collections.abc import Callable
 
 from .. import passes
+from ..settings import config
 
 # name -> module with compile_graph(graph); each imports only ir, primitives, passes and its own room
 MODULES = {"interpret": "tracekern.backends.interpret", "cpu": "tracekern.backends.cpu",
@@ -45,12 +46,22 @@ def check_options(name: str, options: dict) -> dict:
     return options
 
 
-def get_compiler(name: str, **options) -> Callable:
+def get_compiler(name: str, *, tiers: bool | None = None, **options) -> Callable:
     """compile(graph) -> run(list of arrays) -> list of arrays, for backend `name` with its options
     (check_options). Higher-order equations (annotations) are inlined first: backends see plain
-    primitives only."""
+    primitives only. tiers (None: tk.config.tiers, read when a graph is compiled): a backend with a
+    compile_tiered (cpu) runs a new step on NumPy while it compiles (backends/tiers.py); the others
+    ignore it."""
     if name not in MODULES:
         raise ValueError(f"unknown backend {name!r}; available: {available_backends()}")
     options = check_options(name, options)
-    compile_graph = importlib.import_module(MODULES[name]).compile_graph
-    return lambda graph: compile_graph(passes.inline_calls(graph), **options)
+    module = importlib.import_module(MODULES[name])
+    compile_graph, compile_tiered = module.compile_graph, getattr(module, "compile_tiered", None)
+
+    def compile_(graph):
+        inlined = passes.inline_calls(graph)
+        if compile_tiered is not None and (config.tiers if tiers is None else tiers):
+            return compile_tiered(inlined, **options)
+        return compile_graph(inlined, **options)
+
+    return compile_

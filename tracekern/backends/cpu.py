@@ -25,7 +25,7 @@ from .. import passes, schedule
 from ..errors import TracekernError
 from ..ir import Graph, Var
 from ..settings import config
-from . import cache, cpu_calls, cpu_math, fusion, render, scalar_rules, threads, units, vmath, workers
+from . import cache, cpu_calls, cpu_math, fusion, render, scalar_rules, threads, tiers, units, vmath, workers
 from .fusion import CallKernel, Compute, Literal, LoopKernel, Read
 from .render import CONTROL, ControlRenderer, identity_literal, literal
 from .units import Unit
@@ -448,6 +448,8 @@ class CompiledStep:
         self._parallel = parallel
         self._calls = calls or []   # the step's own kernel calls: (module index, argument specs)
         self._module = None
+        # unit index -> (values it reads, values it writes), where the tiers may run units one by one
+        self.unit_kernels: dict[int, tuple] | None = None
         # the thread budget (backends/threads.py): only a step with prange loops or large GEMMs needs one
         self._blas = _gemm_macs(graph) >= threads.BLAS_MIN_MACS
         self._budgeted = parallel or self._blas
@@ -463,7 +465,8 @@ class CompiledStep:
     portable = True
 
     def __getstate__(self) -> dict:
-        return dict(self.__dict__, graph=None, plan=None, _module=None, _lines=cache.portable_lines(self._lines))
+        return dict(self.__dict__, graph=None, plan=None, _module=None, unit_kernels=None,
+                    _lines=cache.portable_lines(self._lines))
 
     def _load(self, args: Sequence | None = None):
         if self._parallel:
@@ -474,15 +477,11 @@ class CompiledStep:
         self._module = modules[-1]
         return self._module
 
-    def _precompile(self, modules: list, args: Sequence) -> None:
-        """Compile the kernels that the disk cache lacks before the first run, in parallel when
-        there are many (backends/workers.py), for the argument types this call will pass."""
-        have = cache.compiled_stems()
+    def kernel_jobs(self, args: Sequence) -> list[tuple[int, tuple]]:
+        """(unit index, Numba signature) of each distinct kernel call of the step, for the argument
+        types this call passes."""
         jobs, seen = [], set()
         for index, specs in self._calls:
-            source = self.modules[index]
-            if cache.module_path(source).stem in have:
-                continue
             try:
                 sig = tuple(_arg_type(spec, args, self._consts) for spec in specs)
             except (ValueError, TypeError):   # (an argument Numba cannot type: the call will say so)
@@ -490,6 +489,25 @@ class CompiledStep:
             if (index, sig) not in seen:
                 seen.add((index, sig))
                 jobs.append((index, sig))
+        return jobs
+
+    def compile(self, args: Sequence, warm: bool = False) -> None:
+        """Compile everything the step runs now, for these arguments' types (tk.jit(f).compile(*args),
+        the tiers' background compile): its kernels, then an njit driver. warm=True (a step whose graph
+        prints nothing): also run it once on copies of args, which compiles what only a call reveals
+        the types of (the functions of loops compiled whole, of branches)."""
+        module = self._module or self._load(args)
+        if warm and not _prints(self.graph):
+            self._run_step(module, [np.array(a) if isinstance(a, np.ndarray) else a for a in args])
+        elif self.jitted:
+            module.step.compile(tuple(typeof(a) for a in list(args) + list(self._consts)))
+
+    def _precompile(self, modules: list, args: Sequence) -> None:
+        """Compile the kernels that the disk cache lacks before the first run, in parallel when
+        there are many (backends/workers.py), for the argument types this call will pass."""
+        have = cache.compiled_stems()
+        jobs = [(index, sig) for index, sig in self.kernel_jobs(args)
+                if cache.module_path(self.modules[index]).stem not in have]
         if jobs:
             workers.compile_all([([self.modules[i]], "kernel", [sig]) for i, sig in jobs],
                                 lambda j: modules[jobs[j][0]].kernel.compile(jobs[j][1]))
@@ -538,6 +556,16 @@ def _gemm_macs(graph: Graph) -> int:
     return most
 
 
+def _prints(graph: Graph) -> bool:
+    return _has_objmode(graph)
+
+
+def compile_tiered(graph: Graph) -> tiers.TieredStep:
+    """compile_graph's step on the tiers (backends/tiers.py): NumPy at once, compiled in the background."""
+    step = compile_graph(graph)
+    return tiers.TieredStep(step, step.unit_kernels)
+
+
 def compile_graph(graph: Graph) -> CompiledStep:
     plan = fusion.plan(graph)
     module = _Module()
@@ -553,8 +581,18 @@ def compile_graph(graph: Graph) -> CompiledStep:
     const_of = {v: i for i, v in enumerate(plan.consts)}
     calls = [(index[c.unit.digest], [_arg_spec(v, t, inputs, const_of) for v, t in c.args])
              for c in renderer.items if isinstance(c, _Call)]
-    return CompiledStep(graph, plan, driver, module.deps, consts, lines, flagged=renderer.flag_needed(),
+    step = CompiledStep(graph, plan, driver, module.deps, consts, lines, flagged=renderer.flag_needed(),
                         parallel=any(u.parallel for u in module.deps), jitted=renderer.jitted, calls=calls)
+    # each unit's (values read, values written), from a kernel that renders it, where the driver is plain
+    # Python that calls every unit itself (no loop, branch or njit function): the tiers' NumPy evaluation
+    if not module.used and "@njit" not in driver:
+        step.unit_kernels = {}
+        for c in renderer.items:
+            if isinstance(c, _Call) and index[c.unit.digest] not in step.unit_kernels:
+                k = plan.kernels[c.pos]
+                step.unit_kernels[index[c.unit.digest]] = ((k.reads, k.writes) if isinstance(k, LoopKernel)
+                                                           else (list(k.eqn.inputs), list(k.eqn.outputs)))
+    return step
 
 
 def _arg_spec(v: Var, transposed: bool, inputs: dict, consts: dict) -> tuple:

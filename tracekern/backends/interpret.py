@@ -1,7 +1,8 @@
 """The NumPy reference interpreter: runs a Graph equation by equation with each primitive's impl.
 
 It is the oracle every compiled backend is tested against, so it checks every result's shape and
-dtype against the IR and frees each intermediate after its last use."""
+dtype against the IR and frees each intermediate after its last use. It is also the first tier of a
+new cpu step (backends/tiers.py): kernel_function evaluates one fused kernel's equations with NumPy."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
@@ -9,7 +10,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from ..errors import IRError
-from ..ir import Graph, Var
+from ..ir import Eqn, Graph, Var
 
 
 def compile_graph(graph: Graph) -> Callable[[Sequence[np.ndarray]], list]:
@@ -50,4 +51,43 @@ def compile_graph(graph: Graph) -> Callable[[Sequence[np.ndarray]], list]:
     const_ids = {id(e.params["value"]) for e in graph.eqns if e.primitive.fusion == "const"}
     run.source = None  # nothing is generated: the IR itself is what runs
     run.peak_bytes = peak
+    return run
+
+
+def kernel_function(producer: dict[Var, Eqn], reads: Sequence[Var], writes: Sequence[Var]) -> Callable[..., bool]:
+    """The NumPy evaluation of one kernel of a fusion plan, interchangeable with its compiled unit:
+    fn(*read arrays, *write buffers) computes each written value from the values read (the equations
+    between them, found through `producer`, each with its primitive's impl), fills the buffers and
+    returns False (the unit's "a sin/cos/tan argument needed libm" flag: NumPy's are libm's)."""
+    stop = set(reads)
+    order: list[Eqn] = []
+    seen: set[int] = set()
+    todo: list[tuple[Var, bool]] = [(v, False) for v in reversed(writes)]
+    while todo:   # post-order: each equation after those it reads
+        v, expanded = todo.pop()
+        if v in stop:
+            continue
+        e = producer.get(v)
+        if e is None:
+            raise IRError(f"interpret: a kernel writes {v.aval}, which depends on a value it does not read")
+        if id(e) in seen:
+            continue
+        if expanded:
+            seen.add(id(e))
+            order.append(e)
+            continue
+        todo.append((v, True))
+        todo += [(u, False) for u in reversed(e.inputs) if u not in stop and id(producer.get(u)) not in seen]
+    n = len(reads)
+
+    def run(*arrays) -> bool:
+        env: dict[Var, np.ndarray] = dict(zip(reads, arrays[:n]))
+        for e in order:
+            out = e.primitive.impl(*[env[v] for v in e.inputs], **e.params)
+            for v, o in zip(e.outputs, out if e.primitive.multiple_results else (out,)):
+                env[v] = o
+        for v, buf in zip(writes, arrays[n:]):
+            buf[...] = env[v]
+        return False
+
     return run

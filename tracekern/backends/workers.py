@@ -98,6 +98,12 @@ def _workers(n: int) -> list[_Worker]:
         return list(_WORKERS[:n])
 
 
+def pool() -> list[_Worker]:
+    """The compile workers (started if need be; none where TRACEKERN_COMPILE_WORKERS=0)."""
+    n = worker_count()
+    return _workers(n) if n else []
+
+
 def _close_all() -> None:
     for w in _WORKERS:
         w.close()

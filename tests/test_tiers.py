@@ -1,0 +1,238 @@
+"""Tiered execution on cpu (tracekern/backends/tiers.py): a new step runs on NumPy while its kernels
+compile in the background, and switches kernel by kernel; results agree in every tier.
+
+Tolerance: the NumPy tier and the compiled kernels differ only by the order of floating-point sums
+(chunked reductions, fused expressions): rtol 1e-12 in float64 here; random numbers bit for bit."""
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import numpy as np
+import pytest
+
+import tracekern as tk
+from tracekern.backends import cache, cpu, tiers
+
+RTOL = 1e-12
+
+
+def _loss(w, x, key):
+    """A few kernels: a matmul, fused elementwise loops, reductions, a random draw (dropout)."""
+    h = np.tanh(x @ w)
+    keep = tk.random.uniform(key, h.shape) < 0.8
+    h = np.where(keep, h / 0.8, 0.0)
+    return np.sum(h * h) + np.mean(np.exp(-x)), h
+
+
+def _numpy_loss(w, x, keep):
+    h = np.tanh(x @ w)
+    h = np.where(keep, h / 0.8, 0.0)
+    return np.sum(h * h) + np.mean(np.exp(-x))
+
+
+def _args(seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((8, 4)), rng.standard_normal((5, 8)), tk.random.key(seed)
+
+
+def _step(f, *args):
+    """The one cpu step f runs (a tk.jit function called once on these arguments)."""
+    (entry,) = f._cache.values()
+    return entry.run
+
+
+def _check(out, ref):
+    """Same structure; the random draw (h's zeros) bit-identical; values to RTOL."""
+    (value, h), grads = out
+    (rvalue, rh), rgrads = ref
+    assert tk.tree_flatten(out)[1] == tk.tree_flatten(ref)[1]
+    np.testing.assert_array_equal(h == 0, rh == 0)
+    np.testing.assert_allclose(value, rvalue, rtol=RTOL)
+    np.testing.assert_allclose(h, rh, rtol=RTOL, atol=1e-15)
+    for g, r in zip(grads, rgrads):
+        np.testing.assert_allclose(g, r, rtol=RTOL, atol=1e-15)
+
+
+@pytest.fixture
+def eager(monkeypatch):
+    """Compiling starts on the first call (the rule's thresholds lowered)."""
+    monkeypatch.setattr(tiers, "COMPILE_AFTER_CALLS", 1)
+
+
+def _fresh():
+    return tk.jit(tk.value_and_grad(_loss, argnums=(0, 1), has_aux=True), tiers=True)
+
+
+def test_results_are_the_same_in_every_tier(eager):
+    w, x, key = _args()
+    ref = tk.jit(tk.value_and_grad(_loss, argnums=(0, 1), has_aux=True), backend="interpret")(w, x, key)
+    f = _fresh()
+    first = f(w, x, key)
+    step = _step(f)
+    assert step.per_kernel and step.tier in ("numpy", "mixed")
+    _check(first, ref)
+    assert tiers.wait(120)
+    assert step.tier == "compiled", step._errors
+    _check(f(w, x, key), ref)
+    # against plain NumPy: the value, and the gradient by central differences
+    (value, h), (gw, _) = ref
+    keep = h != 0
+    np.testing.assert_allclose(value, _numpy_loss(w, x, keep), rtol=1e-12)
+    eps, fd = 1e-6, np.zeros_like(w)
+    for i in np.ndindex(w.shape):
+        d = np.zeros_like(w)
+        d[i] = eps
+        fd[i] = (_numpy_loss(w + d, x, keep) - _numpy_loss(w - d, x, keep)) / (2 * eps)
+    np.testing.assert_allclose(gw, fd, rtol=1e-6, atol=1e-8)
+
+
+def test_a_switch_mid_run_changes_nothing_observable():
+    """Kernels switched one at a time (each step of the way a mix of NumPy and compiled kernels):
+    every call gives the same results as the first."""
+    w, x, key = _args(1)
+    f = _fresh()
+    first = f(w, x, key)
+    step = _step(f)
+    jobs = step.kernel_jobs([w, x, key])
+    assert len(jobs) >= 3
+    modules = [cache.load_module(s) for s in step.modules[:-1]]
+    for n, (i, sig) in enumerate(jobs):
+        modules[i].kernel.compile(sig)
+        setattr(step._slow, f"K{i}", modules[i].kernel)
+        step._switched.add(i)
+        assert step.tier == "mixed"
+        _check(f(w, x, key), first)
+        if n == 0:
+            _check(f(w * 1, x * 1, key), first)   # (new arrays: nothing cached by identity)
+
+
+def test_a_loop_step_switches_whole():
+    """A step with control flow (a scan: an njit loop) runs the interpreter, then the compiled step."""
+    def run(c, xs):
+        return tk.scan(lambda c, x: (np.sin(c) * x + c, c * x), c, xs)
+
+    c, xs = np.linspace(0.1, 1.0, 3), np.linspace(-1.0, 1.0, 12).reshape(4, 3)
+    ref = tk.jit(run, backend="interpret")(c, xs)
+    f = tk.jit(run, tiers=True)
+    first = f(c, xs)
+    step = _step(f)
+    assert not step.per_kernel and step.tier == "numpy"
+    f.compile(c, xs)
+    assert step.tier == "compiled"
+    for out in (first, f(c, xs)):
+        assert tk.tree_flatten(out)[1] == tk.tree_flatten(ref)[1]
+        for a, b in zip(tk.tree_flatten(out)[0], tk.tree_flatten(ref)[0]):
+            np.testing.assert_allclose(a, b, rtol=RTOL)
+
+
+def test_tiers_false_compiles_before_the_first_call_returns():
+    w, x, key = _args(2)
+    for f in (tk.jit(tk.value_and_grad(_loss, has_aux=True), tiers=False), None):
+        if f is None:   # the global setting
+            with tk.config.override(tiers=False):
+                f = tk.jit(tk.value_and_grad(_loss, has_aux=True))
+                f(w, x, key)
+        else:
+            f(w, x, key)
+        step = _step(f)
+        assert isinstance(step, cpu.CompiledStep) and step._module is not None
+        modules = [cache.load_module(s) for s in step.modules[:-1]]
+        assert modules and all(m.kernel.signatures for m in modules)
+
+
+def test_compile_ahead_of_time_waits():
+    w, x, key = _args(3)
+    for how in ("compile", "lower"):
+        f = _fresh()
+        if how == "compile":
+            assert f.compile(w, x, key) is f
+        else:
+            f.lower(w, x, key).compile()
+        step = _step(f)
+        assert step.tier == "compiled"
+        out = f(w, x, key)
+        _check(out, tk.jit(tk.value_and_grad(_loss, argnums=(0, 1), has_aux=True), backend="interpret")(w, x, key))
+
+
+def test_the_rule_compiles_nothing_for_a_program_called_once(monkeypatch):
+    monkeypatch.setattr(tiers, "COMPILE_AFTER_SECONDS", 1e9)
+    monkeypatch.setattr(tiers, "COMPILE_AFTER_CALLS", 2)
+    w, x, key = _args(4)
+    f = _fresh()
+    f(w, x, key)
+    step = _step(f)
+    assert not step._started
+    f(w, x, key)
+    assert step._started
+
+
+@pytest.mark.parametrize("loop", [False, True])
+def test_a_failing_compile_is_reported_and_the_slow_tier_keeps_working(eager, monkeypatch, loop):
+    def fail(self, *args, **kwargs):
+        raise RuntimeError("LLVM ran out of patience")
+
+    monkeypatch.setattr(tiers.TieredStep, "_compile_kernels", fail)
+    monkeypatch.setattr(cpu.CompiledStep, "compile", fail)
+    if loop:
+        def fn(c, xs):
+            return tk.scan(lambda c, x: (c * x + 1.0, c), c, xs)[0]
+        args = (np.ones(3), np.full((4, 3), 0.5))
+    else:
+        def fn(a, b):
+            return np.exp(a) @ b
+        args = (np.full((2, 3), 0.25), np.ones((3, 2)))
+    ref = tk.jit(fn, backend="interpret")(*args)
+    f = tk.jit(fn, tiers=True)
+    np.testing.assert_allclose(f(*args), ref, rtol=RTOL)
+    assert tiers.wait(60)
+    with pytest.warns(tk.CompileWarning, match="LLVM ran out of patience"):
+        np.testing.assert_allclose(f(*args), ref, rtol=RTOL)
+    assert _step(f).tier == "numpy"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")   # (reported once)
+        np.testing.assert_allclose(f(*args), ref, rtol=RTOL)
+
+
+_SHARED = textwrap.dedent("""
+    import sys, time
+    import numpy as np
+    import tracekern as tk
+    from tracekern.backends import tiers
+    tiers.COMPILE_AFTER_CALLS = 1
+
+    def loss(w, x):
+        h = np.tanh(x @ w)
+        return np.sum(h * h) + np.max(np.abs(x), axis=0).sum()
+
+    rng = np.random.default_rng(7)
+    w, x = rng.standard_normal((8, 4)), rng.standard_normal((5, 8))
+    ref = tk.jit(tk.value_and_grad(loss), backend="interpret")(w, x)
+    f = tk.jit(tk.value_and_grad(loss), tiers=True)
+    seen, end = set(), time.monotonic() + 120
+    while time.monotonic() < end:
+        v, g = f(w, x)
+        np.testing.assert_allclose(v, ref[0], rtol=1e-12)
+        np.testing.assert_allclose(g, ref[1], rtol=1e-12, atol=1e-15)
+        (entry,) = f._cache.values()
+        seen.add(entry.run.tier)
+        if entry.run.tier == "compiled":
+            break
+    assert "compiled" in seen, seen
+    print("ok", sorted(seen))
+""")
+
+
+def test_two_processes_sharing_one_cache_directory_stay_correct(tmp_path):
+    script = tmp_path / "shared.py"
+    script.write_text(_SHARED)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(tk.__file__)))
+    env = dict(os.environ, TRACEKERN_CACHE_DIR=str(tmp_path / "cache"), TRACEKERN_TIERS="1",
+               PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    procs = [subprocess.Popen([sys.executable, str(script)], env=env, cwd=root, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+        assert out.startswith("ok"), out
