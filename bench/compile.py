@@ -12,7 +12,19 @@ start is also given beyond Numba's start-up (a one-line cached njit function loa
 "compiled" counts what the cold process compiled, in it or in its compile workers. JAX's figure is
 the same first-minus-second call of jax.jit(jax.value_and_grad(f)) after JAX has started.
 Targets (issue 15): the 8-block transformer at most 4 s and at most 1.5x the 1-block time; MLP 32
-layers at most 2 s; W1 under 2 s; warm start under 0.1 s beyond Numba's start-up."""
+layers at most 2 s; W1 under 2 s; warm start under 0.1 s beyond Numba's start-up.
+
+Tiers (issue 27), per program, each in a fresh process on an empty cache: "first (tiers)", the first
+call's time with tiers on (the NumPy tier: tracing, planning, no compile), "first (no tiers)" with
+tiers=False (everything compiled before it returns), "compiled at", with tiers on, the time from the
+first call to the end of the first call that ran fully compiled (the program called in a loop under
+the default rule), and JAX jit's first call (its compile and one run). The warm start runs on the
+plan cache (a finished step found by the digest of the traced function: no differentiation, no plan).
+
+Section "programs": N small distinct differentiated programs in the style of a unit-test suite
+(elementwise expressions, reductions, small matmuls, grads of grads; 200, 40 with --quick), each
+traced and called once, in one fresh process per mode on an empty cache: the total on interpret,
+on cpu with tiers, on cpu without."""
 from __future__ import annotations
 
 import json
@@ -43,11 +55,13 @@ def _workload(name: str, sizes: tuple):
     return module.loss, module.inputs(*sizes)
 
 
-def child_tracekern(name: str, sizes: tuple, probe_dir: str | None) -> dict:
+def child_tracekern(name: str, sizes: tuple, probe_dir: str | None, tiers: bool = False) -> dict:
     import numpy as np
 
     import tracekern as tk
     from tracekern.backends import units
+
+    tk.config.tiers = False   # (the warm-up below compiles the math library, outside the timing)
 
     t = time.perf_counter()
     if probe_dir:   # Numba's own start-up: its CPU target, by loading a cached one-line function
@@ -58,6 +72,7 @@ def child_tracekern(name: str, sizes: tuple, probe_dir: str | None) -> dict:
     numba_start = time.perf_counter() - t
     tk.value_and_grad(lambda x: np.sum(np.tanh(x)))(np.ones(8, np.float32))   # the math library, warm
     loss, args = _workload(name, sizes)
+    tk.config.tiers = tiers
     f = tk.value_and_grad(loss)
     before = units.compiled()
     t0 = time.perf_counter()
@@ -65,10 +80,18 @@ def child_tracekern(name: str, sizes: tuple, probe_dir: str | None) -> dict:
     t1 = time.perf_counter()
     f(*args)
     t2 = time.perf_counter()
-    after = units.compiled()
     step = next(iter(f._cache.values())).run
+    compiled_at = None
+    if tiers:   # called in a loop until a call runs fully compiled (the default rule starts the compile)
+        while time.perf_counter() - t0 < 600:
+            compiled = step.tier == "compiled"
+            f(*args)
+            if compiled:
+                compiled_at = time.perf_counter() - t0
+                break
+    after = units.compiled()
     return {"first_s": t1 - t0, "second_s": t2 - t1, "numba_start_s": numba_start, "kernels": step.units,
-            "calls": step.driver.count("# kernel "), "jitted_driver": step.jitted,
+            "calls": step.driver.count("# kernel "), "jitted_driver": step.jitted, "compiled_at_s": compiled_at,
             "compiled": after["kernels"] - before["kernels"] + after["drivers"] - before["drivers"]}
 
 
@@ -99,6 +122,9 @@ def run(options) -> dict:
         for name, sizes, label in CONFIGS[size]:
             print(f"{label} ...", end="", flush=True, file=sys.stderr)
             with tempfile.TemporaryDirectory() as cache:
+                tiered = in_process("bench.compile", "--child", "tracekern", name, json.dumps(sizes), "", "tiers",
+                                    env={"TRACEKERN_CACHE_DIR": cache})
+            with tempfile.TemporaryDirectory() as cache:
                 env = {"TRACEKERN_CACHE_DIR": cache}
                 cold = in_process("bench.compile", "--child", "tracekern", name, json.dumps(sizes), "", env=env)
                 warm = in_process("bench.compile", "--child", "tracekern", name, json.dumps(sizes), probe_dir, env=env)
@@ -106,10 +132,13 @@ def run(options) -> dict:
                    "calls": cold["calls"], "jitted_driver": cold["jitted_driver"], "compiled": cold["compiled"],
                    "cold_s": max(cold["first_s"] - cold["second_s"], 0.0),
                    "warm_s": max(warm["first_s"] - warm["second_s"], 0.0), "numba_start_s": warm["numba_start_s"],
-                   "step_s": cold["second_s"], "jax_s": None}
+                   "step_s": cold["second_s"], "jax_s": None, "jax_first_s": None,
+                   "first_tiers_s": tiered["first_s"], "first_compiled_s": cold["first_s"],
+                   "compiled_at_s": tiered["compiled_at_s"]}
             if use_jax:
                 got = in_process("bench.compile", "--child", "jax", name, json.dumps(sizes))
                 row["jax_s"] = max(got["first_s"] - got["second_s"], 0.0)
+                row["jax_first_s"] = got["first_s"]
             rows.append(row)
             print(f" {row['cold_s']:.2f} s", file=sys.stderr)
     notes = [n for n in notes if n.startswith("JAX")]
@@ -123,23 +152,30 @@ def run(options) -> dict:
     return {"rows": rows, "notes": notes, "load_average_end": load_average()}
 
 
+def _s(x, digits=2) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
 def table(result: dict) -> str:
     lines = [f"{'program':24s} {'kernels':>7s} {'calls':>6s} {'driver':>6s} {'cold s':>7s} {'warm s':>7s} "
-             f"{'numba start':>11s} {'JAX jit s':>9s} {'step ms':>8s}"]
+             f"{'numba start':>11s} {'JAX jit s':>9s} {'step ms':>8s} {'first tiers':>11s} {'first no-tiers':>14s} "
+             f"{'compiled at':>11s} {'JAX first':>9s}"]
     for r in result["rows"]:
-        jax = "-" if r["jax_s"] is None else f"{r['jax_s']:.2f}"
         lines.append(f"{r['label']:24s} {r['kernels']:7d} {r['calls']:6d} {'njit' if r['jitted_driver'] else 'Python':>6s} "
-                     f"{r['cold_s']:7.2f} {r['warm_s']:7.3f} {r['numba_start_s']:11.3f} {jax:>9s} {r['step_s'] * 1e3:8.1f}")
+                     f"{r['cold_s']:7.2f} {r['warm_s']:7.3f} {r['numba_start_s']:11.3f} {_s(r['jax_s']):>9s} "
+                     f"{r['step_s'] * 1e3:8.1f} {_s(r.get('first_tiers_s')):>11s} {_s(r.get('first_compiled_s')):>14s} "
+                     f"{_s(r.get('compiled_at_s')):>11s} {_s(r.get('jax_first_s')):>9s}")
     return "\n".join(lines)
 
 
 def markdown(result: dict) -> str:
-    lines = ["| program | distinct kernels | kernel calls | driver | cold compile s | warm start s | JAX jit s |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| program | distinct kernels | kernel calls | driver | first result, tiers s | first result, tiers=False s "
+             "| first fully compiled call s | warm start s | JAX jit first call s | cold compile s |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in result["rows"]:
-        jax = "-" if r["jax_s"] is None else f"{r['jax_s']:.2f}"
         lines.append(f"| {r['label']} | {r['kernels']} | {r['calls']} | {'njit' if r['jitted_driver'] else 'Python'} | "
-                     f"{r['cold_s']:.2f} | {r['warm_s']:.3f} | {jax} |")
+                     f"{_s(r.get('first_tiers_s'))} | {_s(r.get('first_compiled_s'))} | {_s(r.get('compiled_at_s'))} | "
+                     f"{r['warm_s']:.3f} | {_s(r.get('jax_first_s'))} | {r['cold_s']:.2f} |")
     return "\n".join(lines)
 
 
@@ -157,14 +193,99 @@ def compare(old: dict, new: dict) -> str:
 SECTION = Section("compile", run, table, compare=compare, markdown=markdown)
 
 
+# -- many small programs ---------------------------------------------------------------------------------
+def _programs(n: int) -> list:
+    """n distinct small programs, each (a scalar function, its arguments): five kinds in turn, with
+    constants and shapes that make every one a new program (new kernels)."""
+    import numpy as np
+
+    import tracekern as tk
+
+    out = []
+    for i in range(n):
+        c, m = 1.0 + i / 97.0, 3 + i % 5
+        x = np.linspace(-1.0, 1.0, m) * (1.0 + i / 1000.0)
+        kind = i % 5
+        if kind == 0:     # an elementwise expression
+            def f(x, c=c):
+                return np.sum(np.sin(x) * c + x ** 2 * np.exp(-x * c))
+        elif kind == 1:   # reductions
+            def f(x, c=c):
+                return np.log(np.sum(np.exp(c * x))) + np.max(x) - np.mean(x * x) * c
+        elif kind == 2:   # small linear algebra
+            a = np.cos(np.arange(m * m, dtype=float).reshape(m, m) * c)
+
+            def f(x, a=a):
+                y = np.tanh(a @ x)
+                return np.dot(y, y) + np.sum(np.outer(x, y) @ x)
+        elif kind == 3:   # a grad of a grad
+            def f(x, c=c):
+                g = tk.grad(lambda y: np.sum(np.sin(y * c) * y))(x)
+                return np.sum(g * g)
+        else:             # where, maximum, cumsum
+            def f(x, c=c):
+                return np.sum(np.where(x > 0, x, c * x) ** 2) + np.sum(np.cumsum(np.maximum(x, -0.5)) * c)
+        out.append((f, (x,)))
+    return out
+
+
+def child_programs(n: int, mode: str) -> dict:
+    import tracekern as tk
+
+    backend, tiers = {"interpret": ("interpret", False), "tiers": ("cpu", True), "no-tiers": ("cpu", False)}[mode]
+    tk.config.tiers = tiers
+    import tracekern.backends.cpu  # noqa: F401  (Numba and the cpu backend imported before the timing)
+    programs = _programs(n)
+    t0 = time.perf_counter()
+    for f, args in programs:
+        tk.jit(tk.value_and_grad(f), backend=backend)(*args)
+    return {"total_s": time.perf_counter() - t0}
+
+
+def run_programs(options) -> dict:
+    n = 40 if options.quick else 200
+    rows = []
+    for mode in ("interpret", "tiers", "no-tiers"):
+        print(f"{n} programs, {mode} ...", end="", flush=True, file=sys.stderr)
+        with tempfile.TemporaryDirectory() as cache:
+            got = in_process("bench.compile", "--programs", str(n), mode, env={"TRACEKERN_CACHE_DIR": cache})
+        rows.append({"mode": mode, "programs": n, "total_s": got["total_s"]})
+        print(f" {got['total_s']:.1f} s", file=sys.stderr)
+    by = {r["mode"]: r["total_s"] for r in rows}
+    notes = [f"cpu with tiers: {by['tiers'] / by['interpret']:.2f}x interpret's total (target: at most 1.5x); "
+             f"without: {by['no-tiers'] / by['interpret']:.1f}x"]
+    return {"rows": rows, "notes": notes, "load_average_end": load_average()}
+
+
+def table_programs(result: dict) -> str:
+    lines = [f"{'mode':12s} {'programs':>8s} {'total s':>8s} {'per program ms':>14s}"]
+    for r in result["rows"]:
+        lines.append(f"{r['mode']:12s} {r['programs']:8d} {r['total_s']:8.2f} {r['total_s'] / r['programs'] * 1e3:14.1f}")
+    return "\n".join(lines)
+
+
+def markdown_programs(result: dict) -> str:
+    lines = ["| mode | programs | total s | per program ms |", "|---|---|---|---|"]
+    for r in result["rows"]:
+        lines.append(f"| {r['mode']} | {r['programs']} | {r['total_s']:.2f} | {r['total_s'] / r['programs'] * 1e3:.1f} |")
+    return "\n".join(lines)
+
+
+PROGRAMS = Section("programs", run_programs, table_programs, markdown=markdown_programs)
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--child"]:
         kind, name, sizes = argv[1], argv[2], tuple(json.loads(argv[3]))
-        result = child_tracekern(name, sizes, argv[4] or None) if kind == "tracekern" else child_jax(name, sizes)
+        result = (child_tracekern(name, sizes, argv[4] or None, argv[5:6] == ["tiers"]) if kind == "tracekern"
+                  else child_jax(name, sizes))
         print(json.dumps(result))
         return None
-    return main_job([SECTION], argv, prog="python -m bench.compile", doc=__doc__, name="compile")
+    if argv[:1] == ["--programs"]:
+        print(json.dumps(child_programs(int(argv[1]), argv[2])))
+        return None
+    return main_job([SECTION, PROGRAMS], argv, prog="python -m bench.compile", doc=__doc__, name="compile")
 
 
 if __name__ == "__main__":

@@ -655,3 +655,72 @@ def test_the_default_directory_of_another_user_says_to_delete_it(tmp_path, monke
     refusal = cache.check_dir(path)
     assert f"{path} is owned by" in refusal.reason
     assert f"rm -rf {path}" in refusal.fix and "point TRACEKERN_CACHE_DIR at a directory of your own" in refusal.fix
+
+
+_PLANNED = """
+import json, sys
+import numpy as np
+import tracekern as tk
+from tracekern import autodiff
+from tracekern.backends import fusion, units
+
+counts = {"vjp": 0, "plan": 0}
+vjp, plan = autodiff.vjp, fusion.plan
+
+def counted_vjp(*a, **k):
+    counts["vjp"] += 1
+    return vjp(*a, **k)
+
+def counted_plan(*a, **k):
+    counts["plan"] += 1
+    return plan(*a, **k)
+
+autodiff.vjp, fusion.plan = counted_vjp, counted_plan
+
+def loss(w, x):
+    h = np.tanh(x @ w)
+    return np.sum(h * h) + np.max(np.exp(-x), axis=1).sum()
+
+rng = np.random.default_rng(3)
+w, x = rng.standard_normal((6, 3)), rng.standard_normal((4, 6))
+value, grad = tk.jit(tk.value_and_grad(loss))(w, x)
+ref = tk.jit(tk.value_and_grad(loss), backend="interpret")(w, x)
+assert counts["vjp"] == 2 - (sys.argv[1] == "warm"), counts   # (interpret's trace differentiates once)
+np.testing.assert_allclose(value, ref[0], rtol=1e-12)
+np.testing.assert_allclose(grad, ref[1], rtol=1e-12, atol=1e-15)
+print(json.dumps(dict(counts, compiled=units.compiled()["kernels"], value=float(value), grad=grad.tolist())))
+"""
+
+
+def test_a_warm_start_finds_its_plan_without_differentiating_or_planning(tmp_path):
+    """The plan cache (staging._plan_key): a second process with the same cache directory loads the
+    finished step (driver and kernels) by the digest of the traced function and the transform: no
+    differentiation, no fusion plan, nothing compiled, the same results."""
+    def run(which):
+        env = dict(os.environ, TRACEKERN_CACHE_DIR=str(tmp_path / "cache"))
+        env.pop("TRACEKERN_CACHE_SHARED", None)
+        out = subprocess.run([sys.executable, "-c", _PLANNED, which], env=env, capture_output=True, text=True,
+                             timeout=300)
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    cold = run("cold")
+    assert cold["plan"] >= 1 and cold["compiled"] >= 1
+    assert len(list((tmp_path / "cache" / "plans").iterdir())) == 1
+    warm = run("warm")
+    assert warm["vjp"] == 1 and warm["plan"] == 0 and warm["compiled"] == 0, warm   # (the 1: interpret's reference)
+    assert warm["value"] == cold["value"] and warm["grad"] == cold["grad"]
+
+
+def test_the_plan_key_is_the_graphs_content():
+    from tracekern.ir import graph_digest
+
+    x = np.ones(3)
+
+    def digest(fn):
+        return graph_digest(tk.make_ir(fn)(x))
+
+    assert digest(lambda x: x * 2.0) == digest(lambda x: x * 2.0)
+    assert digest(lambda x: x * 2.0) != digest(lambda x: x * 3.0)
+    assert digest(lambda x: x + np.arange(3.0)) != digest(lambda x: x + np.arange(3.0)[::-1])
+    assert digest(lambda x: np.sum(x, axis=0)) != digest(lambda x: np.max(x, axis=0))

@@ -21,7 +21,7 @@ from .arguments import arg_name, device_view, differentiated, flatten_call, fun_
 from .errors import TracerLeakError, with_location
 from .ir import Aval, Graph, is_complex, is_float, is_inexact
 from .pytree import Static, TreeDef, leaf_paths, takes_static, tree_flatten, tree_unflatten
-from .staging import Staged, plan_split, split_aux, stage_vjp, trace_call
+from .staging import Staged, plan_split, primal_trace, split_aux, stage_vjp, trace_call
 from .trace import FlatArgs, Tracer, Variable, _read, aval_of, current_builder
 from .vectorize import make_vmap_ir
 
@@ -141,6 +141,9 @@ def _grad_emit(fun: Callable, argnums, has_aux: bool, unconnected: str, with_val
         return emit_positional(_bind_keywords(fun, kwargs), args)
 
     emit.plan = None   # the memory plan of the last trace (a remat.SplitVJP), under a budget
+    # what this transform adds to the traced function, for staging's plan cache (None: not cached)
+    emit.plan_key = None if wrt is not None or memory_budget is not None else (
+        "grad", argnums if isinstance(argnums, int) else tuple(argnums), has_aux, unconnected, with_value, holomorphic)
     emit.takes_static = True   # (static arguments pass through to fun untraced)
 
     def emit_positional(bound, args):
@@ -148,7 +151,7 @@ def _grad_emit(fun: Callable, argnums, has_aux: bool, unconnected: str, with_val
         nums = _argnums(argnums, args, fun)
         flat = flatten_call(fun, args)
         active = differentiated(fun, flat, nums, check_float=True)
-        graph, out_td, captured = trace_call(bound, flat)
+        graph, out_td, captured = primal_trace(bound, flat)
         value_td, aux_td = split_aux(fun, out_td, has_aux)
         if value_td.kind != "leaf":
             raise ValueError(with_location(

@@ -3,6 +3,7 @@
 All of it is frozen data. Transforms build new graphs; nothing mutates one in place."""
 from __future__ import annotations
 
+import hashlib
 import itertools
 from dataclasses import dataclass, field
 from typing import Any
@@ -189,6 +190,58 @@ def format_graph(graph: Graph, indent: str = "", show_source: bool = True) -> st
     outs = ", ".join(name(v) for v in graph.outputs)
     lines.append(f"{indent}  in ({outs}) }}")
     return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- digest
+
+_PLAIN = (bool, int, float, complex, str, bytes, type(None), np.generic, slice)
+
+
+def graph_digest(graph: Graph) -> str | None:
+    """A SHA-256 of everything a graph computes (primitives, params, constants' bytes, shapes, dtypes,
+    structure, the users' source lines its errors name), or None when a param is a value whose
+    meaning its text may not carry (a function, an object): such a graph is never keyed."""
+    h = hashlib.sha256()
+    names: dict[Var, int] = {}
+
+    def name(v: Var) -> str:
+        if v not in names:
+            names[v] = len(names)
+        return f"v{names[v]}:{v.aval}"
+
+    def param(p) -> str | None:
+        if isinstance(p, _PLAIN):
+            return repr(p)
+        if isinstance(p, np.dtype):
+            return f"dtype({p.str})"
+        if isinstance(p, np.ndarray):
+            return f"array({p.dtype.str},{p.shape},{hashlib.sha256(np.ascontiguousarray(p).tobytes()).hexdigest()})"
+        if isinstance(p, Graph):
+            return walk(p)
+        if isinstance(p, (tuple, list)):
+            parts = [param(q) for q in p]
+            return None if None in parts else f"{type(p).__name__}({','.join(parts)})"
+        if isinstance(p, dict):
+            pairs = [(param(k), param(q)) for k, q in sorted(p.items(), key=lambda kv: repr(kv[0]))]
+            return None if any(a is None or b is None for a, b in pairs) else "{" + ",".join(f"{a}:{b}" for a, b in pairs) + "}"
+        return None
+
+    def walk(g: Graph) -> str | None:
+        parts = ["(" + ",".join(name(v) for v in g.inputs) + ")"]
+        for e in g.eqns:
+            params = [(k, param(p)) for k, p in e.params.items()]
+            if any(p is None for _, p in params):
+                return None
+            parts.append(f"{','.join(name(v) for v in e.outputs)}={e.primitive.name}[{params}]"
+                         f"({','.join(name(v) for v in e.inputs)})@{e.source}")
+        parts.append("->(" + ",".join(name(v) for v in g.outputs) + ")")
+        return "{" + ";".join(parts) + "}"
+
+    text = walk(graph)
+    if text is None:
+        return None
+    h.update(text.encode())
+    return h.hexdigest()[:40]
 
 
 # ----------------------------------------------------------------------------- verifier

@@ -4,10 +4,15 @@ and run (Staged, with its signature cache); tk.vjp's two compiled halves are cac
 (Exported)."""
 from __future__ import annotations
 
+import contextlib
 import functools
+import hashlib
+import pickle
+import sys
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -16,8 +21,9 @@ from . import autodiff, backends, passes, remat
 from .arguments import arg_name, flatten_call, fun_location, fun_name, to_user
 from .backends import fusion
 from .errors import MemoryBudgetError, TracekernError, with_location
-from .ir import Aval, Graph, is_inexact
+from .ir import Aval, Graph, graph_digest, is_inexact
 from .pytree import Static, TreeDef, call_static, takes_static, tree_flatten, tree_unflatten
+from .settings import config
 from .trace import FlatArgs, Tracer, Variable, current_builder, trace_to_graph
 
 # ----------------------------------------------------------------------------- compiled entries
@@ -79,6 +85,8 @@ class Signature:
     key: tuple          # (treedefs of the dynamic arguments and keywords, (shape, dtype) per leaf, weak flags, statics)
     arrays: tuple
     make_graph: Callable[[], tuple[Graph, TreeDef, tuple]]
+    flat: FlatArgs | None = None
+    statics: tuple = ()
 
 
 class Exported:
@@ -225,17 +233,70 @@ class Staged:
 
     def _entry(self, sig: Signature) -> CompiledEntry:
         """The compiled entry of a signature, traced and compiled if there is none yet (or a
-        Variable's shape or dtype changed since)."""
+        Variable's shape or dtype changed since). The plan cache first: a step finished by an earlier
+        process for the same traced function and transforms, whose kernels are compiled on disk."""
         entry = self._cache.get(sig.key)
         if entry is None or not entry.variables_match():
-            graph, out_td, variables = sig.make_graph()
+            key = self._plan_key(sig)
+            entry = _load_plan(key[0], key[1]) if key is not None else None
+            if entry is not None:
+                self._cache[sig.key] = entry
+                return entry
+            if key is not None and key[2] is not None:   # (no transform: the key's trace is the graph)
+                self.trace_count += 1
+                graph, out_td, variables = key[2]
+            else:
+                with _primal_hint(key[3] if key is not None else None):
+                    graph, out_td, variables = sig.make_graph()
             compile_graph = backends.get_compiler(self.backend or backends.default_backend(), tiers=self.tiers,
                                                   **self.options)
             planned = self if self.memory_budget is not None else self.fun   # (tk.jit of a budgeted transform too)
             plan = getattr(planned.emit, "plan", None) if getattr(planned, "memory_budget", None) is not None else None
             entry = CompiledEntry(graph, out_td, compile_graph(graph), variables, plan)
             self._cache[sig.key] = entry
+            if key is not None and plan is None:
+                if hasattr(entry.run, "on_compiled"):   # (tiers: saved once its kernels are compiled)
+                    entry.run.on_compiled = functools.partial(_save_plan, key[0], entry)
+                else:
+                    _save_plan(key[0], entry)
         return entry
+
+    def _plan_key(self, sig: Signature) -> tuple[str, tuple, tuple | None, tuple | None] | None:
+        """(the plan cache's key of this signature, the Variables the function reads, the trace when it
+        is the step's graph), or None when it has none: a digest of the graph of the function the
+        transforms apply to (traced: cheap; a function under a transform is traced once more), the
+        transforms' own keys (an emit's plan_key), the backend and its options, the settings that
+        shape a plan, and tracekern's own source."""
+        backend = self.backend or backends.default_backend()
+        if not backends.plans_cached(backend):
+            return None
+        chain, s = [], self
+        while True:
+            if s.emit is s.fun and isinstance(s.fun, Staged) and not s.fun.static_argnums:
+                s = s.fun   # (tk.jit of a transform: the same graph)
+            elif s.emit is s.fun:
+                break
+            elif getattr(s.emit, "plan_key", None) is not None and not isinstance(s.fun, Staged):
+                chain.append(s.emit.plan_key)
+                break
+            else:
+                return None
+        root = s.fun
+        if chain:
+            try:
+                traced = _trace_emit(root, root, sig.flat, sig.statics)
+            except Exception:   # (the full trace raises it again, with its context)
+                return None
+        else:
+            traced = _trace_emit(self.emit, self.fun, sig.flat, sig.statics)
+        digest = graph_digest(traced[0])
+        if digest is None:
+            return None
+        text = repr((digest, chain, backend, sorted(self.options.items()), sig.key, config.compiled_loops,
+                     _tracekern_salt()))
+        hint = (root, sig.flat.avals, sig.flat.weak, traced) if chain and not sig.statics and not sig.key[0][-1].children \
+            else None
+        return hashlib.sha256(text.encode()).hexdigest()[:40], traced[2], None if chain else traced, hint
 
     def compile(self, *args, **kwargs) -> Staged:
         """Trace and compile for the signature of these arguments now, and wait: every kernel is
@@ -253,7 +314,9 @@ class Staged:
         between the two halves of tk.vjp(f) on these arguments; for a gradient transform, the arrays its
         step keeps for its backward: as planned under a memory_budget, with recompute_cost and solver;
         without one, the number a fractional memory_budget of the same transform scales)."""
-        entry = self._entry(self._signature(args, kwargs))
+        sig = self._signature(args, kwargs)
+        entry = self._entry(sig)
+        ir = entry.graph if entry.graph is not None else sig.make_graph()[0]   # (a step from the plan cache)
         peaks = {"step": entry.run.peak_bytes}
         residual, saved, split, plan_info = None, None, entry.plan, {}
         if split is not None:   # a gradient transform under a memory budget: the plan its step runs
@@ -280,7 +343,7 @@ class Staged:
                 peaks.update(vjp_forward=staged.forward.peak_bytes, vjp_backward=staged.backward.peak_bytes)
         plan = plan_info if split is None else dict(memory_budget=split.memory_budget, recompute_cost=split.recompute_cost,
                                                      solver=split.solver, smallest_budget=split.smallest_budget)
-        return Lowered(entry.graph, entry.run.source, MemoryReport(residual, peaks, saved, **plan), split,
+        return Lowered(ir, entry.run.source, MemoryReport(residual, peaks, saved, **plan), split,
                        functools.partial(self.compile, *args, **kwargs))
 
     def _gradient(self) -> Staged | None:
@@ -340,16 +403,86 @@ class Staged:
 
         def make_graph() -> tuple[Graph, TreeDef, tuple]:
             self.trace_count += 1
+            return _trace_emit(self.emit, self.fun, flat, statics)
 
-            def traced(*tracers):
-                *dyn, kw = flat.unflatten(tracers)
-                return call_static(self.emit, _merge_static(tuple(dyn), statics), kw)
+        return Signature(key, flat.leaves, make_graph, flat, statics)
 
-            graph, out_td, captured = trace_to_graph(traced, flat.avals, flat.weak, fun_name(self.fun), fun_location(self.fun))
-            assert all(isinstance(c, Variable) for c in captured), "top-level trace captured outer values"
-            return graph, out_td, tuple(captured)
 
-        return Signature(key, flat.leaves, make_graph)
+_HINT: list = []   # the primal trace _plan_key made, for the transform's own trace of the same function
+
+
+@contextlib.contextmanager
+def _primal_hint(hint: tuple | None):
+    _HINT.append(hint)
+    try:
+        yield
+    finally:
+        _HINT.pop()
+
+
+def primal_trace(fun: Callable, flat: FlatArgs) -> tuple[Graph, TreeDef, tuple]:
+    """trace_call(fun, flat), or the trace the plan cache's key was computed from, when it is this
+    very function on these arguments (a transform's primal: traced once, not twice)."""
+    hint = _HINT[-1] if _HINT else None
+    if hint is not None and hint[0] is fun and hint[1] == flat.avals and hint[2] == flat.weak:
+        _HINT[-1] = None   # (once: a nested transform of the same function traces its own)
+        return hint[3]
+    return trace_call(fun, flat)
+
+
+def _trace_emit(emit: Callable, fun: Callable, flat: FlatArgs, statics: tuple) -> tuple[Graph, TreeDef, tuple]:
+    """The graph of emit on flattened arguments (static ones put back): (graph, out treedef, Variables read)."""
+    def traced(*tracers):
+        *dyn, kw = flat.unflatten(tracers)
+        return call_static(emit, _merge_static(tuple(dyn), statics), kw)
+
+    graph, out_td, captured = trace_to_graph(traced, flat.avals, flat.weak, fun_name(fun), fun_location(fun))
+    assert all(isinstance(c, Variable) for c in captured), "top-level trace captured outer values"
+    return graph, out_td, tuple(captured)
+
+
+@functools.cache
+def _tracekern_salt() -> str:
+    """A digest of tracekern's own source and the versions it runs with: a plan made by other code is never served."""
+    h = hashlib.sha256(f"{sys.version} numpy {np.__version__}".encode())
+    root = Path(__file__).resolve().parent
+    for path in sorted(root.rglob("*.py")):
+        h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()
+
+
+def _save_plan(key: str, entry: CompiledEntry) -> None:
+    """Save a finished step under its plan key (its graph, Variables and NumPy tier stay here)."""
+    try:
+        data = pickle.dumps(_portable(entry), protocol=5)
+    except Exception:   # (something in it does not pickle: not cached)
+        return
+    backends.save_plan(key, data)
+
+
+def _portable(entry: CompiledEntry) -> dict:
+    return dict(out_treedef=entry.out_treedef, run=entry.run, var_avals=entry._var_avals, is_input=entry._is_input,
+                out_avals=entry._out_avals)
+
+
+def _load_plan(key: str, variables: tuple) -> CompiledEntry | None:
+    """The entry saved under key, for these Variables, if every compiled unit it runs is on disk; else None."""
+    data = backends.load_plan(key)
+    if data is None:
+        return None
+    try:
+        saved = pickle.loads(data)
+    except Exception:
+        return None
+    if tuple(v.aval for v in variables) != saved["var_avals"] or not backends.compiled_on_disk(saved["run"]):
+        return None
+    entry = object.__new__(CompiledEntry)
+    entry.__dict__.update(graph=None, out_treedef=saved["out_treedef"], run=saved["run"], variables=variables, plan=None,
+                          _var_avals=saved["var_avals"], _is_input=saved["is_input"], _out_avals=saved["out_avals"])
+    td = entry.out_treedef
+    entry._out_shape = "leaf" if td.kind == "leaf" else (
+        "tuple" if td.kind == "tuple" and all(c.kind == "leaf" for c in td.children) else "tree")
+    return entry
 
 
 def _merge_static(dynamic: tuple, statics: tuple) -> tuple:

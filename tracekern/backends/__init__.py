@@ -65,3 +65,24 @@ def get_compiler(name: str, *, tiers: bool | None = None, **options) -> Callable
         return compile_graph(inlined, **options)
 
     return compile_
+
+
+def save_plan(key: str, data: bytes) -> None:
+    """Save a finished step's pickle under its plan key, in the disk cache (backends/cache.py)."""
+    importlib.import_module("tracekern.backends.cache").save_plan(key, data)
+
+
+def load_plan(key: str) -> bytes | None:
+    return importlib.import_module("tracekern.backends.cache").load_plan(key)
+
+
+def compiled_on_disk(run) -> bool:
+    """Whether a step loaded from the plan cache runs only compiled code the disk cache holds (a
+    step that would compile on its first call is planned and tiered again instead)."""
+    check = getattr(run, "compiled_on_disk", None)
+    return bool(check and check())
+
+
+def plans_cached(name: str) -> bool:
+    """Whether backend `name`'s steps go to the plan cache (their compiled code is on disk: cpu)."""
+    return name in MODULES and getattr(importlib.import_module(MODULES[name]), "PLAN_CACHE", False)

@@ -675,6 +675,36 @@ def _write_file(path: str, data: bytes, private: bool) -> None:
         raise
 
 
+def plan_path(key: str) -> Path:
+    return cache_dir() / "plans" / f"{key}.pkl"
+
+
+def load_plan(key: str) -> bytes | None:
+    """The bytes saved under `key` by save_plan (a finished step: staging's plan cache), or None
+    when there are none or they fail their seal (such a file is deleted)."""
+    path = plan_path(key)
+    try:
+        blob = path.read_bytes()
+    except OSError:
+        return None
+    n = len(_SEAL) + 32
+    if len(blob) < n or blob[-n:-32] != _SEAL or hashlib.sha256(blob[:-n]).digest() != blob[-32:]:
+        _unlink(path)
+        return None
+    return blob[:-n]
+
+
+def save_plan(key: str, data: bytes) -> None:
+    """Save `data` (a pickle) under `key`, sealed with its SHA-256 like Numba's files here."""
+    path = plan_path(key)
+    private = in_use(str(cache_dir())) is not False
+    try:
+        _make_dirs(path.parent, not private)
+        _write_file(str(path), data + _SEAL + hashlib.sha256(data).digest(), private)
+    except OSError as err:
+        _warn_unsaved(str(path), err)
+
+
 def _warn_unsaved(path: str, err: Exception) -> None:
     if path in _WARNED:
         return

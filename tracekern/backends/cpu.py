@@ -30,6 +30,8 @@ from .fusion import CallKernel, Compute, Literal, LoopKernel, Read
 from .render import CONTROL, ControlRenderer, identity_literal, literal
 from .units import Unit
 
+# staging's plan cache keeps this backend's finished steps: their compiled units are on disk
+PLAN_CACHE = True
 _TRIG = ("sin", "cos", "tan")
 _IMPORTS = """import numpy as np
 from numba import njit, objmode, prange
@@ -468,6 +470,12 @@ class CompiledStep:
         return dict(self.__dict__, graph=None, plan=None, _module=None, unit_kernels=None,
                     _lines=cache.portable_lines(self._lines))
 
+    def compiled_on_disk(self) -> bool:
+        """Whether the disk cache has the machine code of every kernel (and of an njit driver)."""
+        have = cache.compiled_stems()
+        needed = self.modules[:-1] + (self.modules[-1:] if self.jitted else [])
+        return all(cache.module_path(s).stem in have for s in needed)
+
     def _load(self, args: Sequence | None = None):
         if self._parallel:
             _launch_threads()   # (a driver loaded from the cache does not start Numba's threads itself)
@@ -562,8 +570,7 @@ def _prints(graph: Graph) -> bool:
 
 def compile_tiered(graph: Graph) -> tiers.TieredStep:
     """compile_graph's step on the tiers (backends/tiers.py): NumPy at once, compiled in the background."""
-    step = compile_graph(graph)
-    return tiers.TieredStep(step, step.unit_kernels)
+    return tiers.TieredStep(graph, lambda: compile_graph(graph))
 
 
 def compile_graph(graph: Graph) -> CompiledStep:

@@ -1,13 +1,15 @@
 """Tiered execution on cpu: a new step runs at once, each kernel evaluated with NumPy
 (interpret.kernel_function), while its compile units compile in the background; each kernel switches to its unit when ready.
 
-A cpu step (cpu.CompiledStep) is a plan, a driver and one compile unit per distinct kernel. Where the
-driver is plain Python with no control flow, the slow tier is that very driver, loaded with each
-kernel name bound to the NumPy evaluation of its kernel, and each name is rebound to the compiled
-unit the moment that unit is compiled (in a worker process, loaded from the disk cache here): the
-plan and the driver are shared, so a step runs any mix of the two and nothing else changes. Other
-steps (an njit driver, loops compiled whole, branches) run the whole graph on the interpreter until
-the compiled step is ready, then switch at once.
+A cpu step (cpu.CompiledStep) is a plan, a driver and one compile unit per distinct kernel. A new
+step's first calls run its graph on the interpreter: no planning, no rendering, nothing compiled.
+When it starts compiling (the rule below), the background plans and renders it; where the driver is
+plain Python with no control flow, the slow tier becomes that very driver, loaded with each kernel
+name bound to the NumPy evaluation of its kernel, and each name is rebound to the compiled unit the
+moment that unit is compiled (in a worker process, loaded from the disk cache here): the plan and
+the driver are shared, so a step runs any mix of the two and nothing else changes. Other steps (an
+njit driver, loops compiled whole, branches) stay on the interpreter until the compiled step is
+ready, then switch at once.
 
 When compiling starts (measured: the README's "Tiers"): once a step has spent COMPILE_AFTER_SECONDS
 in the slow tier, or has been called COMPILE_AFTER_CALLS times, whichever comes first. A cold compile
@@ -111,34 +113,39 @@ def _compiled_step(step):
 class TieredStep:
     """A cpu step that runs on the NumPy tier until its compile units are ready (see the module
     docstring). Call it with a list of arrays, get a list of arrays; every other attribute is the
-    compiled step's. `tier`: "numpy", "mixed" (some kernels compiled) or "compiled"."""
+    compiled step's (built on first use: planning and rendering are not done for a step that never
+    compiles). `tier`: "numpy", "mixed" (some kernels compiled) or "compiled"."""
 
-    def __init__(self, step, kernels: dict[int, tuple] | None):
-        self.step = step
-        self._lock = threading.Lock()
+    def __init__(self, graph, build: Callable[[], object]):
+        self.graph = graph
+        self._build = build
+        self._step = None
+        self._lock = threading.RLock()
         self._calls = 0
         self._slow_seconds = 0.0
         self._started = False
         self._done = threading.Event()
         self._errors: list[str] = []
         self._switched: set[int] = set()
-        self._interp = None
-        self._slow: ModuleType | None = None
-        if kernels is not None:
-            try:
-                self._slow = self._slow_module(kernels)
-            except Exception:   # (a kernel NumPy cannot evaluate alone: the whole graph on the interpreter)
-                self._slow = None
-        if self._slow is None:
-            self._interp = interpret.compile_graph(step.graph)
+        self._interp = interpret.compile_graph(graph)   # (the first calls: the graph on the interpreter)
+        self._slow: ModuleType | None = None            # (then the driver, kernel by kernel)
+        self.on_compiled: Callable[[], None] | None = None   # called once every unit is compiled
 
     def __reduce__(self):
         return (_compiled_step, (self.step,))
 
     def __getattr__(self, name):
-        if name == "step":
+        if name.startswith("__") or name in ("_step", "_build", "_lock"):
             raise AttributeError(name)
         return getattr(self.step, name)
+
+    @property
+    def step(self):
+        """The compiled step (cpu.CompiledStep): its plan, driver and units, made on first use."""
+        with self._lock:
+            if self._step is None:
+                self._step = self._build()
+            return self._step
 
     @property
     def tier(self) -> str:
@@ -150,6 +157,17 @@ class TieredStep:
     def per_kernel(self) -> bool:
         """Whether kernels switch one by one (else the whole step switches when all are ready)."""
         return self._slow is not None
+
+    def prepare(self) -> None:
+        """Plan and render the step, and where its driver allows, run the driver from now on with each
+        kernel's NumPy evaluation (what a background compile does first)."""
+        step = self.step
+        with self._lock:
+            if self._slow is None and step.unit_kernels is not None:
+                try:
+                    self._slow = self._slow_module(step.unit_kernels)
+                except Exception:   # (a kernel NumPy cannot evaluate alone: the interpreter until compiled)
+                    self._slow = None
 
     def _slow_module(self, kernels: dict[int, tuple]) -> ModuleType:
         """The driver's source run as a private module, its kernel imports replaced by the NumPy
@@ -180,17 +198,15 @@ class TieredStep:
 
     def __call__(self, args: Sequence[np.ndarray]) -> list:
         if self._done.is_set():
-            return self.step(args)
+            return self._step(args)
         if self._errors:
             with self._lock:
                 errors, self._errors = self._errors, []
             for text in errors:
                 warnings.warn(text, CompileWarning, stacklevel=user_stacklevel())
         start = time.perf_counter()
-        if self._slow is not None:
-            out = self.step._run(self._slow, args)
-        else:
-            out = self._interp(args)
+        slow = self._slow
+        out = self._interp(args) if slow is None else self._step._run(slow, args)
         self._calls += 1
         self._slow_seconds += time.perf_counter() - start
         if not self._started and (self._calls >= COMPILE_AFTER_CALLS or self._slow_seconds >= COMPILE_AFTER_SECONDS):
@@ -215,12 +231,15 @@ class TieredStep:
 
     def _compile(self, args: list, background: bool) -> None:
         try:
+            self.prepare()
             if self._slow is not None:
                 self._compile_kernels(args)
                 self.step._module = cache.load_module(self.step.driver)
             else:
                 self.step.compile(args, warm=background)
             self._done.set()
+            if self.on_compiled is not None:
+                self.on_compiled()
         except Exception as err:
             text = "".join(traceback.format_exception_only(type(err), err)).strip()
             with self._lock:
