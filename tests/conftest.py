@@ -14,6 +14,9 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 # tests/test_tiers.py turns the tiers on where it tests them (tk.jit(f, tiers=True)). The environment
 # variable reaches the subprocesses tests start.
 os.environ["TRACEKERN_TIERS"] = "0"
+# Tests inspect the steps they make (plans, graphs, units): a step loaded from the plan cache (made by an
+# earlier run in the same cache directory) has none of them. Its own tests turn it on (tests/test_cache.py).
+os.environ["TRACEKERN_PLAN_CACHE"] = "0"
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402

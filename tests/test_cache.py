@@ -697,7 +697,7 @@ def test_a_warm_start_finds_its_plan_without_differentiating_or_planning(tmp_pat
     finished step (driver and kernels) by the digest of the traced function and the transform: no
     differentiation, no fusion plan, nothing compiled, the same results."""
     def run(which):
-        env = dict(os.environ, TRACEKERN_CACHE_DIR=str(tmp_path / "cache"))
+        env = dict(os.environ, TRACEKERN_CACHE_DIR=str(tmp_path / "cache"), TRACEKERN_PLAN_CACHE="1")
         env.pop("TRACEKERN_CACHE_SHARED", None)
         out = subprocess.run([sys.executable, "-c", _PLANNED, which], env=env, capture_output=True, text=True,
                              timeout=300)

@@ -7,9 +7,10 @@ room may read it.
     with tk.config.override(compiled_loops=False):
         ...                               # steps compiled in here drive their loops from the host
 
-`threads` is read on every call of a compiled step; `compiled_loops` and `tiers` when a step is
-compiled (a tk.jit object keeps the steps it compiled). TRACEKERN_NUM_THREADS,
-TRACEKERN_COMPILED_LOOPS and TRACEKERN_TIERS set the defaults when tracekern is imported."""
+`threads` is read on every call of a compiled step; `compiled_loops`, `tiers` and `plan_cache` when
+a step is compiled (a tk.jit object keeps the steps it compiled). TRACEKERN_NUM_THREADS,
+TRACEKERN_COMPILED_LOOPS, TRACEKERN_TIERS and TRACEKERN_PLAN_CACHE set the defaults when tracekern
+is imported."""
 from __future__ import annotations
 
 import contextlib
@@ -49,7 +50,7 @@ def _flag_from_env(name: str, default: bool) -> bool:
 class Config:
     """The settings (see the module docstring). Assigning an attribute checks its value."""
 
-    _FIELDS = ("threads", "compiled_loops", "tiers")
+    _FIELDS = ("threads", "compiled_loops", "tiers", "plan_cache")
 
     def __init__(self):
         # the most threads a compiled step uses, for its parallel loops and for BLAS together;
@@ -62,6 +63,9 @@ class Config:
         # the background (backends/tiers.py); False: every kernel is compiled before the first call
         # returns (tk.jit(f, tiers=...) decides for one function)
         self.tiers: bool = _flag_from_env("TRACEKERN_TIERS", True)
+        # a cpu step whose kernels are compiled on disk is found by the digest of the traced function
+        # and its transform, without differentiating or planning it again (staging's plan cache)
+        self.plan_cache: bool = _flag_from_env("TRACEKERN_PLAN_CACHE", True)
 
     def __setattr__(self, name, value):
         if name not in self._FIELDS:

@@ -268,7 +268,7 @@ class Staged:
         transforms' own keys (an emit's plan_key), the backend and its options, the settings that
         shape a plan, and tracekern's own source."""
         backend = self.backend or backends.default_backend()
-        if not backends.plans_cached(backend):
+        if not config.plan_cache or not backends.plans_cached(backend):
             return None
         chain, s = [], self
         while True:

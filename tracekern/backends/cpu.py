@@ -570,7 +570,7 @@ def _prints(graph: Graph) -> bool:
 
 def compile_tiered(graph: Graph) -> tiers.TieredStep:
     """compile_graph's step on the tiers (backends/tiers.py): NumPy at once, compiled in the background."""
-    return tiers.TieredStep(graph, lambda: compile_graph(graph))
+    return tiers.TieredStep(graph, lambda: compile_graph(graph), blas=_gemm_macs(graph) >= threads.BLAS_MIN_MACS)
 
 
 def compile_graph(graph: Graph) -> CompiledStep:

@@ -103,11 +103,13 @@ def available() -> int:
 
 
 class _Blas:
-    """The BLAS library Numba's np.dot calls (SciPy's, through scipy.linalg.cython_blas), as
-    threadpoolctl's controllers: found once, after the first step that calls it has loaded it."""
+    """The BLAS library Numba's np.dot calls (SciPy's, through scipy.linalg.cython_blas), or with
+    numpy=True NumPy's own (np.matmul: the NumPy tier, backends/tiers.py), as threadpoolctl's
+    controllers: found once, after the first step that calls it has loaded it."""
 
-    def __init__(self):
+    def __init__(self, numpy: bool = False):
         self.controllers = None
+        self.numpy = numpy
 
     def find(self) -> list:
         if self.controllers is None:
@@ -116,6 +118,9 @@ class _Blas:
                 return self.controllers
             import scipy.linalg.cython_blas  # noqa: F401 (loads the library, if no step has yet)
             blas = ThreadpoolController().select(user_api="blas").lib_controllers
+            if self.numpy:
+                self.controllers = [c for c in blas if "numpy" in c.filepath]
+                return self.controllers
             scipy = [c for c in blas if "scipy" in os.path.basename(os.path.dirname(c.filepath))
                      and "numpy" not in c.filepath]
             self.controllers = scipy or blas
@@ -123,6 +128,7 @@ class _Blas:
 
 
 _BLAS = _Blas()
+_NUMPY_BLAS = _Blas(numpy=True)
 
 
 def _set_numba(n: int) -> None:
@@ -136,11 +142,12 @@ class Budget:
     """Entered around one call of a compiled step: sets Numba's pool (for this thread) and, for a
     step with large GEMMs, the BLAS pool to the threads available now, and puts BLAS back after."""
 
-    __slots__ = ("parallel", "blas", "restore", "threads")
+    __slots__ = ("parallel", "blas", "restore", "threads", "numpy")
 
-    def __init__(self, parallel: bool, blas: bool):
+    def __init__(self, parallel: bool, blas: bool, numpy: bool = False):
         self.parallel = parallel      # the step runs prange loops
         self.blas = blas              # it runs a GEMM of at least BLAS_MIN_MACS
+        self.numpy = numpy            # ... with NumPy's BLAS too (the NumPy tier)
         self.restore: list = []
         self.threads = 1
 
@@ -152,7 +159,7 @@ class Budget:
             _set_numba(n)
         if self.blas:
             self.restore = []
-            for c in _BLAS.find():
+            for c in _BLAS.find() + (_NUMPY_BLAS.find() if self.numpy else []):
                 old = c.get_num_threads()
                 if old != n:
                     c.set_num_threads(n)

@@ -33,7 +33,7 @@ from types import ModuleType
 import numpy as np
 
 from ..errors import CompileWarning, user_stacklevel
-from . import cache, interpret, units, workers
+from . import cache, interpret, threads, units, workers
 
 COMPILE_AFTER_CALLS = 50
 COMPILE_AFTER_SECONDS = 0.05
@@ -116,8 +116,9 @@ class TieredStep:
     compiled step's (built on first use: planning and rendering are not done for a step that never
     compiles). `tier`: "numpy", "mixed" (some kernels compiled) or "compiled"."""
 
-    def __init__(self, graph, build: Callable[[], object]):
+    def __init__(self, graph, build: Callable[[], object], blas: bool = False):
         self.graph = graph
+        self._blas = blas   # it runs a large GEMM: the interpreter's calls take the thread budget (threads.py)
         self._build = build
         self._step = None
         self._lock = threading.RLock()
@@ -206,7 +207,11 @@ class TieredStep:
                 warnings.warn(text, CompileWarning, stacklevel=user_stacklevel())
         start = time.perf_counter()
         slow = self._slow
-        out = self._interp(args) if slow is None else self._step._run(slow, args)
+        if self._blas:   # (NumPy's BLAS governed as the compiled step's is: threads.py)
+            with threads.Budget(slow is not None and self._step._parallel, True, numpy=True):
+                out = self._interp(args) if slow is None else self._step._run_step(slow, args)
+        else:
+            out = self._interp(args) if slow is None else self._step._run(slow, args)
         self._calls += 1
         self._slow_seconds += time.perf_counter() - start
         if not self._started and (self._calls >= COMPILE_AFTER_CALLS or self._slow_seconds >= COMPILE_AFTER_SECONDS):
