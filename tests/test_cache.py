@@ -15,6 +15,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 import warnings
 from pathlib import Path
 
@@ -724,3 +725,39 @@ def test_the_plan_key_is_the_graphs_content():
     assert digest(lambda x: x * 2.0) != digest(lambda x: x * 3.0)
     assert digest(lambda x: x + np.arange(3.0)) != digest(lambda x: x + np.arange(3.0)[::-1])
     assert digest(lambda x: np.sum(x, axis=0)) != digest(lambda x: np.max(x, axis=0))
+
+
+def test_transforms_through_the_plan_cache_give_the_oracles_results(monkeypatch):
+    """With the plan cache on (the users' default): gradient transforms (argnums, has_aux, a Variable
+    read by closure, a keyword argument, grad of grad) trace their function once for the key and the
+    transform reuses that trace; a second tk.jit of the same function finds the finished step."""
+    from tracekern import staging
+
+    monkeypatch.setattr(tk.config, "plan_cache", True)
+    fresh = 1.0 + (os.getpid() * 7919 + time.time_ns()) % 1000003 * 1e-9   # (new programs each run: no plan from an earlier one)
+    rng = np.random.default_rng(11)
+    a, b = rng.standard_normal((3, 4)), rng.standard_normal(4)
+    v = tk.Variable(rng.standard_normal(4))
+
+    def loss(a, b, scale=1.0):
+        y = np.tanh(a @ (b * v)) * scale
+        return np.sum(y * y) * fresh, y
+
+    def inner(b):
+        return np.sum(np.sin(b) * b) * fresh
+
+    cases = [(lambda: tk.value_and_grad(loss, argnums=(0, 1), has_aux=True), (a, b), {}),
+             (lambda: tk.grad(lambda a, b: loss(a, b)[0], argnums=1), (a, b), {}),
+             (lambda: tk.value_and_grad(loss, has_aux=True), (a, b), {"scale": 2.0}),
+             (lambda: tk.grad(lambda b: np.sum(tk.grad(inner)(b) ** 2)), (b,), {})]
+    loaded = []
+    real = staging._load_plan
+    monkeypatch.setattr(staging, "_load_plan", lambda key, variables: loaded.append(real(key, variables)) or loaded[-1])
+    for make, args, kwargs in cases:
+        ref = tk.jit(make(), backend="interpret")(*args, **kwargs)
+        for _ in range(2):   # (the second: a new tk.jit, the plan found on disk)
+            out = tk.jit(make())(*args, **kwargs)
+            assert tk.tree_flatten(out)[1] == tk.tree_flatten(ref)[1]
+            for o, r in zip(tk.tree_flatten(out)[0], tk.tree_flatten(ref)[0]):
+                np.testing.assert_allclose(o, r, rtol=1e-12, atol=1e-14)
+    assert sum(entry is not None for entry in loaded) == len(cases), loaded   # (every second jit: found)

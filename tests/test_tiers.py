@@ -137,6 +137,22 @@ def test_a_loop_step_switches_whole():
             np.testing.assert_allclose(a, b, rtol=RTOL)
 
 
+def test_the_numpy_tier_warns_no_more_than_compiled_code():
+    """log(0), 0/0, overflow: inf and nan as compiled kernels give them, without NumPy's RuntimeWarnings."""
+    def fn(x):
+        return np.log(x) + x / x + np.exp(x * 1000.0)
+
+    x = np.array([0.0, 1.0, 2.0])
+    f = tk.jit(fn, tiers=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = f(x)
+        assert _step(f).tier == "numpy"
+        f.compile(x)
+        np.testing.assert_array_equal(f(x), out)
+    assert np.isnan(out[0]) and np.isinf(out[2])
+
+
 def test_tiers_false_compiles_before_the_first_call_returns():
     w, x, key = _args(2)
     for f in (tk.jit(tk.value_and_grad(_loss, has_aux=True), tiers=False), None):

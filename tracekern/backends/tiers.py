@@ -207,11 +207,13 @@ class TieredStep:
                 warnings.warn(text, CompileWarning, stacklevel=user_stacklevel())
         start = time.perf_counter()
         slow = self._slow
-        if self._blas:   # (NumPy's BLAS governed as the compiled step's is: threads.py)
-            with threads.Budget(slow is not None and self._step._parallel, True, numpy=True):
-                out = self._interp(args) if slow is None else self._step._run_step(slow, args)
-        else:
-            out = self._interp(args) if slow is None else self._step._run(slow, args)
+        # (NumPy's floating-point warnings off: compiled kernels give the same inf and nan silently)
+        with np.errstate(all="ignore"):
+            if self._blas:   # (NumPy's BLAS governed as the compiled step's is: threads.py)
+                with threads.Budget(slow is not None and self._step._parallel, True, numpy=True):
+                    out = self._interp(args) if slow is None else self._step._run_step(slow, args)
+            else:
+                out = self._interp(args) if slow is None else self._step._run(slow, args)
         self._calls += 1
         self._slow_seconds += time.perf_counter() - start
         if not self._started and (self._calls >= COMPILE_AFTER_CALLS or self._slow_seconds >= COMPILE_AFTER_SECONDS):
