@@ -345,10 +345,18 @@ def load_module(source: str) -> ModuleType:
     warned about once if that heals it (else the error is raised)."""
     digest = source_digest(source)
     mod = _MODULES.get(digest)
-    if mod is not None:
-        if mod.__tk_source__ != source:   # (128 bits of SHA-256: never seen; never served silently)
-            raise RuntimeError(f"two different generated modules have the digest {digest}")
-        return mod
+    if mod is None:
+        with _LOADING:   # (one thread imports a module at a time: another would see it half made)
+            mod = _MODULES.get(digest) or _load_new(source, digest)
+    if mod.__tk_source__ != source:   # (128 bits of SHA-256: never seen; never served silently)
+        raise RuntimeError(f"two different generated modules have the digest {digest}")
+    return mod
+
+
+_LOADING = threading.RLock()
+
+
+def _load_new(source: str, digest: str) -> ModuleType:
     _guard_numba()
     path = module_path(source)
     failed: Exception | None = None

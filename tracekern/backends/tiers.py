@@ -1,5 +1,5 @@
-"""Tiered execution on cpu: a new step runs at once, each kernel evaluated with NumPy
-(interpret.kernel_function), while its compile units compile in the background; each kernel switches to its unit when ready.
+"""Tiered execution on cpu: a new step runs at once on NumPy (the interpreter, then each kernel's
+NumPy evaluation) while its compile units compile in the background, each kernel switching when ready.
 
 A cpu step (cpu.CompiledStep) is a plan, a driver and one compile unit per distinct kernel. A new
 step's first calls run its graph on the interpreter: no planning, no rendering, nothing compiled.
@@ -303,12 +303,12 @@ class TieredStep:
                 modules[i].kernel.compile(sig)
                 ready(i)
 
-        threads = [threading.Thread(target=feed, args=(w,), daemon=True) for w in pool]
-        for t in threads:
+        feeders = [threading.Thread(target=feed, args=(w,), daemon=True) for w in pool]
+        for t in feeders:
             t.start()
-        if not threads:
+        if not feeders:
             here()
-        for t in threads:
+        for t in feeders:
             t.join()
         for i in range(len(modules)):
             if left[i] > 0 and not failures:   # (a unit no call site could type: compiled on its first call)
