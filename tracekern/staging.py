@@ -254,11 +254,11 @@ class Staged:
             plan = getattr(planned.emit, "plan", None) if getattr(planned, "memory_budget", None) is not None else None
             entry = CompiledEntry(graph, out_td, compile_graph(graph), variables, plan)
             self._cache[sig.key] = entry
-            if key is not None and plan is None:
-                if hasattr(entry.run, "on_compiled"):   # (tiers: saved once its kernels are compiled)
-                    entry.run.on_compiled = functools.partial(_save_plan, key[0], entry)
-                else:
-                    _save_plan(key[0], entry)
+            saved = key[0] if key is not None and plan is None else None
+            if hasattr(entry.run, "on_compiled"):   # (tiers: once compiled, the step itself; then saved)
+                entry.run.on_compiled = functools.partial(_promote, entry, saved)
+            elif saved is not None:
+                _save_plan(saved, entry)
         return entry
 
     def _plan_key(self, sig: Signature) -> tuple[str, tuple, tuple | None, tuple | None] | None:
@@ -449,6 +449,14 @@ def _tracekern_salt() -> str:
     for path in sorted(root.rglob("*.py")):
         h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
     return h.hexdigest()
+
+
+def _promote(entry: CompiledEntry, key: str | None) -> None:
+    """A tiered step is compiled: the entry calls the compiled step itself from now on (nothing
+    checks the tier on the call path), and the plan cache keeps it under `key`."""
+    entry.run = entry.run.step
+    if key is not None:
+        _save_plan(key, entry)
 
 
 def _save_plan(key: str, entry: CompiledEntry) -> None:
