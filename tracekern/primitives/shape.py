@@ -233,10 +233,14 @@ class Unslice(Primitive):
             if start == 0 and step == 1 and n == full:
                 src.append(i)
                 continue
-            rel = i if start == 0 else f"({i} - {start})"
-            last = start + (n - 1) * step
-            conds.append(f"{start} <= {i} <= {last}" + ("" if step == 1 else f" and {rel} % {step} == 0"))
-            src.append(_clamped(rel if step == 1 else f"{rel} // {step}", n))
+            # rel: the distance from the window's first element in the direction of the step (>= 0 inside)
+            if step > 0:
+                rel, lo, hi = (i if start == 0 else f"({i} - {start})"), start, start + (n - 1) * step
+            else:
+                rel, lo, hi = f"({start} - {i})", start + (n - 1) * step, start
+            stride = abs(step)
+            conds.append(f"{lo} <= {i} <= {hi}" + ("" if stride == 1 else f" and {rel} % {stride} == 0"))
+            src.append(_clamped(rel if stride == 1 else f"{rel} // {stride}", n))
         if not conds:
             return [(None, 0, src)]
         return [(" and ".join(f"({c})" for c in conds), 0, src), (None, None, None)]
