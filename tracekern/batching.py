@@ -227,9 +227,11 @@ def _scan(args, batched, *, body, num_consts, num_carry, length, reverse, record
     consts, init = list(args[:nc]), _as(args[nc:nc + nk], batched[nc:nc + nk], kb, size)
     outs = list(ops.scan(*consts, *init, *_rows_inside(args[nc + nk:], xb), body=body_b, num_consts=nc,
                          num_carry=nk, length=length, reverse=reverse, record=record, checkpoint=checkpoint))
-    carry, ys, recs = outs[:nk], outs[nk:nk + n_y], outs[nk + n_y:]
+    carry, ys, recs = outs[:nk], outs[nk:nk + n_y], outs[nk + n_y:nk + n_y + nk]
     recorded = kb if record else []
-    return carry + _rows_to_front(ys, yb) + _rows_to_front(recs, recorded), kb + yb + recorded
+    last = outs[nk + n_y + nk:]   # (with a checkpoint: the carry at the start of the last step, as a carry)
+    return (carry + _rows_to_front(ys, yb) + _rows_to_front(recs, recorded) + last,
+            kb + yb + recorded + (kb if last else []))
 
 
 def _while(args, batched, *, cond, body, num_consts, checkpoint=None):
@@ -273,24 +275,28 @@ def _while(args, batched, *, cond, body, num_consts, checkpoint=None):
     return list(outs[:nk]) + [outs[nk + 1]], every + [True]
 
 
-def _scan_revolve(args, batched, *, body, back, checkpoint, num_consts, num_carry, num_state, dx, length, reverse):
+def _scan_revolve(args, batched, *, body, back, checkpoint, num_consts, num_carry, num_state, dx, length, reverse,
+                  resume=False, num_ys=None):
     """A checkpointed scan's backward (and a while loop's, length=None): the forward body and the
     backward step batched, with batched flags of carry, state and sequences found together. A while
-    loop's with a batched trip count runs to the largest and masks each lane's steps past its own."""
+    loop's with a batched trip count runs to the largest and masks each lane's steps past its own.
+    With `resume`, the carry operands are the first sweep's slots (stacked: batched inside, as
+    sequences) and the last step's carry."""
     nc, nk, ns = num_consts, num_carry, num_state
     size = lanes.size_of(args, batched)
+    n_carry = nk * (2 if resume else 1)
     if length is None:
         if batched[nc + nk]:
             return _masked_revolve(args, batched, body, back, checkpoint, nc, nk, ns, reverse, size)
         n_y, n_xs = 0, 0
     else:
-        n_y = len(body.outputs) - nk
-        n_xs = len(args) - nc - nk - ns - n_y
+        n_y = len(body.outputs) - nk if num_ys is None else num_ys
+        n_xs = len(args) - nc - n_carry - ns - n_y
     trip = 1 if length is None else 0
     cb = list(batched[:nc])
-    kb = list(batched[nc:nc + nk])
-    xb = list(batched[nc + nk:nc + nk + n_xs])
-    at_state = nc + nk + trip + n_xs
+    kb = [any(batched[nc + g * nk + i] for g in range(n_carry // nk)) for i in range(nk)] if nk else []
+    xb = list(batched[nc + n_carry + trip:nc + n_carry + trip + n_xs])
+    at_state = nc + n_carry + trip + n_xs
     sb = list(batched[at_state:at_state + ns])
     yb = list(batched[at_state + ns:])
     while True:
@@ -303,18 +309,21 @@ def _scan_revolve(args, batched, *, body, back, checkpoint, num_consts, num_carr
         if (kb2, sb2, xb2) == (kb, sb, xb):
             break
         kb, sb, xb = kb2, sb2, xb2
-    body_b, _ = batch_graph(body, cb + kb + xb, size, out_batched=kb + [None] * n_y)
+    body_b, _ = batch_graph(body, cb + kb + xb, size, out_batched=kb + [None] * (len(body.outputs) - nk))
     back_b, _ = batch_graph(back, cb + sb + kb + xb + yb, size,
                             out_batched=sb + [True if xb[i] else None for i in dx])
     consts = list(args[:nc])
     init = _as(args[nc:nc + nk], batched[nc:nc + nk], kb, size)
-    xs = _rows_inside(_as(args[nc + nk:nc + nk + n_xs], batched[nc + nk:nc + nk + n_xs], xb, size), xb)
-    count = list(args[nc + nk:nc + nk + trip])
+    if resume:   # the slots stacked along axis 0, the batch inside; then the last step's carry
+        init = _rows_inside(init, kb) + _as(args[nc + nk:nc + 2 * nk], batched[nc + nk:nc + 2 * nk], kb, size)
+    at_xs = nc + n_carry + trip
+    xs = _rows_inside(_as(args[at_xs:at_xs + n_xs], batched[at_xs:at_xs + n_xs], xb, size), xb)
+    count = list(args[nc + n_carry:nc + n_carry + trip])
     state = _as(args[at_state:at_state + ns], batched[at_state:at_state + ns], sb, size)
     ct_ys = _rows_inside(args[at_state + ns:], yb)
     outs = list(ops.scan_revolve(*consts, *init, *count, *xs, *state, *ct_ys, body=body_b, back=back_b,
                                  checkpoint=checkpoint, num_consts=nc, num_carry=nk, num_state=ns, dx=dx,
-                                 length=length, reverse=reverse))
+                                 length=length, reverse=reverse, resume=resume, num_ys=num_ys))
     dx_flags = [xb[i] for i in dx]
     return outs[:ns] + _rows_to_front(outs[ns:], dx_flags), sb + dx_flags
 

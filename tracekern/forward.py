@@ -275,9 +275,12 @@ def _scan_jvp(b, tangents, ins, *, body, num_consts, num_carry, length, reverse,
     n_ya = sum(ya)
     carry, t_carry = res[:nk], res[nk:nk + n_ka]
     ys, t_ys = res[nk + n_ka:nk + n_ka + n_y], res[nk + n_ka + n_y:nk + n_ka + n_y + n_ya]
-    recs, t_recs = res[nk + n_ka + n_y + n_ya:nk + n_ka + n_y + n_ya + nk], res[nk + n_ka + n_y + n_ya + nk:]
-    outs = carry + ys + (recs if record else [])
-    touts = _spread(t_carry, ka) + _spread(t_ys, ya) + (_spread(t_recs, ka) if record else [])
+    outs, touts = carry + ys, _spread(t_carry, ka) + _spread(t_ys, ya)
+    if record:   # the recorded carries (or the first sweep's slots), then with a checkpoint the last step's carry
+        rest = res[nk + n_ka + n_y + n_ya:]
+        for _ in range(1 if checkpoint is None else 2):
+            outs, touts = outs + rest[:nk], touts + _spread(rest[nk:nk + n_ka], ka)
+            rest = rest[nk + n_ka:]
     return outs, touts
 
 
@@ -320,18 +323,24 @@ def _while_jvp(b, tangents, ins, *, cond, body, num_consts, checkpoint=None):
     return res[:nk] + [res[-1]], _spread(res[nk:nk + n_ka], ka) + [None]
 
 
-def _revolve_jvp(b, tangents, ins, *, body, back, checkpoint, num_consts, num_carry, num_state, dx, length, reverse):
+def _revolve_jvp(b, tangents, ins, *, body, back, checkpoint, num_consts, num_carry, num_state, dx, length, reverse,
+                 resume=False, num_ys=None):
     """The backward of a checkpointed scan or of a while loop (forward over reverse: Hessian-vector
     products through loops): the same schedule over (primal, tangent) carries and backward states,
-    with the forward mode of the body and of the backward step."""
+    with the forward mode of the body and of the backward step. With `resume`, the carry operands
+    are two groups (the first sweep's slots, the last step's carry), each followed by its tangents."""
     nc, nk, ns = num_consts, num_carry, num_state
-    n_y = len(body.outputs) - nk
+    n_y = len(body.outputs) - nk if num_ys is None else num_ys
+    groups = 2 if resume else 1
     trip = [] if length is not None else [ins[nc + nk]]
-    off = nc + nk + len(trip)
+    off = nc + groups * nk + len(trip)
     n_xs = len(ins) - off - ns - n_y
-    consts, init, xs = list(ins[:nc]), list(ins[nc:nc + nk]), list(ins[off:off + n_xs])
+    consts, xs = list(ins[:nc]), list(ins[off:off + n_xs])
+    inits = [list(ins[nc + g * nk:nc + (g + 1) * nk]) for g in range(groups)]
     state, ct_ys = list(ins[off + n_xs:off + n_xs + ns]), list(ins[off + n_xs + ns:])
-    tc, tk = list(tangents[:nc]), list(tangents[nc:nc + nk])
+    tc = list(tangents[:nc])
+    t_inits = [list(tangents[nc + g * nk:nc + (g + 1) * nk]) for g in range(groups)]
+    tk = [next((t[i] for t in t_inits if t[i] is not None), None) for i in range(nk)]
     tx, ts, tcy = list(tangents[off:off + n_xs]), list(tangents[off + n_xs:off + n_xs + ns]), list(tangents[off + n_xs + ns:])
     ca, ya = [t is not None for t in tc], [t is not None for t in tcy]
     xa, sa = [t is not None for t in tx], [t is not None for t in ts]
@@ -353,9 +362,8 @@ def _revolve_jvp(b, tangents, ins, *, body, back, checkpoint, num_consts, num_ca
         t_k, a = a[:n_ka], a[n_ka:]
         p_x, t_x = a[:n_xs], a[n_xs:]
         outs, touts = emit_jvp(bb, body, list(p_c) + list(p_k) + list(p_x), _spread(t_c, ca) + _spread(t_k, ka) + _spread(t_x, xa))
-        carry, ys = outs[:nk], outs[nk:]
-        return (carry + [_instantiate(touts[i], carry[i]) for i in range(nk) if ka[i]]
-                + ys + [_instantiate(touts[nk + j], ys[j]) for j in range(n_y) if ya[j]])
+        carry = outs[:nk]   # (the re-runs need the carry only: the ys' cotangents are operands, num_ys of them)
+        return carry + [_instantiate(touts[i], carry[i]) for i in range(nk) if ka[i]]
 
     def back_step(bb, *a):
         p_c, a = a[:nc], a[nc:]
@@ -385,12 +393,14 @@ def _revolve_jvp(b, tangents, ins, *, body, back, checkpoint, num_consts, num_ca
                          + [v.aval for v in y_in] + sel(y_in, ya), source=b.source)
     x_pos = {i: n_xs + k for k, i in enumerate(i for i in range(n_xs) if xa[i])}   # a sequence's tangent in xs'
     new_dx = tuple(dx) + tuple(x_pos[i] for i, d in zip(dx, dxa) if d)
-    t_init = [_instantiate(t, x) for t, x, a in zip(tk, init, ka) if a]
+    carries = [x for init, t_init in zip(inits, t_inits)
+               for x in init + [_instantiate(t, v) for t, v, a in zip(t_init, init, ka) if a]]
     t_xs = [_instantiate(t, x) for t, x, a in zip(tx, xs, xa) if a]
     t_state = [_instantiate(t, x) for t, x, a in zip(ts, state, sa) if a]
-    res = _bind(b, C.scan_revolve, consts + _present(tc) + init + t_init + trip + xs + t_xs + state + t_state + ct_ys
+    res = _bind(b, C.scan_revolve, consts + _present(tc) + carries + trip + xs + t_xs + state + t_state + ct_ys
                 + _present(tcy), dict(body=fwd_g, back=back_g, checkpoint=checkpoint, num_consts=nc + n_ca,
-                                      num_carry=nk + n_ka, num_state=ns + n_sa, dx=new_dx, length=length, reverse=reverse))
+                                      num_carry=nk + n_ka, num_state=ns + n_sa, dx=new_dx, length=length, reverse=reverse,
+                                      resume=resume, num_ys=n_y + sum(ya)))
     outs = res[:ns] + res[ns + n_sa:ns + n_sa + len(dx)]
     touts = _spread(res[ns:ns + n_sa], sa) + _spread(res[ns + n_sa + len(dx):], dxa)
     return outs, touts
@@ -550,7 +560,7 @@ def _eqn_depends(e: Eqn, flags: Sequence[bool]) -> list[bool]:
         cu, xu = list(flags[:nc]), list(flags[nc + nk:])
         ku = _carry_fixed_point(lambda k: depends(p["body"], cu + k + xu)[:nk], flags[nc:nc + nk])
         out = depends(p["body"], cu + ku + xu)
-        return ku + out[nk:] + (ku if p["record"] else [])
+        return ku + out[nk:] + (ku * (1 if p.get("checkpoint") is None else 2) if p["record"] else [])
     if prim is C.while_:
         nc = p["num_consts"]
         cu = list(flags[:nc])
@@ -564,12 +574,14 @@ def _eqn_depends(e: Eqn, flags: Sequence[bool]) -> list[bool]:
         trip = 0 if p["length"] is not None else 1
         if trip and flags[nc + nk]:
             return [True] * len(e.outputs)
-        n_y = len(body.outputs) - nk
-        off = nc + nk + trip
+        n_y = len(body.outputs) - nk if p.get("num_ys") is None else p["num_ys"]
+        groups = 2 if p.get("resume") else 1
+        off = nc + groups * nk + trip
         n_xs = len(flags) - off - ns - n_y
         cu, xu = list(flags[:nc]), list(flags[off:off + n_xs])
         yu = list(flags[off + n_xs + ns:])
-        ku = _carry_fixed_point(lambda k: depends(body, cu + k + xu)[:nk], flags[nc:nc + nk])
+        k0 = [any(flags[nc + g * nk + i] for g in range(groups)) for i in range(nk)]
+        ku = _carry_fixed_point(lambda k: depends(body, cu + k + xu)[:nk], k0)
         su = _carry_fixed_point(lambda s: depends(back, cu + s + ku + xu + yu)[:ns], flags[off + n_xs:off + n_xs + ns])
         return su + depends(back, cu + su + ku + xu + yu)[ns:]
     return [True] * len(e.outputs)
@@ -668,10 +680,11 @@ def _pe_scan(e: Eqn, flags):
     consts, init, xs = e.inputs[:nc], e.inputs[nc:nc + nk], e.inputs[nc + nk:]
     carry_out, ys_out = e.outputs[:nk], e.outputs[nk:nk + n_y]
     recs = e.outputs[nk + n_y:]
+    rku = ku * (1 if p.get("checkpoint") is None else 2)   # (the recorded slots, then the last step's carry)
     pick = lambda vs, flags, want: tuple(v for v, f in zip(vs, flags) if f == want)   # noqa: E731
     params = dict(length=length, reverse=p["reverse"], record=record, checkpoint=p.get("checkpoint"))
     known = [Eqn(C.scan, pick(consts, cu, False) + pick(init, ku, False) + pick(xs, xu, False),
-                 pick(carry_out, ku, False) + pick(ys_out, yu, False) + stacked + (pick(recs, ku, False) if record else ()),
+                 pick(carry_out, ku, False) + pick(ys_out, yu, False) + stacked + (pick(recs, rku, False) if record else ()),
                  dict(params, body=verify(k_body), num_consts=cu.count(False), num_carry=ku.count(False)), e.source)]
     if not any(ku) and not any(yu):
         return known, [], [False] * len(e.outputs)
@@ -682,9 +695,9 @@ def _pe_scan(e: Eqn, flags):
     u_body = Graph(u_inputs, unknown_body.eqns, unknown_body.outputs)
     unknown = [Eqn(C.scan, tuple(consts[const_at[r]] for r in res_const) + pick(consts, cu, True) + pick(init, ku, True)
                    + stacked + tuple(xs[x_at[r]] for r in res_x) + pick(xs, xu, True),
-                   pick(carry_out, ku, True) + pick(ys_out, yu, True) + (pick(recs, ku, True) if record else ()),
+                   pick(carry_out, ku, True) + pick(ys_out, yu, True) + (pick(recs, rku, True) if record else ()),
                    dict(params, body=verify(u_body), num_consts=len(res_const) + n_uc, num_carry=n_uk), e.source)]
-    return known, unknown, ku + yu + (ku if record else [])
+    return known, unknown, ku + yu + (rku if record else [])
 
 
 def _pe_while(e: Eqn, flags):
