@@ -97,9 +97,26 @@ def _has_trig(k: LoopKernel) -> bool:
     return bool(k.domain) and (_trig(k.body) or (k.epilogue_first > 0 and _trig(k.epilogue_body)))
 
 
-def loop_params(k: LoopKernel) -> list[Var]:
-    """A loop kernel's parameters: the values it reads (in body order), then those it writes."""
-    return k.reads + k.writes
+def loop_params(k: LoopKernel) -> list[tuple[Var, tuple]]:
+    """A loop kernel's parameters: the values it reads (in body order, with their pins: see
+    fusion.pinned), then those it writes."""
+    return k.operands + [(v, ()) for v in k.writes]
+
+
+def view(pins: tuple | bool) -> str:
+    """What the driver appends to an array's name to pass it to a kernel: ".T" for a transposed
+    matmul operand (True), the pinned view for pins (x[:, 5:6] for (None, 5)), else nothing."""
+    if pins is True:
+        return ".T"
+    if not pins:
+        return ""
+    last = max(a for a, c in enumerate(pins) if c is not None)
+    return "[" + ", ".join(":" if c is None else f"{c}:{c + 1}" for c in pins[:last + 1]) + "]"
+
+
+def pinned_view(x: np.ndarray, pins: tuple) -> np.ndarray:
+    """The view of x that view(pins) gives."""
+    return x[tuple(slice(None) if c is None else slice(c, c + 1) for c in pins)] if pins else x
 
 
 class _LoopUnit:
@@ -109,7 +126,7 @@ class _LoopUnit:
     def __init__(self, k: LoopKernel):
         self.k = k
         self.params = loop_params(k)
-        self.names = {v: f"p{j}" for j, v in enumerate(self.params)}
+        self.names = {key: f"p{j}" for j, key in enumerate(self.params)}
         self.flagged = _has_trig(k)
 
     def unit(self) -> Unit:
@@ -123,7 +140,7 @@ class _LoopUnit:
         k, t = self.k, _Text()
         flag = self.flagged and not exact
         t.emit(0, f"@njit({_FLAGS}{', parallel=True' if k.parallel else ''})")
-        t.emit(0, f"def {name}({', '.join(self.names[v] for v in self.params)}):")
+        t.emit(0, f"def {name}({', '.join(self.names[key] for key in self.params)}):")
         D = k.domain
         n = len(D)
         reds = []
@@ -132,7 +149,7 @@ class _LoopUnit:
             layout, first = fusion.reduction_layout(k, e)
             acc_dtype = np.dtype(cpu_math.ACCUMULATOR[out.dtype.name] if e.primitive.identity in ("0", "1") else out.dtype.name)
             ident = identity_literal(e.primitive.identity, acc_dtype)
-            r = dict(e=e, out=self.names[out], layout=layout, first=first, acc=f"acc{j}", ident=ident,
+            r = dict(e=e, out=self.names[(out, ())], layout=layout, first=first, acc=f"acc{j}", ident=ident,
                      cast=cpu_math.CASTS[out.dtype.name], acc_cast=cpu_math.CASTS[acc_dtype.name],
                      kept=[a for a in range(n) if a not in e.params["axes"]],
                      combine=e.primitive.combine, fns=cpu_math.functions(acc_dtype))
@@ -181,7 +198,10 @@ class _LoopUnit:
 
     def scalar(self, t: _Text, stmt, depth: int, exact: bool = False) -> None:
         if isinstance(stmt, Read):
-            t.emit(depth, f"{stmt.name} = {self.names[stmt.var]}[{_index(stmt.index)}]")
+            pins, index = fusion.pinned(stmt.index)
+            if (stmt.var, pins) not in self.names:   # (a value this loop writes, read back: never pinned)
+                pins, index = (), stmt.index
+            t.emit(depth, f"{stmt.name} = {self.names[(stmt.var, pins)]}[{_index(index)}]")
         elif isinstance(stmt, Literal):
             e = stmt.eqn
             t.emit(depth, f"{stmt.name} = {literal(e.params['value'], e.outputs[0].dtype)}")
@@ -231,7 +251,7 @@ class _LoopUnit:
             if flag and isinstance(stmt, Compute) and stmt.eqn.primitive.name in _TRIG:
                 t.emit(depth, f"big = big | (abs({stmt.args[0]}) >= TRIG_LIMIT)")
         for v in k.epilogue:
-            t.emit(depth, f"{self.names[v]}[{_index(k.epilogue_index(v))}] = {k.epilogue_results[v]}")
+            t.emit(depth, f"{self.names[(v, ())]}[{_index(k.epilogue_index(v))}] = {k.epilogue_results[v]}")
 
     def body(self, t: _Text, reds: list, depth: int, idx: tuple, exact: bool = False, flag: bool = False) -> None:
         k = self.k
@@ -242,7 +262,7 @@ class _LoopUnit:
             if flag and isinstance(stmt, Compute) and stmt.eqn.primitive.name in _TRIG:
                 t.emit(depth, f"big = big | (abs({stmt.args[0]}) >= TRIG_LIMIT)")
         for v in k.stores:
-            t.emit(depth, f"{self.names[v]}[{_index(idx)}] = {k.results[v]}")
+            t.emit(depth, f"{self.names[(v, ())]}[{_index(idx)}] = {k.results[v]}")
         for r in reds:
             x = f"{r['acc_cast']}({k.results[r['e']]})"
             kept = [idx[a] for a in r["kept"]]
@@ -352,11 +372,12 @@ NJIT_DRIVER_CALLS = 8
 
 @dataclass
 class _Call:
-    """One kernel of the plan as a call of its unit: args are (value, transposed) in parameter order;
-    `writes` are the buffers it fills (allocated by the caller)."""
+    """One kernel of the plan as a call of its unit: args are (value, view) in parameter order (view:
+    True for a transposed operand, pins, or nothing: see view()); `writes` are the buffers it fills
+    (allocated by the caller)."""
     pos: int
     unit: Unit
-    args: list[tuple[Var, bool]]
+    args: list[tuple[Var, bool | tuple]]
     writes: list[Var]
 
 
@@ -366,7 +387,7 @@ def _calls(plan: fusion.Plan) -> list:
     for pos, k in enumerate(plan.kernels):
         if isinstance(k, LoopKernel):
             lu = _LoopUnit(k)
-            out.append(_Call(pos, lu.unit(), [(v, False) for v in lu.params], k.writes))
+            out.append(_Call(pos, lu.unit(), list(lu.params), k.writes))
         elif k.eqn.primitive.name in CONTROL or k.eqn.primitive.name == "print":
             out.append(k)
         else:
@@ -481,27 +502,33 @@ def compile_graph(graph: Graph) -> CompiledStep:
                         parallel=any(u.parallel for u in module.deps), jitted=renderer.jitted, calls=calls)
 
 
-def _arg_spec(v: Var, transposed: bool, inputs: dict, consts: dict) -> tuple:
-    """How a driver passes v to a kernel: an argument of the step, a constant, or a buffer it made."""
+def _arg_spec(v: Var, how: bool | tuple, inputs: dict, consts: dict) -> tuple:
+    """How a driver passes v to a kernel: an argument of the step, a constant, or a buffer it made
+    (with the view it passes: see view())."""
     if v in inputs:
-        return ("input", inputs[v], transposed)
+        return ("input", inputs[v], how)
     if v in consts:
-        return ("const", consts[v], transposed)
-    return ("buffer", v.dtype.str, len(v.shape), transposed)
+        return ("const", consts[v], how)
+    return ("buffer", v.dtype.str, tuple(v.shape), how)
 
 
 def _arg_type(spec: tuple, args: Sequence, consts: list):
     """The Numba type of a kernel argument, as the driver will pass it."""
-    kind, what = spec[0], spec[1]
+    kind, what, how = spec[0], spec[1], spec[-1]
     if kind == "input":
-        t = typeof(args[what])
+        x = args[what]
     elif kind == "const":
-        t = typeof(consts[what])
-    else:
-        t = types.Array(from_dtype(np.dtype(what)), spec[2], "C")
-    if spec[-1]:   # .T of a 2-D array
-        t = t.copy(layout={"C": "F", "F": "C"}.get(t.layout, "A"))
-    return t
+        x = consts[what]
+    else:   # (a C-contiguous buffer of that shape: its strides, without its memory)
+        shape, dtype = spec[2], np.dtype(what)
+        strides = [dtype.itemsize] * len(shape)
+        for a in range(len(shape) - 2, -1, -1):
+            strides[a] = strides[a + 1] * max(shape[a + 1], 1)
+        x = np.lib.stride_tricks.as_strided(np.zeros(1, dtype), shape, strides)
+    if how is True:   # .T of a 2-D array
+        t = typeof(x)
+        return t.copy(layout={"C": "F", "F": "C"}.get(t.layout, "A"))
+    return typeof(pinned_view(x, how))
 
 
 class _Module:
@@ -657,7 +684,7 @@ class _Renderer(ControlRenderer):
         for v in c.writes:
             self.alloc(v)
         fn = self.module.aliases[c.unit.digest]
-        args = ", ".join(self.names[v] + (".T" if t else "") for v, t in c.args)
+        args = ", ".join(self.names[v] + view(how) for v, how in c.args)
         eqn = k.eqn if isinstance(k, CallKernel) else None
         if c.unit.flagged and exact:
             self.emit(1, f"{fn}x({args})", eqn=eqn)
