@@ -11,6 +11,7 @@ an index that is data. A *call kernel* is one equation that needs whole arrays: 
 unslice, and the primitives the backends' call-kernel registries render (sort, scans, scatter, linalg)."""
 from __future__ import annotations
 
+import bisect
 import re
 from dataclasses import dataclass, field
 
@@ -75,6 +76,9 @@ class LoopKernel:
     # within MAX_BODY)
     computes: set = field(default_factory=set, repr=False)
     band: int | None = field(default=None, repr=False)   # (planning only: see _bands)
+    # (planning only: the body and result of the one store or reduction placed so far, as _place's
+    # walk found them, which _fill_body then need not walk again)
+    walked: tuple | None = field(default=None, repr=False)
 
     @property
     def writes(self) -> list[Var]:
@@ -230,14 +234,16 @@ class _Walker:
             return self.memo[key]
         e = self.producer.get(v)
         kind = e.primitive.fusion if e is not None else None
-        identity = v.shape == self.domain and idx == self.identity
-        broadcast = (kind == "elementwise" and not root and v not in self.materialized
-                     and _size(v.shape) < self.size)   # computed once, not at every index it is read
-        if broadcast:
-            self.needs.add(v)
-        if (v in self.materialized or broadcast) and not root and not (v in self.here and identity):
-            self.reads.add((v, identity))
-            return self._add(key, Read(self._name(v), v, idx))
+        if not root:
+            stored = v in self.materialized
+            if not stored and kind == "elementwise" and _size(v.aval.shape) < self.size:
+                stored = True            # (broadcast: computed once, not at every index it is read)
+                self.needs.add(v)
+            if stored:
+                identity = idx == self.identity and v.aval.shape == self.domain
+                if not (identity and v in self.here):
+                    self.reads.add((v, identity))
+                    return self._add(key, Read(self._name(v), v, idx))
         if e is None:
             raise IRError(f"fusion: {v} is neither materialized nor produced by an equation")
         if kind == "fill" or (kind == "const" and not v.shape):
@@ -264,7 +270,10 @@ class _Walker:
         if e.primitive.fusion != "elementwise":   # a view or a gather: the operand's element itself
             self.memo[(v, idx)] = names[-1]
             return names[-1]
-        template = e.primitive.scalar_for([_literal(a, self.producer) for a in e.inputs], **e.params)
+        templates = getattr(self.producer, "templates", {})
+        template = templates.get(e)
+        if template is None:
+            template = templates[e] = e.primitive.scalar_for([_literal(a, self.producer) for a in e.inputs], **e.params)
         return self._add((v, idx), Compute(self._name(v), e, tuple(names), template))
 
     def _add(self, key: tuple, stmt) -> str:
@@ -282,6 +291,16 @@ def _literal(v: Var, producer) -> float | None:
     return literal_value(v, producer)
 
 
+class _Producers(dict):
+    """The equation that makes each value of a graph being planned, and the scalar template of each
+    elementwise equation once it is known (it depends only on which operands are literals: the
+    same in every loop and every round of planning)."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.templates: dict[Eqn, str] = {}
+
+
 def _size(shape) -> int:
     n = 1
     for s in shape:
@@ -291,10 +310,11 @@ def _size(shape) -> int:
 
 def plan(graph: Graph) -> Plan:
     """Group the equations of `graph` into kernels; see the module docstring."""
-    producer = {v: e for e in graph.eqns for v in e.outputs}
+    producer = _Producers((v, e) for e in graph.eqns for v in e.outputs)
     materialized = _initial_materialized(graph, producer)
     cuts, bands = _bands(graph, producer, materialized)
     materialized |= cuts
+    materialized |= _broadcast(graph, materialized)
     while True:
         try:
             p = _plan_with(graph, producer, materialized, bands)
@@ -437,6 +457,35 @@ def _under_views(v: Var, producer, materialized: set[Var]) -> Var | None:
     return None
 
 
+def _broadcast(graph: Graph, materialized: set[Var]) -> set[Var]:
+    """The elementwise values a loop over a larger domain would read (a (rows, 1) value broadcast
+    into (rows, cols)): each is materialized once, not computed at every index it is read. The
+    walker finds each such value too (_NeedMaterialize); found here in one pass, backwards, they cost
+    no planning round. A value's domain is the largest loop that computes it: its own shape where it
+    is stored, else the largest domain of the loops computing its readers."""
+    domain: dict[Var, int] = {}
+    needs: set[Var] = set()
+    for e in reversed(graph.eqns):
+        kind = e.primitive.fusion
+        if kind == "reduce":
+            a = e.inputs[0]
+            domain[a] = max(domain.get(a, 0), a.aval.size)
+        if kind not in _CHAINS:
+            continue
+        for v in e.outputs:
+            if v in materialized:
+                domain[v] = v.aval.size
+            elif kind == "elementwise" and domain.get(v, 0) > v.aval.size:
+                needs.add(v)
+                domain[v] = v.aval.size
+        reach = max(domain.get(v, 0) for v in e.outputs)
+        if reach:
+            for a in e.inputs[:1] if kind == "view" else e.inputs:   # (a view reads its first operand only)
+                if a not in materialized:
+                    domain[a] = max(domain.get(a, 0), reach)
+    return needs
+
+
 def _initial_materialized(graph: Graph, producer) -> set[Var]:
     m: set[Var] = set(graph.inputs) | set(graph.outputs)
     for e in graph.eqns:
@@ -470,6 +519,8 @@ def _operand(v: Var, producer, matmul: bool) -> tuple[Var, bool]:
 
 
 def _plan_with(graph: Graph, producer, materialized: set[Var], bands: dict | None = None) -> Plan:
+    bands = bands or {}
+    loops: dict = {}
     kernels: list = []
     kernel_of: dict[Var, int] = {}  # materialized value -> index of the kernel that makes it
     consts: list[Var] = []
@@ -489,10 +540,10 @@ def _plan_with(graph: Graph, producer, materialized: set[Var], bands: dict | Non
             consts.append(e.outputs[0])
         elif kind == "reduce":
             needs |= _place(kernels, kernel_of, e.inputs[0].shape, None, e, producer, materialized, floors, outputs,
-                            bands.get(e.inputs[0]) if bands else None)
+                            bands.get(e.inputs[0]), loops)
         elif e.outputs[0] in materialized:
             needs |= _place(kernels, kernel_of, e.outputs[0].shape, e.outputs[0], None, producer, materialized,
-                            floors, outputs, bands.get(e.outputs[0]) if bands else None)
+                            floors, outputs, bands.get(e.outputs[0]), loops)
     if needs:
         raise _NeedMaterialize(needs)
     for k in kernels:
@@ -557,19 +608,19 @@ def _fuse_epilogues(kernels: list, kernel_of: dict[Var, int], producer, material
 
 
 def _place(kernels, kernel_of, domain, store: Var | None, reduction: Eqn | None, producer, materialized,
-           floors=None, outputs=(), band: int | None = None) -> set[Var]:
+           floors, outputs, band: int | None, loops: dict) -> set[Var]:
     """Put one store or reduction into the first loop over `domain` that may run it: every value it
     reads comes from an earlier kernel, or is a store of that loop read at the same index; and, when
     it reads through a remat_barrier, a loop planned after that barrier, unless its result is an
     output of the graph anyway (a recomputation merged into a forward loop would keep its result
     alive from the forward to the backward: the memory the recomputation was to save); and a loop of
-    its band of a deep chain (_bands), or of no band. Returns the values it found that must be
-    materialized first."""
+    its band of a deep chain (_bands), or of no band (`loops`: the positions of the loops over each
+    domain and band). Returns the values it found that must be materialized first."""
     walker = _Walker(domain, producer, materialized, floors=floors)
     if store is not None:
-        walker.value(store, identity_index(domain), root=True)
+        name = walker.value(store, identity_index(domain), root=True)
     else:
-        walker.value(reduction.inputs[0], identity_index(domain))
+        name = walker.value(reduction.inputs[0], identity_index(domain))
     cuts = _cuts(walker) if len(walker.body) > MAX_BODY else set()
     if cuts:
         return walker.needs | cuts
@@ -578,11 +629,10 @@ def _place(kernels, kernel_of, domain, store: Var | None, reduction: Eqn | None,
         start = max(start, walker.floor)
     computes = set(walker.keys)
     target = None
-    for pos in range(max(start, 0), len(kernels)):
+    candidates = loops.setdefault((tuple(domain), band), [])    # (positions, in order)
+    for pos in candidates[bisect.bisect_left(candidates, start):]:
         k = kernels[pos]
-        if not isinstance(k, LoopKernel) or k.domain != tuple(domain) or k.band != band:
-            continue
-        if len(k.computes | computes) > MAX_BODY:   # (full: the store starts a loop of its own)
+        if len(k.computes) + len(computes - k.computes) > MAX_BODY:   # (full: the store starts a loop of its own)
             continue
         if all(kernel_of.get(v, -1) < pos or (kernel_of.get(v) == pos and ident and v in k.stores)
                for v, ident in walker.reads):
@@ -590,8 +640,11 @@ def _place(kernels, kernel_of, domain, store: Var | None, reduction: Eqn | None,
             break
     if target is None:
         kernels.append(LoopKernel(tuple(domain), parallel=_size(domain) >= PARALLEL_MIN_ELEMENTS and domain[0] > 1,
-                                  band=band))
+                                  band=band, walked=(walker.body, name)))
         target = len(kernels) - 1
+        candidates.append(target)
+    else:
+        kernels[target].walked = None
     k = kernels[target]
     k.computes |= computes
     if store is not None:
@@ -619,6 +672,10 @@ def _cuts(walker: _Walker) -> set[Var]:
 
 
 def _fill_body(k: LoopKernel, producer, materialized) -> None:
+    if k.walked is not None:    # (one store or reduction: the walk that placed it)
+        k.body, name = k.walked
+        k.results[k.stores[0] if k.stores else k.reductions[0]] = name
+        return
     walker = _Walker(k.domain, producer, materialized, here=k.stores)
     idx = identity_index(k.domain)
     for v in k.stores:
