@@ -32,6 +32,11 @@ MAX_BODY = 256
 # The statements of one band of a chain deeper than MAX_BODY (see _bands): 60 is a multiple of every
 # layer length from 1 to 6 statements, so the bands of a repeated layer have equal text.
 MAX_DEPTH = 60
+# The most copies one loop makes (stores that compute nothing: a matmul operand read through a view,
+# such as x[t] of an unrolled loop over t). Each is two parameters, and Numba's compile time grows
+# faster than a function's parameters (about 1.3 s for 60, 11 s for 240): the 1,024 copies of an
+# unrolled LSTM merged into a few loops took minutes to compile.
+MAX_COPIES = 32
 
 
 @dataclass
@@ -79,6 +84,7 @@ class LoopKernel:
     # (planning only: the body and result of the one store or reduction placed so far, as _place's
     # walk found them, which _fill_body then need not walk again)
     walked: tuple | None = field(default=None, repr=False)
+    copies: int = field(default=0, repr=False)   # (planning only: its stores that compute nothing)
 
     @property
     def writes(self) -> list[Var]:
@@ -628,11 +634,14 @@ def _place(kernels, kernel_of, domain, store: Var | None, reduction: Eqn | None,
     if (store if store is not None else reduction.outputs[0]) not in outputs:
         start = max(start, walker.floor)
     computes = set(walker.keys)
+    copy = not any(isinstance(s, Compute) for s in walker.body)
     target = None
     candidates = loops.setdefault((tuple(domain), band), [])    # (positions, in order)
     for pos in candidates[bisect.bisect_left(candidates, start):]:
         k = kernels[pos]
         if len(k.computes) + len(computes - k.computes) > MAX_BODY:   # (full: the store starts a loop of its own)
+            continue
+        if copy and k.copies >= MAX_COPIES:
             continue
         if all(kernel_of.get(v, -1) < pos or (kernel_of.get(v) == pos and ident and v in k.stores)
                for v, ident in walker.reads):
@@ -647,6 +656,7 @@ def _place(kernels, kernel_of, domain, store: Var | None, reduction: Eqn | None,
         kernels[target].walked = None
     k = kernels[target]
     k.computes |= computes
+    k.copies += copy
     if store is not None:
         k.stores.append(store)
         kernel_of[store] = target
