@@ -25,7 +25,7 @@ from .. import passes
 from ..errors import TracekernError
 from ..ir import Graph, Var
 from . import cache, cpu_calls, cpu_math, fusion, render, scalar_rules, units, vmath, workers
-from .fusion import CallKernel, Compute, Literal, LoopKernel, Read
+from .fusion import CallKernel, Compute, Index, Literal, LoopKernel, Read
 from .render import CONTROL, ControlRenderer, identity_literal, literal
 from .units import Unit
 
@@ -205,6 +205,8 @@ class _LoopUnit:
         elif isinstance(stmt, Literal):
             e = stmt.eqn
             t.emit(depth, f"{stmt.name} = {literal(e.params['value'], e.outputs[0].dtype)}")
+        elif isinstance(stmt, Index):
+            t.emit(depth, f"{stmt.name} = {stmt.expr}")
         else:
             e = stmt.eqn
             dtype = e.inputs[0].dtype if e.inputs else e.outputs[0].dtype

@@ -32,6 +32,10 @@ MAX_BODY = 256
 # The statements of one band of a chain deeper than MAX_BODY (see _bands): 60 is a multiple of every
 # layer length from 1 to 6 statements, so the bands of a repeated layer have equal text.
 MAX_DEPTH = 60
+# The deepest an index expression nests, and the longest it grows, before it is computed by a
+# statement of its own (Python's parser stops at 200 nested parentheses in a line).
+MAX_NESTING = 24
+MAX_INDEX = 160
 # The most copies one loop makes (stores that compute nothing: a matmul operand read through a view,
 # such as x[t] of an unrolled loop over t). Each is two parameters, and Numba's compile time grows
 # faster than a function's parameters (about 1.3 s for 60, 11 s for 240): the 1,024 copies of an
@@ -61,11 +65,17 @@ class Literal:
 
 
 @dataclass
+class Index:
+    name: str
+    expr: str         # integer index arithmetic, named so that a chain of views does not nest it deeper
+
+
+@dataclass
 class LoopKernel:
     domain: tuple[int, ...]
     stores: list[Var] = field(default_factory=list)
     reductions: list[Eqn] = field(default_factory=list)
-    body: list = field(default_factory=list)          # Read | Compute | Literal, in order
+    body: list = field(default_factory=list)          # Read | Compute | Literal | Index, in order
     results: dict = field(default_factory=dict)       # store Var or reduce Eqn -> scalar name
     parallel: bool = False
     # an epilogue: elementwise stores over the reductions' kept index, computed once each reduction
@@ -224,7 +234,7 @@ class _Walker:
             e = frame[2]
             if e.primitive.fusion == "gather" and len(todo) == 1:   # (the operand, read where the indices say)
                 x = e.inputs[0]
-                todo.append((x, tuple(e.primitive.gather_index(list(frame[1]), names[0], x.shape, **e.params))))
+                todo.append((x, self._named(e.primitive.gather_index(list(frame[1]), names[0], x.shape, **e.params))))
                 continue
             stack.pop()
             name = self._finish(frame)
@@ -259,7 +269,7 @@ class _Walker:
         if kind == "view":
             if e.primitive.barrier:
                 self.floor = max(self.floor, self.floors.get(v, 0))
-            todo = [(e.inputs[0], tuple(e.primitive.view_index(list(idx), e.inputs[0].shape, **e.params)))]
+            todo = [(e.inputs[0], self._named(e.primitive.view_index(list(idx), e.inputs[0].shape, **e.params)))]
         elif kind == "gather":   # the operand read at an index that is data (its own scalar): indices first
             todo = [(e.inputs[1], idx)]
         elif kind == "elementwise":
@@ -282,11 +292,38 @@ class _Walker:
             template = templates[e] = e.primitive.scalar_for([_literal(a, self.producer) for a in e.inputs], **e.params)
         return self._add((v, idx), Compute(self._name(v), e, tuple(names), template))
 
+    def _named(self, idx: list[str]) -> tuple[str, ...]:
+        """idx, each component longer than MAX_INDEX characters or nested deeper than MAX_NESTING
+        parentheses named by a statement of its own: each view of a chain (a roll, a reshape, a
+        reversing slice) wraps the index of the one it reads, 400 of them passed Python's limit of
+        200 nested parentheses, and a chain of reshapes doubles its length with each."""
+        out = []
+        for i in idx:
+            if len(i) > MAX_INDEX or (i.count("(") > MAX_NESTING and _nesting(i) > MAX_NESTING):
+                name = self._name(None)
+                self.body.append(Index(name, i))
+                self.keys.append(("index", i))
+                i = name
+            out.append(i)
+        return tuple(out)
+
     def _add(self, key: tuple, stmt) -> str:
         self.body.append(stmt)
         self.keys.append(key)
         self.memo[key] = stmt.name
         return stmt.name
+
+
+def _nesting(text: str) -> int:
+    """How deeply parentheses nest in text."""
+    depth = deepest = 0
+    for ch in text:
+        if ch == "(":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch == ")":
+            depth -= 1
+    return deepest
 
 
 def _literal(v: Var, producer) -> float | None:
