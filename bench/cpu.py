@@ -1,11 +1,15 @@
-"""CPU backend benchmark: W1 (kernels/chain.py, a 16-layer elementwise chain) and W2
-(kernels/mlp.py, an 8 x 1024 MLP), value_and_grad, against hand-written NumPy, a naive hand-fused
-Numba kernel, JAX jit, PyTorch eager and torch.compile, and a roofline.
+"""CPU backend benchmark: W1 (kernels/chain.py, a 16-layer elementwise chain), W2 (kernels/mlp.py,
+an 8 x 1024 MLP) and the LSTM (kernels/lstm.py: 2 layers x 1024 characters, and at full size also
+4 layers x 4096), value_and_grad, against hand-written NumPy (for the LSTM: NumPy's Python loop
+computing the value alone), a naive hand-fused Numba kernel, JAX jit, PyTorch eager and
+torch.compile, and a roofline.
 
-    python -m bench.cpu [--quick] [--json PATH]
+    python -m bench.cpu [--quick] [--load N ...] [--json PATH]
 
 Every time is a median of interleaved rounds (all tools of a workload take turns, so that the
 machine's load hits each alike), printed with its min to max; every ratio is from this one run.
+--load N measures every workload again beside N busy processes (bench.harness.load), once per N
+given (--load 0 1: quiet, then beside one busy process).
 Peers run when importable and are skipped with a note otherwise. The hand-written NumPy versions
 are what a competent person writes: they keep the layer outputs the backward pass needs (W1's tanh
 and Gaussian layers differentiate from their outputs; only sin's cos is computed in the backward)
@@ -24,8 +28,8 @@ import numpy as np
 
 import kernels
 import tracekern as tk
-from bench.harness import ROOT, Timing, interleaved, median_time, script
-from kernels import chain, mlp, peers
+from bench.harness import ROOT, Timing, add_load_option, interleaved, load, median_time, script
+from kernels import chain, lstm, mlp, peers
 
 LAYERS = chain.LAYERS
 w1_loss = chain.loss       # the workloads themselves live in kernels/
@@ -214,6 +218,33 @@ def startup_times() -> dict:
             "warm_start_beyond_numba_startup_s": warm_after_probe - step, "step_s": step}
 
 
+def fork_threshold() -> list[dict]:
+    """The size from which a prange loop pays for its fork and join: one fused elementwise loop
+    (tanh, a multiply-add) on n float32 values, compiled serial and compiled parallel, the parallel
+    one run on every core (the thread budget's load reading set aside), for n from 2**10 to 2**20:
+    the best of interleaved rounds of each, in microseconds. tracekern runs loops of at least
+    fusion.PARALLEL_MIN_ELEMENTS values in parallel."""
+    from tracekern.backends import fusion, threads
+
+    rows, saved = [], (fusion.PARALLEL_MIN_ELEMENTS, threads._LOAD.ok)
+    try:
+        threads._LOAD.ok = False                 # (every core, as on a quiet machine)
+        for p in range(10, 21, 2):
+            x = np.linspace(-1, 1, 1 << p, dtype=np.float32)
+            steps = {}
+            for kind, threshold in (("serial", 1 << 62), ("parallel", 1)):
+                fusion.PARALLEL_MIN_ELEMENTS = threshold
+                f = tk.jit(lambda x: np.tanh(x) * np.float32(2) + np.float32(1))
+                f(x)
+                steps[kind] = lambda f=f: f(x)
+            n = max(20, min(2000, (1 << 22) >> p))
+            best = {k: min(timeit.repeat(fn, number=n, repeat=5)) / n * 1e6 for k, fn in steps.items()}
+            rows.append({"elements": 1 << p, "serial_us": best["serial"], "parallel_us": best["parallel"]})
+    finally:
+        fusion.PARALLEL_MIN_ELEMENTS, threads._LOAD.ok = saved
+    return rows
+
+
 def per_call_overhead() -> dict:
     x = np.linspace(0, 1, 8)
     f = tk.jit(lambda x: np.tanh(x) * 2 + 1)
@@ -235,10 +266,46 @@ def per_call_overhead() -> dict:
     return res
 
 
+def lstm_sizes(quick: bool) -> list[str]:
+    """The LSTM's sizes: 2 layers x 1024 characters ("quick"), and at full size also 4 x 4096."""
+    return ["quick"] if quick else ["quick", "full"]
+
+
+def lstm_label(size: str) -> str:
+    layers, steps, _, _ = lstm.SIZES[size]
+    return f"LSTM {layers}x{steps}"
+
+
 def run(args) -> dict:
-    size = "quick" if args.quick else "full"
+    loads = list(getattr(args, "load", None) or [0])
+    result: dict = {"quick": args.quick, "notes": [], "loads": loads, "by_load": {}}
+    workloads = build(args, result["notes"])       # (every step built and run once, before any timing)
     min_runs, min_seconds = (7, 0.5) if args.quick else (15, 3.0)
-    result: dict = {"quick": args.quick, "notes": []}
+    for busy in loads:
+        with load(busy):
+            part = {name: {k: t.as_dict() for k, t in interleaved(fns, min_runs, min_seconds).items()}
+                    for name, (fns, _) in workloads.items()}
+        for name, (_, extra) in workloads.items():
+            part[name].update({k: t.as_dict() for k, t in extra().items()})
+        part["workloads"] = list(workloads)
+        result["by_load"][str(busy)] = part
+    result.update(result["by_load"][str(loads[0])])   # (W1, W2, ...: the first load's, as before --load)
+    result["startup"] = startup_times() if not args.quick else {}
+    result["overhead"] = per_call_overhead()
+    result["fork_threshold"] = fork_threshold()
+    return result
+
+
+def build(args, notes: list) -> dict:
+    """Every workload's steps, {name: ({tool: run}, extra)}, each run once (compiled) and checked
+    against NumPy; extra() gives the rows that are not timed in rounds (rooflines)."""
+    size = "quick" if args.quick else "full"
+    out: dict = {}
+
+    def peers_of(name, wsize):
+        peer, more = peer_steps(name, wsize)
+        notes.extend(n for n in more if n not in notes)
+        return peer
 
     # W1
     w = kernels.make("chain", size, "none")
@@ -247,17 +314,13 @@ def run(args) -> dict:
     naive = _naive_numba_kernel()
     grad_buf = np.empty_like(x)
     fns = {"tracekern_cpu": lambda: vg(x), "numpy": lambda: w1_numpy(x), "naive_numba": lambda: naive(x, grad_buf)}
-    peer, notes = peer_steps("chain", size)
-    fns.update(peer)
-    result["notes"] += notes
+    fns.update(peers_of("chain", size))
     for fn in fns.values():
         fn()
-    w1 = interleaved(fns, min_runs, min_seconds)
-    w1["roofline"] = Timing(*(2 * x.nbytes / copy_bandwidth(x.nbytes),) * 3, 9)
     _, g = vg(x)
     _, lg = w1_numpy(x)
     assert np.allclose(g, lg, rtol=1e-3, atol=1e-4), "W1 gradients differ from the NumPy reference"
-    result["W1"] = {k: t.as_dict() for k, t in w1.items()}
+    out["W1"] = (fns, lambda: {"roofline": Timing(*(2 * x.nbytes / copy_bandwidth(x.nbytes),) * 3, 9)})
 
     # W2
     w = kernels.make("mlp", size, "none")
@@ -266,38 +329,56 @@ def run(args) -> dict:
     vg2 = tk.value_and_grad(w2_loss)
     fns = {"tracekern_cpu": lambda: vg2(ws, xb, yb), "numpy": lambda: w2_numpy(ws, xb, yb),
            "gemms_only": lambda: w2_gemms(ws, xb)}
-    peer, notes = peer_steps("mlp", size)
-    fns.update(peer)
-    result["notes"] += notes
+    fns.update(peers_of("mlp", size))
     for fn in fns.values():
         fn()
-    w2 = interleaved(fns, min_runs, min_seconds)
-    flops = depth * 3 * 2 * batch * width * width
-    # the best of 3: right after other threaded work the first measurement can run at half speed
-    w2["roofline"] = Timing(*(flops / max(sgemm_rate(width, batch) for _ in range(3)),) * 3, 9)
     g2 = vg2(ws, xb, yb)[1]
     assert all(np.allclose(a, b, rtol=1e-3, atol=1e-5) for a, b in zip(g2, w2_numpy(ws, xb, yb)[1]))
-    result["W2"] = {k: t.as_dict() for k, t in w2.items()}
+    flops = depth * 3 * 2 * batch * width * width
+    # the best of 3: right after other threaded work the first measurement can run at half speed
+    out["W2"] = (fns, lambda: {"roofline": Timing(*(flops / max(sgemm_rate(width, batch) for _ in range(3)),) * 3, 9)})
 
-    result["startup"] = startup_times() if not args.quick else {}
-    result["overhead"] = per_call_overhead()
-    return result
+    # the LSTM: a loop with a small body (kernels/lstm.py); NumPy computes the value alone
+    for lsize in lstm_sizes(args.quick):
+        w = kernels.make("lstm", lsize, "none")
+        vg3 = tk.value_and_grad(w.loss)
+        fns = {"tracekern_cpu": lambda vg3=vg3, w=w: vg3(*w.args),
+               "numpy_value_only": lambda w=w: lstm.numpy_value(*w.args)}
+        fns.update(peers_of("lstm", lsize))
+        for fn in fns.values():
+            fn()
+        value = float(vg3(*w.args)[0])
+        assert abs(float(lstm.numpy_value(*w.args)) - value) <= 1e-4 * abs(value), "the LSTM's value differs from NumPy's"
+        out[lstm_label(lsize)] = (fns, dict)
+    return out
+
+
+WHAT = {"W1": "16-layer elementwise chain", "W2": "8-layer MLP"}
 
 
 def report(r: dict) -> str:
     lines = []
-    for w, what in (("W1", "16-layer elementwise chain"), ("W2", "8-layer MLP")):
-        base = r[w]["tracekern_cpu"]["time_s"]
-        lines.append(f"\n{w} ({what}): value_and_grad, median ms (min-max), ratio = time / tracekern")
-        for k, t in r[w].items():
-            spread = "" if k == "roofline" else f"({t['time_min_s'] * 1e3:.1f}-{t['time_max_s'] * 1e3:.1f}, {t['runs']} runs)"
-            lines.append(f"  {k:16s} {t['time_s'] * 1e3:9.2f} ms {spread:26s} {t['time_s'] / base:6.2f}x")
+    for busy, part in r.get("by_load", {"0": r}).items():
+        for w in part.get("workloads", ["W1", "W2"]):
+            base = part[w]["tracekern_cpu"]["time_s"]
+            what = WHAT.get(w, "tk.scan, hidden 14")
+            lines.append(f"\n{w} ({what}){f', beside {busy} busy processes' if busy != '0' else ''}: value_and_grad, "
+                         "median ms (min-max), ratio = time / tracekern")
+            for k, t in part[w].items():
+                spread = "" if k == "roofline" else f"({t['time_min_s'] * 1e3:.1f}-{t['time_max_s'] * 1e3:.1f}, {t['runs']} runs)"
+                lines.append(f"  {k:16s} {t['time_s'] * 1e3:9.2f} ms {spread:26s} {t['time_s'] / base:6.2f}x")
     if r.get("startup"):
         s = r["startup"]
         lines.append(f"\ncold compile (W1 value_and_grad): {s['cold_compile_s']:.2f} s "
                      f"({s['first_use_compile_s']:.2f} s on first use after install); warm start from disk cache: "
                      f"{s['warm_start_s']:.3f} s, of which Numba's own start-up {s['numba_startup_s']:.3f} s "
                      f"and tracekern {s['warm_start_beyond_numba_startup_s']:.3f} s")
+    if r.get("fork_threshold"):
+        lines.append("\nprange against a serial loop (tanh, multiply-add; float32; every core): elements, serial us, "
+                     "parallel us, parallel / serial")
+        for row in r["fork_threshold"]:
+            lines.append(f"  {row['elements']:9d} {row['serial_us']:10.1f} {row['parallel_us']:10.1f} "
+                         f"{row['parallel_us'] / row['serial_us']:8.2f}")
     o = r["overhead"]
     lines.append(f"per-call overhead, 8 elements: jit {o['jit_us']:.1f} us, value_and_grad {o['value_and_grad_us']:.1f} us "
                  f"(plain NumPy {o['numpy_us']:.1f} us" + (f", JAX jit {o['jax_jit_us']:.1f} us" if "jax_jit_us" in o else "") + ")")
@@ -305,7 +386,7 @@ def report(r: dict) -> str:
 
 
 def main(argv=None) -> dict:
-    return script("python -m bench.cpu", __doc__, run, report, "cpu.json", argv)
+    return script("python -m bench.cpu", __doc__, run, report, "cpu.json", argv, options=add_load_option)
 
 
 if __name__ == "__main__":

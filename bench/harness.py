@@ -8,6 +8,7 @@ table, may plot it and compare two runs of it; the JSON holds one entry per sect
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.metadata
 import json
 import math
@@ -79,6 +80,34 @@ def first_call(fn: Callable) -> tuple[float, float]:
     t1 = time.perf_counter()
     fn()
     return t1 - t0, time.perf_counter() - t1
+
+
+# -- a busy machine ---------------------------------------------------------------------------------
+# a busy process: spins on one core at normal priority (a browser, a second job, a CI neighbour),
+# and stops by itself after its time even if nobody stops it
+_SPIN = "import sys, time\nend = time.monotonic() + float(sys.argv[1])\nwhile time.monotonic() < end:\n    pass\n"
+
+
+@contextlib.contextmanager
+def load(n: int, seconds: float = 1800.0):
+    """`n` busy processes beside the block (--load N): each spins on a core at the default priority
+    for at most `seconds`, and all are stopped when the block ends."""
+    procs = [subprocess.Popen([sys.executable, "-c", _SPIN, str(seconds)]) for _ in range(max(0, int(n)))]
+    try:
+        if procs:
+            time.sleep(0.2)   # (running before the first measurement)
+        yield procs
+    finally:
+        for p in procs:
+            p.kill()
+        for p in procs:
+            p.wait()
+
+
+def add_load_option(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--load", nargs="+", type=int, default=[0], metavar="N",
+                    help="busy processes started beside each measurement, one run per N given (0: none; "
+                         "--load 0 1 measures every workload quiet and beside one busy process)")
 
 
 # -- memory ---------------------------------------------------------------------------------------
@@ -272,7 +301,7 @@ def _sections_of(result: dict, first: str) -> dict:
 
 
 def main_job(sections: list[Section], argv=None, prog: str = "python -m bench", doc: str | None = None,
-             name: str = "recompute") -> dict | None:
+             name: str = "recompute", options: Callable[[argparse.ArgumentParser], None] | None = None) -> dict | None:
     ap = argparse.ArgumentParser(prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="quick sizes (each step >= ~20 ms), about 2 minutes")
     ap.add_argument("--only", nargs="+", metavar="WORKLOAD", help="workloads to run (default: all)")
@@ -280,8 +309,11 @@ def main_job(sections: list[Section], argv=None, prog: str = "python -m bench", 
     ap.add_argument("--sections", nargs="+", choices=[s.name for s in sections], help="sections to run (default: all)")
     ap.add_argument("--json", default=os.path.join(RESULTS, f"{name}.json"))
     ap.add_argument("--plot", default=os.path.join(RESULTS, f"{name}.png"))
+    add_load_option(ap)
     ap.add_argument("--compare", nargs=2, metavar=("OLD", "NEW"), help="new/old of every row two result files share")
     ap.add_argument("--markdown", metavar="RESULT", help="print a result file's tables and notes as Markdown")
+    if options:
+        options(ap)
     args = ap.parse_args(argv)
     chosen = [s for s in sections if not args.sections or s.name in args.sections]
     if args.markdown:

@@ -4,8 +4,9 @@ strategy side by side for tracekern and its peers."""
 from __future__ import annotations
 
 STYLE = {"tracekern": ("o", "#1f77b4"), "jax": ("s", "#ff7f0e"), "tensorflow": ("^", "#2ca02c"),
-         "torch": ("D", "#d62728")}
-LABELS = {"tracekern": "tracekern", "jax": "JAX", "tensorflow": "TensorFlow", "torch": "PyTorch"}
+         "torch": ("D", "#d62728"), "torch_compile": ("v", "#9467bd")}
+LABELS = {"tracekern": "tracekern", "jax": "JAX", "tensorflow": "TensorFlow", "torch": "PyTorch",
+          "torch_compile": "torch.compile"}
 
 
 def plot(result: dict, path: str) -> str | None:
@@ -18,6 +19,7 @@ def plot(result: dict, path: str) -> str | None:
         from matplotlib.lines import Line2D
     except ImportError:
         return None
+    result = dict(result, rows=[r for r in result["rows"] if not r.get("load")])   # (the machine as it was)
     rows = [r for r in result["rows"] if r["time_s"]]
     names = list(dict.fromkeys(r["workload"] for r in result["rows"]))
     tools = [t for t in STYLE if any(r["tool"] == t for r in result["rows"])]

@@ -5,7 +5,7 @@ between forward and backward, what a loop's backward keeps at run time, and the 
 memory of the step; the same workloads in JAX, TensorFlow and PyTorch (kernels/peers) where they
 are installed, side by side.
 
-    python -m bench [--quick] [--only WORKLOAD ...] [--tools TOOL ...] [--json PATH] [--plot PATH]
+    python -m bench [--quick] [--only WORKLOAD ...] [--tools TOOL ...] [--load N ...] [--json PATH] [--plot PATH]
     python -m bench --compare OLD.json NEW.json
 
 How it runs: tracekern's configurations are compiled first, one process each, two at a time on
@@ -14,12 +14,16 @@ workload by workload, one process per tool times all of that workload's strategi
 rounds (so that the machine's load hits each alike), and samples the peak memory of a few more
 calls of each. A peer's compile time is its first call minus a later one, after its runtime has
 started (a trivial function compiled first); tracekern's is the same, measured in the compile phase.
+PyTorch runs twice where installed: eager, and under torch.compile (the peer at its best).
+--load N runs every timing process beside N busy processes (harness.load), once per N given:
+--load 0 1 gives every row quiet and beside one busy process ("load" in each row).
 
 JSON: the section "recompute" holds {"size", "notes", "rows": [{"workload", "strategy", "tool",
 "how", "time_s", "time_min_s", "time_max_s", "runs", "ratio", "vs_tracekern", "compile_s",
 "compiled", "residual_bytes", "saved_bytes", "kept_at_run_time_bytes", "kept_at_run_time",
-"planned_peak_bytes", "peak_bytes", "unsupported"}]}. ratio is time_s over the same tool's "none"
-row of the workload; vs_tracekern is time_s over tracekern's row of the same workload and strategy;
+"planned_peak_bytes", "peak_bytes", "unsupported", "load"}]}. ratio is time_s over the same tool's "none"
+row of the workload; vs_tracekern is time_s over tracekern's row of the same workload and strategy
+(both at the same load);
 compiled is false where tracekern's first call loaded the kernels from its disk cache instead of
 compiling them (then compile_s is a load time); byte counts are null where a tool does not report
 them; unsupported is the reason where a tool cannot run that strategy (its other fields are null)."""
@@ -32,11 +36,12 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from bench.harness import Section, first_call, in_process, interleaved, main_job, mb, ms, peer_tools, sampled_peak
+from bench.harness import Section, first_call, in_process, interleaved, load, main_job, mb, ms, peer_tools, sampled_peak
 from bench.plot import plot
 
-TOOLS = ("tracekern", "jax", "tensorflow", "torch")
-LABELS = {"tracekern": "tracekern", "jax": "JAX", "tensorflow": "TensorFlow", "torch": "PyTorch"}
+TOOLS = ("tracekern", "jax", "tensorflow", "torch", "torch_compile")
+LABELS = {"tracekern": "tracekern", "jax": "JAX", "tensorflow": "TensorFlow", "torch": "PyTorch",
+          "torch_compile": "torch.compile"}
 # runs of each strategy: at least this many, and at least this many seconds, in 3 interleaved rounds
 RUNS = {"quick": (15, 0.6), "full": (10, 2.0), "test": (2, 0.0)}
 
@@ -106,15 +111,24 @@ def time_tracekern(name: str, size: str) -> list[dict]:
     return rows
 
 
+def _peer(tool: str, name: str, size: str, strategy: str):
+    """A peer's step: torch_compile is PyTorch's version under torch.compile."""
+    from kernels import peers
+
+    if tool == "torch_compile":
+        return peers.make("torch", name, size, strategy, compiled=True)
+    return peers.make(tool, name, size, strategy)
+
+
 def time_peer(tool: str, name: str, size: str) -> list[dict]:
     import kernels
     from kernels import peers
 
-    peers.make(tool, "chain", "test", "none").run()          # the tool's runtime starts before any timing
+    _peer(tool, "chain", "test", "none").run()          # the tool's runtime starts before any timing
     built, rows, compile_s = {}, {}, {}
     for strategy in kernels.MODULES[name].STRATEGIES:
         try:
-            built[strategy] = p = peers.make(tool, name, size, strategy)
+            built[strategy] = p = _peer(tool, name, size, strategy)
         except peers.Unsupported as e:
             rows[strategy] = dict(_row(name, strategy, tool, None), unsupported=str(e))
             continue
@@ -132,7 +146,7 @@ def _row(name, strategy, tool, how) -> dict:
     return {"workload": name, "strategy": strategy, "tool": tool, "how": how, "time_s": None, "time_min_s": None,
             "time_max_s": None, "runs": 0, "compile_s": None, "compiled": None, "residual_bytes": None,
             "saved_bytes": None, "kept_at_run_time_bytes": None, "kept_at_run_time": None,
-            "planned_peak_bytes": None, "peak_bytes": None, "unsupported": None}
+            "planned_peak_bytes": None, "peak_bytes": None, "unsupported": None, "load": 0}
 
 
 # -- the section -----------------------------------------------------------------------------------
@@ -141,7 +155,9 @@ def run(options: argparse.Namespace) -> dict:
 
     size = "quick" if options.quick else "full"
     present, notes = peer_tools()
+    present += ["torch_compile"] if "torch" in present else []
     tools = [t for t in ("tracekern", *present) if not options.tools or t in options.tools]
+    loads = list(getattr(options, "load", None) or [0])
     names = [n for n in kernels.MODULES if not options.only or n in options.only]
     start = time.perf_counter()
 
@@ -160,21 +176,24 @@ def run(options: argparse.Namespace) -> dict:
                 compiled[n, s] = r
         progress(f" {time.perf_counter() - start:.0f} s")
     rows = []
-    for name in names:
-        for tool in tools:
-            progress(f"{name} ({LABELS[tool]}) ...", end="")
-            got = in_process("bench.recompute", "--time", tool, name, size)
-            for r in got:
-                r.update(compiled.get((name, r["strategy"]), {}) if tool == "tracekern" else {})
-            rows += got
-            progress(" " + ", ".join(f"{r['strategy']} {ms(r['time_s'])} ms" if r["time_s"] else f"{r['strategy']} -"
-                                     for r in got) + f"  ({time.perf_counter() - start:.0f} s)")
+    for busy in loads:
+        for name in names:
+            for tool in tools:
+                progress(f"{name} ({LABELS[tool]}{f', load {busy}' if busy else ''}) ...", end="")
+                with load(busy):
+                    got = in_process("bench.recompute", "--time", tool, name, size)
+                for r in got:
+                    r.update(compiled.get((name, r["strategy"]), {}) if tool == "tracekern" else {})
+                    r["load"] = busy
+                rows += got
+                progress(" " + ", ".join(f"{r['strategy']} {ms(r['time_s'])} ms" if r["time_s"] else f"{r['strategy']} -"
+                                         for r in got) + f"  ({time.perf_counter() - start:.0f} s)")
     for row in rows:
         base = next((r for r in rows if r["workload"] == row["workload"] and r["tool"] == row["tool"]
-                     and r["strategy"] == "none" and r["time_s"]), None)
+                     and r["strategy"] == "none" and r["time_s"] and r.get("load", 0) == row.get("load", 0)), None)
         row["ratio"] = row["time_s"] / base["time_s"] if row["time_s"] and base else None
         ours = next((r for r in rows if r["workload"] == row["workload"] and r["tool"] == "tracekern"
-                     and r["strategy"] == row["strategy"] and r["time_s"]), None)
+                     and r["strategy"] == row["strategy"] and r["time_s"] and r.get("load", 0) == row.get("load", 0)), None)
         row["vs_tracekern"] = row["time_s"] / ours["time_s"] if row["tool"] != "tracekern" and row["time_s"] and ours else None
     if any(r["compiled"] is False for r in rows):
         notes.append("compile s in parentheses: loaded from tracekern's disk cache, not compiled; for cold figures, "
@@ -189,7 +208,10 @@ def run(options: argparse.Namespace) -> dict:
     if "tensorflow" in tools:
         notes.append("TensorFlow has no peak MB: it keeps freed memory in its own allocator, so resident memory "
                      "does not show its peak")
-    return {"size": size, "notes": notes, "rows": rows, "wall_s": time.perf_counter() - start}
+    if any(loads):
+        notes.append("load N: the row was timed beside N busy processes (each spinning on a core at the default "
+                     "priority); load 0: the machine as it was")
+    return {"size": size, "notes": notes, "rows": rows, "wall_s": time.perf_counter() - start, "loads": loads}
 
 
 def _compile_text(r) -> str:
@@ -202,18 +224,20 @@ def table(result: dict) -> str:
     head = (f"{'workload':12s} {'strategy':13s} {'tool':10s} {'time ms':>8s} {'min-max ms':>13s} {'ratio':>6s} "
             f"{'/ tk':>5s} {'compile s':>9s} {'residual MB':>11s} {'beyond in':>9s} {'run-time':>8s} "
             f"{'peak MB':>8s} {'planned':>8s}")
-    lines = [head]
+    loaded = any(r.get("load") for r in result["rows"])
+    lines = [head + (f" {'load':>4s}" if loaded else "")]
     for r in result["rows"]:
         label = LABELS[r["tool"]]
+        busy = f" {r.get('load', 0):4d}" if loaded else ""
         if r["unsupported"]:
-            lines.append(f"{r['workload']:12s} {r['strategy']:13s} {label:10s} {'unsupported (see the notes)':>28s}")
+            lines.append(f"{r['workload']:12s} {r['strategy']:13s} {label:10s} {'unsupported (see the notes)':>28s}{busy}")
             continue
         spread = f"{ms(r['time_min_s'])}-{ms(r['time_max_s'])}"
         vs = "-" if r["vs_tracekern"] is None else f"{r['vs_tracekern']:.2f}"
         lines.append(f"{r['workload']:12s} {r['strategy']:13s} {label:10s} {ms(r['time_s']):>8s} {spread:>13s} "
                      f"{r['ratio']:6.2f} {vs:>5s} {_compile_text(r):>9s} {mb(r['residual_bytes']):>11s} "
                      f"{mb(r['saved_bytes']):>9s} {mb(r['kept_at_run_time_bytes']):>8s} {mb(r['peak_bytes']):>8s} "
-                     f"{mb(r['planned_peak_bytes']):>8s}")
+                     f"{mb(r['planned_peak_bytes']):>8s}{busy}")
     hows: dict[tuple, list] = {}
     for r in result["rows"]:
         if r["tool"] != "tracekern" and r["how"] and r["strategy"] != "none":
@@ -229,8 +253,10 @@ def table(result: dict) -> str:
 
 def markdown(result: dict) -> str:
     """The table as Markdown, for the README (python -m bench --markdown RESULT.json)."""
+    loaded = any(r.get("load") for r in result["rows"])
     lines = ["| workload | strategy | tool | time ms | min-max ms | ratio | / tracekern | compile s | residual MB | "
-             "beyond inputs MB | run-time MB | peak MB | planned MB |", "|" + "---|" * 13]
+             "beyond inputs MB | run-time MB | peak MB | planned MB |" + (" load |" if loaded else ""),
+             "|" + "---|" * (14 if loaded else 13)]
     for r in result["rows"]:
         cells = [r["workload"], r["strategy"], LABELS[r["tool"]]]
         if r["unsupported"]:
@@ -240,13 +266,13 @@ def markdown(result: dict) -> str:
                       "-" if r["vs_tracekern"] is None else f"{r['vs_tracekern']:.2f}", _compile_text(r),
                       mb(r["residual_bytes"]), mb(r["saved_bytes"]), mb(r["kept_at_run_time_bytes"]),
                       mb(r["peak_bytes"]), mb(r["planned_peak_bytes"])]
-        lines.append("| " + " | ".join(cells) + " |")
+        lines.append("| " + " | ".join(cells + ([str(r.get("load", 0))] if loaded else [])) + " |")
     return "\n".join(lines)
 
 
 def compare(old: dict, new: dict) -> str:
     """new / old for the time and peak memory of every row both runs have."""
-    key = lambda r: (r["workload"], r["strategy"], r.get("tool") or r.get("peer") or "tracekern")  # noqa: E731
+    key = lambda r: (r["workload"], r["strategy"], r.get("tool") or r.get("peer") or "tracekern", r.get("load", 0))  # noqa: E731
     before = {key(r): r for r in old["rows"]}
     lines = [f"{'workload':12s} {'strategy':13s} {'tool':10s} {'time new/old':>12s} {'peak new/old':>12s}"]
     for r in new["rows"]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import chain, heat, mlp, revnet, rnn, signal, softplus, transformer
+from . import chain, heat, lstm, mlp, revnet, rnn, signal, softplus, spectral, transformer
 
 
 @dataclass
@@ -22,7 +22,7 @@ class Workload:
     args: tuple          # NumPy arrays / pytrees of them; the gradient is taken w.r.t. args[0]
 
 
-MODULES = {m.NAME: m for m in (chain, mlp, transformer, revnet, softplus, rnn, heat, signal)}
+MODULES = {m.NAME: m for m in (chain, mlp, transformer, revnet, softplus, rnn, heat, signal, spectral, lstm)}
 
 
 def make(name: str, size: str = "quick", strategy: str = "none") -> Workload:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import scipy.special as sp
 
 import tracekern as tk
 import tracekern.numpy as tnp
@@ -60,7 +61,8 @@ class Case:
     dtypes: tuple[str, ...] = ("float64", "float32")
     note: str = ""                  # the edge case it covers, if any
     ref: Callable | None = None     # NumPy reference when fn is not plain NumPy (tk.at)
-    cuda: bool = True               # False: the cuda backend has no kernel (np.linalg's factorizations)
+    cuda: bool = True               # False: the cuda backend has no kernel (np.linalg's factorizations), or runs it on
+                                    # a GPU only (np.fft on cuFFT: tests/test_fft.py checks it against a stand-in)
     tol32: float = 2e-5
     family: str = field(default="", compare=False)
 
@@ -80,6 +82,10 @@ def make(spec: Spec, dtype: np.dtype, rng: np.random.Generator, int_dtype=np.int
     """An array for `spec`: floats in `dtype`, integers in int_dtype (the case's, for integer cases)."""
     s = spec.shape
     k = spec.kind
+    if k.startswith("c:"):   # complex: the parts drawn as the kind after "c:" (a float dtype gives its complex one)
+        part = Spec(k[2:], s)
+        real = np.dtype(dtype).type(0).real.dtype
+        return (make(part, real, rng) + 1j * make(part, real, rng)).astype(np.result_type(real, np.complex64))
     if k == "int":
         return rng.integers(spec.lo, spec.hi, s).astype(int_dtype)
     if k == "bool":
@@ -115,6 +121,10 @@ def make(spec: Spec, dtype: np.dtype, rng: np.random.Generator, int_dtype=np.int
         x = rng.standard_normal(s)
         if s[-1] == s[-2]:
             x = x + 3 * np.eye(s[-1])
+    elif k == "ball":       # |x| < 0.9 away from 0 (erfinv's domain and logit's, scaled)
+        x = rng.uniform(0.05, 0.9, s) * rng.choice([-1.0, 1.0], s)
+    elif k == "prob":       # probabilities away from 0 and 1
+        x = rng.uniform(0.05, 0.95, s)
     elif k == "ranked":     # full rank with well-separated singular values (..., m, n)
         m, n = s[-2:]
         u, _ = np.linalg.qr(rng.standard_normal(s[:-2] + (m, m)))
@@ -130,7 +140,7 @@ def case_inputs(case: Case, dtype: str, seed: int = 0) -> list:
     # (a stable seed: hash() of a str changes with every process, and so would the inputs)
     rng = np.random.default_rng(zlib.crc32(f"{case.id}/{seed}".encode()))
     dt = np.dtype(dtype)
-    float_dtype = dt if dt.kind == "f" else np.float64
+    float_dtype = dt if dt.kind in "fc" else np.float64
     int_dtype = dt if dt.kind == "i" else np.int64
     return [make(s, float_dtype, rng, int_dtype) for s in case.inputs]
 
@@ -153,23 +163,6 @@ def _at_ufunc(ufunc):
         ufunc.at(y, idx, v)
         return y
     return ref
-
-
-def _signed_eigh(a):
-    w, v = np.linalg.eigh(a)
-    return w, v * np.sign(v[..., :1, :])
-
-
-def _signed_svd(a):
-    u, s, vh = np.linalg.svd(a, full_matrices=False)
-    sign = np.sign(u[..., :1, :])
-    return u * sign, s, vh * np.swapaxes(sign, -1, -2)
-
-
-def _signed_qr(a):
-    q, r = np.linalg.qr(a)
-    sign = np.sign(np.diagonal(r, axis1=-2, axis2=-1))[..., None, :]
-    return q * sign, r * np.swapaxes(sign, -1, -2)
 
 
 IDX = np.array([2, 0, 2, 1])          # repeated indices (a scatter accumulates them)
@@ -300,6 +293,13 @@ REDUCTIONS = _rows("reductions", [
       F("any", 2, 3, 4)),
     C("var_std", "np.var np.std x.std()", lambda x: (np.var(x), np.var(x, axis=0, ddof=1), np.std(x, axis=-1, keepdims=True),
                                                     x.std(axis=1)), F("any", 3, 4)),
+    C("std_equal_values", "np.std np.var np.nanstd np.nanvar x.std()",
+      lambda x: (np.std(x[:1]), np.std(x[:1] * np.ones(3)), np.var(x[:1] * np.ones((2, 3)), axis=1, ddof=1), np.nanstd(x[:1]),
+                 np.nanvar(x[:1] * np.ones(3), ddof=1), (x[:2, None] * np.ones((2, 3))).std(axis=-1, keepdims=True)),
+      F("any", 4), note="one value, equal values (std's gradient 0)"),
+    C("var_ddof", "np.var np.nanvar np.std np.nanstd", lambda x: (np.var(x, ddof=5), np.nanvar(x, ddof=4), np.std(x[:2], ddof=2),
+                                                              np.nanstd(x, ddof=4.5), np.var(x, ddof=0.5)),
+      F("any", 4), grad=False, note="ddof >= n: inf or NaN, as NumPy"),
     C("ptp", "np.ptp", lambda x: (np.ptp(x, axis=1), np.ptp(x)), F("distinct", 3, 4)),
     C("average", "np.average", lambda x, w: (np.average(x), np.average(x, axis=1, weights=w),
                                              np.average(x, axis=1, weights=w, returned=True)[1]), F("any", 3, 4), F("pos", 4)),
@@ -513,20 +513,25 @@ LINALG = _rows("linalg", [
       note="NumPy's SlogdetResult, batched"),
     C("cholesky", "np.linalg.cholesky", lambda a: (np.linalg.cholesky(a), np.linalg.cholesky(a, upper=True)), F("spd", 3, 3),
       cuda=False, tol32=1e-4),
-    C("qr", "np.linalg.qr", lambda a, w: (*_signed_qr(a), *_signed_qr(w), np.abs(np.linalg.qr(a, mode="r"))),
-      F("ranked", 4, 3), F("ranked", 2, 4), cuda=False, tol32=1e-4, note="tall and wide"),
-    C("eigh", "np.linalg.eigh np.linalg.eigvalsh", lambda a: (*_signed_eigh(a), np.linalg.eigvalsh(a), np.linalg.eigvalsh(a, "U")),
-      F("sym", 3, 3), cuda=False, tol32=1e-4),
-    C("eigh_lower", "np.linalg.eigh", lambda a: np.linalg.eigh(a).eigenvalues, F("any", 3, 3), cuda=False, tol32=1e-4,
-      note="reads the lower triangle"),
-    C("svd", "np.linalg.svd np.linalg.svdvals", lambda a, w: (*_signed_svd(a), *_signed_svd(w), np.linalg.svd(a, compute_uv=False),
-                                                              np.linalg.svdvals(w)),
-      F("ranked", 4, 3), F("ranked", 2, 4), cuda=False, tol32=1e-4, note="tall and wide"),
+    C("qr", "np.linalg.qr", lambda a, w: (*np.linalg.qr(a), *np.linalg.qr(w), np.linalg.qr(a, mode="r"), *np.linalg.qr(w, "complete")),
+      F("ranked", 4, 3), F("ranked", 2, 4), cuda=False, tol32=1e-4, note="tall and wide; NumPy's signs"),
+    C("eigh", "np.linalg.eigh np.linalg.eigvalsh", lambda a: (*np.linalg.eigh(a), *np.linalg.eigh(a, UPLO="U"), np.linalg.eigvalsh(a),
+                                                              np.linalg.eigvalsh(a, "U")),
+      F("sym", 2, 3, 3), cuda=False, tol32=1e-4, note="NumPy's signs, batched"),
+    C("eigh_triangle", "np.linalg.eigh np.linalg.eigvalsh", lambda a: (*np.linalg.eigh(a), *np.linalg.eigh(a, UPLO="U"),
+                                                                       np.linalg.eigvalsh(a, UPLO="U")),
+      F("any", 4, 4), cuda=False, tol32=1e-4, note="reads the lower triangle, or the upper (UPLO='U')"),
+    C("svd", "np.linalg.svd np.linalg.svdvals", lambda a, w: (*np.linalg.svd(a, full_matrices=False), *np.linalg.svd(w, False),
+                                                              np.linalg.svd(a, compute_uv=False), np.linalg.svdvals(w)),
+      F("ranked", 2, 4, 3), F("ranked", 2, 4), cuda=False, tol32=1e-4, note="tall and wide; NumPy's signs"),
     C("norm", "np.linalg.norm np.linalg.vector_norm np.linalg.matrix_norm",
       lambda a, v: (np.linalg.norm(v), np.linalg.norm(v, 1), np.linalg.norm(v, np.inf), np.linalg.norm(v, 3), np.linalg.norm(a),
                     np.linalg.norm(a, "fro"), np.linalg.norm(a, 1), np.linalg.norm(a, -np.inf), np.linalg.norm(a, axis=1),
                     np.linalg.vector_norm(a, ord=1), np.linalg.matrix_norm(a[None], keepdims=True)),
       F("nz", 3, 4), F("nz", 4)),
+    C("norm_zero", "np.linalg.norm np.linalg.vector_norm np.linalg.matrix_norm",
+      lambda v: (np.linalg.norm(v * 0), np.linalg.vector_norm(v * 0, ord=3), np.linalg.matrix_norm(v[:, None] * 0 * np.ones(2))),
+      F("any", 4), note="zero vector (gradient 0)"),
     C("norm_spectral", "np.linalg.norm np.linalg.cond np.linalg.matrix_rank", lambda a: (
         np.linalg.norm(a, 2), np.linalg.norm(a, "nuc"), np.linalg.norm(a, -2), np.linalg.cond(a), np.linalg.cond(a[:3], "fro")),
       F("ranked", 4, 3), cuda=False, tol32=1e-4),
@@ -557,9 +562,114 @@ CREATION = _rows("creation", [
     C("indices", "np.indices", lambda x: x * np.indices((3, 4))[1], F("any", 3, 4)),
 ])
 
+def _eig_ref(a):
+    """NumPy's eig as tracekern gives it: complex always (NumPy's is real when every eigenvalue is)."""
+    c = np.result_type(a.dtype, np.complex64)
+    w, v = np.linalg.eig(a)
+    return w.astype(c), np.abs(v.astype(c)) ** 2, np.linalg.eigvals(a).astype(c)
+
+
+C128 = ("complex128", "complex64")
+
+COMPLEX = _rows("complex", [
+    C("c_arith", "np.add np.subtract np.multiply np.divide np.negative np.power np.square np.reciprocal x+y x-y x*y x/y x**y",
+      lambda z, w: (z + w, z - w, z * w, z / w, -z, z ** 2, z ** 3, w ** z, np.square(z), np.reciprocal(w), 2j * z + 1.5,
+                    np.power(w, 0.5), np.add(z, 1), np.multiply(z, w[0]), np.divide(z, 2), np.negative(z), np.subtract(w, z)),
+      F("c:any", 3, 4), F("c:nz", 4), dtypes=C128),
+    C("c_exp_log", "np.exp np.log np.log1p np.expm1 np.sqrt np.log2 np.log10 np.exp2",
+      lambda z: (np.exp(z), np.log(z), np.log1p(z), np.expm1(z), np.sqrt(z), np.log2(z), np.log10(z), np.exp2(z)),
+      F("c:nz", 3, 4), dtypes=C128),
+    C("c_trig", "np.sin np.cos np.tan np.arcsin np.arccos np.arctan np.sinh np.cosh np.tanh np.arcsinh np.arccosh np.arctanh",
+      lambda z: (np.sin(z), np.cos(z), np.tan(z), np.arcsin(z), np.arccos(z), np.arctan(z), np.sinh(z), np.cosh(z),
+                 np.tanh(z), np.arcsinh(z), np.arccosh(z), np.arctanh(z)), F("c:ball", 3, 4), dtypes=C128,
+      note="away from the branch cuts"),
+    C("c_parts", "np.real np.imag np.conj np.conjugate np.angle np.abs np.absolute np.sign x.real x.imag x.conj() abs()",
+      lambda z: (np.real(z), np.imag(z), np.conj(z), np.conjugate(z), np.angle(z), np.angle(z, deg=True), np.abs(z),
+                 np.absolute(z), np.sign(z), z.real, z.imag, z.conj(), abs(z), np.abs(z) ** 2),
+      F("c:nz", 3, 4), dtypes=C128, note="|z| and angle are real"),
+    C("c_build", "np.multiply np.add np.exp np.astype", lambda x, y: (x + 1j * y, (x * 1j) ** 2, np.exp(1j * x) * y,
+                                                                      np.astype(x, np.complex128) * y),
+      F("any", 3, 4), F("any", 4), note="real inputs, complex results"),
+    C("c_reduce", "np.sum np.mean np.prod np.cumsum np.cumprod np.var np.std np.trace np.vdot np.dot np.matmul np.einsum x@y",
+      lambda z, w: (np.sum(z, axis=0), np.mean(z), np.prod(z, axis=1), np.cumsum(z, axis=1), np.cumprod(z, axis=0), np.var(z),
+                    np.std(z, axis=1), np.trace(z[:, :3]), np.vdot(z[:2], w), np.dot(z[0], w[0]), z @ w.T, np.matmul(z, w[0]),
+                    np.einsum("ij,kj->ik", z, w)), F("c:nz", 3, 4), F("c:any", 2, 4), dtypes=C128,
+      note="var and std are real"),
+    C("c_conjugating", "np.vecdot np.vecmat np.matvec np.linalg.vecdot np.linalg.norm np.cov np.correlate",
+      lambda z, v: (np.vecdot(z, v), np.vecmat(v[:3], z), np.matvec(z, v), np.linalg.vecdot(z, v), np.linalg.norm(z),
+                    np.linalg.norm(z, axis=1), np.linalg.norm(v, 1), np.linalg.norm(z, "fro"), np.cov(z), np.correlate(v, v[:2], "full")),
+      F("c:any", 3, 4), F("c:nz", 4), dtypes=C128, note="the functions that conjugate, and norms (real)"),
+    C("c_shapes", "np.concatenate np.where np.flip np.roll x[...] x.T x.reshape() tk.at(x)[i].add",
+      lambda z, w: (z.T, z.reshape(-1), np.concatenate([z, w]), z[1:, ::2], z[np.array([2, 0])], np.where(z.real > 0, z, w[0]),
+                    np.flip(z), np.roll(z, 1), tk.at(z)[IDX[:2]].add(w[0])), F("c:any", 3, 4), F("c:any", 2, 4), dtypes=C128,
+      ref=lambda z, w: (z.T, z.reshape(-1), np.concatenate([z, w]), z[1:, ::2], z[np.array([2, 0])], np.where(z.real > 0, z, w[0]),
+                        np.flip(z), np.roll(z, 1), _at_add(z, IDX[:2], w[0]))),
+    C("c_compare", "np.equal np.not_equal np.isnan np.isfinite np.isinf x==y x!=y",
+      lambda z: (z == z[0], z != z[:, :1], np.equal(z, z), np.isnan(z), np.isfinite(z), np.isinf(z / np.abs(z.real))),
+      F("c:any", 3, 4), dtypes=C128, grad=False),
+    C("c_linalg", "np.linalg.solve np.linalg.inv np.linalg.eig np.linalg.eigvals",
+      lambda a, b: (np.linalg.solve(a, b), np.linalg.inv(a), np.linalg.eig(a).eigenvalues, np.abs(np.linalg.eig(a).eigenvectors) ** 2,
+                    np.linalg.eigvals(a)), F("c:well", 3, 3), F("c:any", 3, 2), dtypes=C128, cuda=False, tol32=1e-4,
+      note="eigenvectors up to phase (a loss of |v|)"),
+    C("eig_real", "np.linalg.eig np.linalg.eigvals", lambda a: (np.linalg.eig(a).eigenvalues, np.abs(np.linalg.eig(a).eigenvectors) ** 2,
+                                                               np.linalg.eigvals(a)), F("any", 3, 3), ref=_eig_ref, cuda=False,
+      tol32=1e-4, note="a real matrix's eigenvalues are complex128 always (NumPy's dtype depends on the values)"),
+])
+
+FFT = _rows("fft", [
+    C("fft_c2c", "np.fft.fft np.fft.ifft np.fft.fft2 np.fft.ifft2 np.fft.fftn np.fft.ifftn",
+      lambda z: (np.fft.fft(z), np.fft.ifft(z), np.fft.fft(z, n=6, axis=0), np.fft.ifft(z, n=3, norm="ortho"), np.fft.fft2(z),
+                 np.fft.ifft2(z, s=(2, 5), norm="forward"), np.fft.fftn(z, axes=(0, 1)), np.fft.ifftn(z[None], axes=(2, 0))),
+      F("c:any", 3, 4), dtypes=C128, cuda=False, note="n= and s= crop and pad; every norm="),
+    C("fft_real", "np.fft.fft np.fft.rfft np.fft.irfft np.fft.rfft2 np.fft.irfft2 np.fft.rfftn np.fft.irfftn",
+      lambda x, z: (np.fft.fft(x), np.fft.rfft(x), np.fft.rfft(x, n=7, axis=0, norm="ortho"), np.fft.irfft(z), np.fft.irfft(z, n=7),
+                    np.fft.irfft(z, axis=0, norm="forward"), np.fft.rfft2(x), np.fft.irfft2(z), np.fft.rfftn(x, axes=(1, 0)),
+                    np.fft.irfftn(z, s=(3, 5), axes=(0, 1))),
+      F("any", 3, 4), F("c:any", 3, 3), cuda=False, note="float32 gives complex64; odd and even lengths"),
+    C("fft_helpers", "np.fft.fftfreq np.fft.rfftfreq np.fft.fftshift np.fft.ifftshift",
+      lambda x, d: (x * np.fft.fftfreq(4), x[0, :3] * np.fft.rfftfreq(5, 0.5), np.fft.fftfreq(4, d), np.fft.rfftfreq(5, d),
+                    np.fft.fftshift(x), np.fft.ifftshift(x, axes=1), np.fft.fftshift(x[0])),
+      F("any", 3, 4), F("pos"), cuda=False, note="a traced sample spacing"),
+])
+
+SPECIAL = _rows("special", [
+    C("sp_gamma", "scipy.special.gammaln scipy.special.psi scipy.special.digamma tk.scipy.special.polygamma "
+                  "scipy.special.betaln tk.scipy.special.multigammaln",
+      lambda x, n: (sp.gammaln(x), sp.psi(x), sp.digamma(-0.45 * x), tk.scipy.special.polygamma(n, x), sp.betaln(x, x[0] + 1),
+                    tk.scipy.special.multigammaln(x + 2, 3), sp.gammaln(-0.45 * x)),
+      F("pos", 3, 4), G([1.0, 2.0, 3.0, 0.0]),
+      ref=lambda x, n: (sp.gammaln(x), sp.psi(x), sp.digamma(-0.45 * x), sp.polygamma(n, x).astype(x.dtype), sp.betaln(x, x[0] + 1),
+                        sp.multigammaln(x + 2, 3), sp.gammaln(-0.45 * x)),
+      note="negative arguments"),
+    C("sp_erf", "scipy.special.erf scipy.special.erfc scipy.special.erfinv scipy.special.ndtr scipy.special.log_ndtr "
+                "scipy.special.expit scipy.special.logit",
+      lambda u, p: (sp.erf(u * 3), sp.erfc(u * 3), sp.erfinv(u), sp.ndtr(u * 4), sp.log_ndtr(u * 30), sp.expit(u * 20), sp.logit(p)),
+      F("ball", 3, 4), F("prob", 4), note="the tails: log_ndtr to -27, erfinv near 1"),
+    C("sp_bessel", "scipy.special.i0 scipy.special.i0e scipy.special.i1 scipy.special.i1e np.i0",
+      lambda x: (sp.i0(x * 8), sp.i0e(x * 30), sp.i1(x * 8), sp.i1e(x * 30), np.i0(x)), F("nz", 3, 4),
+      note="both sides of |x| = 20"),
+    C("sp_xlogy", "scipy.special.xlogy scipy.special.xlog1py", lambda x, y: (sp.xlogy(x, y), sp.xlog1py(x, y - 0.5)),
+      G([0.0, 1.5, -2.0, 0.0]), F("pos", 3, 4), note="x = 0"),
+    C("sp_logsumexp", "tk.scipy.special.logsumexp tk.scipy.special.softmax tk.scipy.special.log_softmax",
+      lambda x, b: (tk.scipy.special.logsumexp(x), tk.scipy.special.logsumexp(x, axis=1, keepdims=True),
+                    tk.scipy.special.logsumexp(x, axis=0, b=b, return_sign=True), tk.scipy.special.logsumexp(x * 100, b=b[0]),
+                    tk.scipy.special.softmax(x), tk.scipy.special.softmax(x, axis=0), tk.scipy.special.log_softmax(x, axis=1),
+                    tk.scipy.special.log_softmax(x)),
+      F("any", 3, 4), F("nz", 3, 4),
+      ref=lambda x, b: (sp.logsumexp(x), sp.logsumexp(x, axis=1, keepdims=True), sp.logsumexp(x, axis=0, b=b, return_sign=True),
+                        sp.logsumexp(x * 100, b=b[0]), sp.softmax(x), sp.softmax(x, axis=0), sp.log_softmax(x, axis=1),
+                        sp.log_softmax(x)),
+      note="b= with negative weights, return_sign=, keepdims="),
+    C("sp_edges", "scipy.special.gammaln scipy.special.psi scipy.special.erfinv scipy.special.log_ndtr scipy.special.xlogy "
+                  "scipy.special.i0 scipy.special.i1e",
+      lambda x: (sp.gammaln(x), sp.psi(x), sp.erfinv(x / 3), sp.log_ndtr(x), sp.xlogy(x, x), sp.i0(x), sp.i1e(x)),
+      G([0.0, -0.0, -1.0, 3.0, np.inf, -np.inf, np.nan, -3.0, 1e-300, 750.0]), grad=False,
+      note="±0, poles, ±inf, NaN, overflow"),
+])
+
 FAMILIES = {"elementwise": ELEMENTWISE, "integer": INTEGER, "reductions": REDUCTIONS, "scans": SCANS, "shapes": SHAPES,
             "indexing": INDEXING, "contractions": CONTRACTIONS, "sorting": SORTING, "linalg": LINALG,
-            "creation": CREATION}
+            "creation": CREATION, "complex": COMPLEX, "fft": FFT, "special": SPECIAL}
 CASES = [c for cases in FAMILIES.values() for c in cases]
 assert len({c.id for c in CASES}) == len(CASES), "case ids must be unique"
 
@@ -580,12 +690,18 @@ _TITLES = {"elementwise": "Elementwise (float)", "integer": "Integers and bools"
            "scans": "Scans, differences, convolution, interpolation", "shapes": "Shape manipulation",
            "indexing": "Indexing, gathers and functional updates (scatter)", "contractions": "Contractions",
            "sorting": "Sorting and searching", "linalg": "Linear algebra (`np.linalg`)",
-           "creation": "Creation inside traces"}
+           "creation": "Creation inside traces", "complex": "Complex numbers (`complex64`, `complex128`)",
+           "fft": "Fourier transforms (`np.fft`)", "special": "Special functions (`scipy.special`)"}
 
 
 def numpy_names(cases=CASES) -> list[str]:
     """Every np.* (and np.linalg.*) name the table covers."""
     return sorted({n for c in cases for n in c.names if n.startswith("np.")})
+
+
+def scipy_names(cases=CASES) -> list[str]:
+    """Every scipy.special (and tk.scipy.special) name the table covers."""
+    return sorted({n.removeprefix("tk.") for c in cases for n in c.names if n.startswith(("scipy.", "tk.scipy."))})
 
 
 def family_names(family: str) -> tuple[list[str], set[str]]:
@@ -602,12 +718,15 @@ def readme_section() -> str:
         "### What can be traced",
         "",
         f"**{len(names)} NumPy names** ({len(primary)} functions, and {len(names) - len(primary)} of NumPy's other names "
-        "for them, such as `np.abs` or `np.concat`), plus the operators and `ndarray` methods below, are traced and "
-        "differentiated on every backend (but the `np.linalg` factorizations on `cuda`, listed below). "
+        f"for them, such as `np.abs` or `np.concat`), and {len(scipy_names())} of `scipy.special`'s, plus the operators "
+        "and `ndarray` methods below, are traced and differentiated on every backend (but the `np.linalg` "
+        "factorizations on `cuda`, and `np.fft` on the CUDA simulator, listed below). "
         "This section is generated from the test table `tests/numpy_cases.py` "
         "(`python -m tests.numpy_cases` rewrites it): each row there is checked on `interpret`, `cpu` and `cuda` "
-        "(the simulator in CI) in float32 and float64 (int32/int64 or bool for integer functions), its gradient against "
-        "central finite differences of NumPy's own function, and the compiled gradients against the interpreter's. "
+        "(the simulator in CI) in float32 and float64 (int32/int64 or bool for integer functions, complex64 and "
+        "complex128 for complex ones), its gradient against central finite differences of NumPy's (or SciPy's) own "
+        "function (of the real and imaginary parts for complex inputs), and the compiled gradients against the "
+        "interpreter's. "
         f"The table has {len(CASES)} rows; a name is in **bold** where its gradient is checked (the others are not "
         "differentiable, or their gradient is zero).",
         "",
@@ -622,12 +741,17 @@ def readme_section() -> str:
     on_cuda = {n for c in CASES if c.cuda for n in c.names}
     no_cuda = sorted({n for c in CASES if not c.cuda for n in c.names} - on_cuda)
     partly = sorted({n for c in CASES if not c.cuda for n in c.names} & on_cuda)
+    on_cufft = [n for n in no_cuda if n.startswith("np.fft.")]
+    no_kernel = [n for n in no_cuda if n not in on_cufft]
     lines += [
         "",
-        f"On the `cuda` backend, {', '.join(f'`{n}`' for n in no_cuda)} have no kernel (nor "
+        f"On the `cuda` backend, {', '.join(f'`{n}`' for n in no_kernel)} have no kernel (nor "
         f"{', '.join(f'`{n}`' for n in partly)} for the orders that need an SVD: 2, -2, 'nuc'): compiling them for "
         "`cuda` raises an error naming the function and the backends that run it (`cpu`, `interpret`), never a "
-        "silent copy to the host.",
+        f"silent copy to the host. {', '.join(f'`{n}`' for n in on_cufft)} run on cuFFT (nvmath-python) on a GPU; "
+        "Numba's CUDA simulator cannot run cuFFT, so there they raise the same kind of error, and "
+        "`tests/test_fft.py` checks the cuda backend's cuFFT calls against a stand-in that computes each plan's "
+        "layout with NumPy.",
         "",
     ]
     return "\n".join(lines)

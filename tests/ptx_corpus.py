@@ -3,7 +3,8 @@ report. Run by tests/test_cuda.py without the simulator (NUMBA_ENABLE_CUDASIM=0)
 no GPU, and unlike the simulator it types the kernels, so a kernel that would not compile fails here.
 
     python -m tests.ptx_corpus all       every primitive (float32 and float64, values and gradients),
-                                         integer and bool programs, control flow, annotations, print
+                                         integer and bool programs, control flow, annotations, print,
+                                         forward mode
     python -m tests.ptx_corpus numpy     tk.numpy's coverage table (tests/numpy_cases.py) on cuda
     python -m tests.ptx_corpus numpy64   the same, and its float64 programs
     python -m tests.ptx_corpus planted   one kernel with a float64 constant in float32 (must be caught)
@@ -91,6 +92,18 @@ def _programs():
             tk.print("v", v.sum())
             return (v * v).sum()
         yield printed, (x,), grad
+        # forward mode (tk.jvp, tk.linearize): loops over (primal, tangent) carries, a tangent scan over
+        # stacked residuals, a custom_gradient's JVP by linearity, jvp of grad through a while loop
+        def tangents(x, u):
+            def f(v):
+                h, ys = tk.scan(lambda c, r: (np.tanh(c * r + 0.5), c.sum()), v, np.stack([v, v]))
+                w = tk.while_loop(lambda c: c.sum() < 10, lambda c: c * 1.5 + np.sin(c), h)
+                return tk.cond(w.sum() > 0, lambda a: np.exp(a * 0.1), lambda a: -a, w), ys
+            out, t = tk.jvp(f, (x,), (u,))
+            _, f_jvp = tk.linearize(f, x)
+            return out, t, f_jvp(u), tk.jvp(tk.grad(lambda v: f(v)[0].sum()), (x,), (u,))[1]
+        yield tangents, (x, x * 0.5), False
+        yield (lambda x, u: tk.jvp(_softplus_with_a_custom_gradient, (x,), (u,))), (x, x * 0.5), False
         # random numbers: Threefry on int64 words, mantissas converted to float32 (no float64 anywhere)
         yield (lambda x: x * tk.random.uniform(tk.random.key(3), (4,)) + tk.random.normal(tk.random.fold_in(
             tk.random.key(1), 2), (4,)) * np.where(tk.random.bernoulli(tk.random.key(2), 0.5, (4,)), x, 0)), (x,), grad
@@ -99,6 +112,13 @@ def _programs():
         b = rng.integers(-5, 5, (6, 3)).astype(dtype)
         yield (lambda a, b: (a @ b, np.abs(a) ** 2, a.sum(axis=1), a.max(axis=0), np.sign(a), (a > 0) @ (b > 0),
                              np.prod(a, axis=0), np.mean(a), a.astype(np.float32) * 0.5)), (a, b), False
+
+
+@tk.custom_gradient
+def _softplus_with_a_custom_gradient(x):
+    def grad_fn(dy):
+        return dy * tnp.sigmoid(x)
+    return np.log1p(np.exp(x)), grad_fn
 
 
 def _numpy_programs(with_float64: bool = False):
@@ -115,7 +135,7 @@ def _numpy_programs(with_float64: bool = False):
                 continue
             picked = [c for c in cases if c.cuda and dtype in c.dtypes]
             args = {c.id: numpy_cases.case_inputs(c, dtype) for c in picked}
-            grads = [c for c in picked if c.grad] if dtype == "float32" else []
+            grads = [c for c in picked if c.grad] if dtype in ("float32", "complex64") else []
             values = {c.id: args[c.id] for c in picked if c not in grads}
 
             def program(args, picked=tuple(c for c in picked if c not in grads)):
@@ -133,8 +153,8 @@ def _numpy_programs(with_float64: bool = False):
                     for c in grads:
                         it = iter(xs[c.id])
                         full = [a if s.kind in ("int", "bool", "given") else next(it) for s, a in zip(c.inputs, args[c.id])]
-                        leaves = [leaf for leaf in tk.tree_flatten(c.fn(*full))[0] if leaf.dtype.kind == "f"]
-                        out[c.id] = sum(np.sum(leaf * 0.5) for leaf in leaves)
+                        leaves = [leaf for leaf in tk.tree_flatten(c.fn(*full))[0] if leaf.dtype.kind in "fc"]
+                        out[c.id] = sum(np.sum(np.real(leaf) * 0.5) for leaf in leaves)
                     return out
                 out, pullback = tk.vjp(f, xs)
                 return out, pullback({k: np.ones_like(v) for k, v in out.items()})[0]
@@ -217,7 +237,7 @@ def main(which: str) -> dict:
     workers = max(1, min(4, os.cpu_count() or 1))
     with multiprocessing.get_context("fork").Pool(workers) as pool:   # (compiling is CPU-bound)
         problems = [p for p in pool.map(_check, range(len(_JOBS)), chunksize=8) if p]
-    float32 = sum(not any(d == "float64" for d, _ in params) for _, _, params, _ in _JOBS)
+    float32 = sum(not any(d in ("float64", "complex128") for d, _ in params) for _, _, params, _ in _JOBS)
     return {"kernels": len(_JOBS), "float32_kernels": float32, "problems": problems}
 
 

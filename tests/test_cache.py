@@ -4,6 +4,7 @@ one tk.CacheWarning (the call compiles into a private temporary directory and st
 pickle planted in Numba's index or data files never runs (in a refused directory, or as a file of
 another user or writable by others in your own), what the cache creates is 0o700 (directories) and
 0o600 (files), Numba's files included, and a call never enters cache.py."""
+import hashlib
 import importlib.util
 import json
 import os
@@ -121,6 +122,177 @@ def test_corrupted_cache_files_are_rebuilt(tmp_path, monkeypatch):
     assert not tmp_path.exists()
 
 
+def _damage(kind: str, pycache: Path) -> Path:
+    """Damage the one Numba cache entry of _PROGRAM's kernel (its driver is plain Python) as a
+    crash, a full disk or a stray write would: returns the file damaged."""
+    (index,), (data,) = pycache.glob("*.nbi"), pycache.glob("*.nbc")
+    if kind == "truncated .nbc":
+        data.write_bytes(data.read_bytes()[:data.stat().st_size // 2])
+        return data
+    if kind == "garbled .nbc":     # in its machine code: unpickles, and LLVM crashed on it or ran it
+        blob = bytearray(data.read_bytes())
+        blob[2000:2064] = b"\xab" * 64
+        data.write_bytes(bytes(blob))
+        return data
+    if kind == "garbage .nbi":
+        index.write_bytes(b"garbage, not a pickle")
+        return index
+    assert kind == "truncated .nbi"
+    index.write_bytes(index.read_bytes()[:10])
+    return index
+
+
+def _rebuilt(err: str) -> list[str]:
+    return [line for line in err.splitlines() if "CacheWarning: tracekern discarded the damaged cache file" in line]
+
+
+@posix_only
+def test_damaged_numba_files_heal_with_one_warning(tmp_path):
+    """A truncated or garbled Numba index or data file: the next process (two at once, for one kind)
+    gets the right result and warns once, naming the file; the entry is deleted and written anew,
+    private, so the process after it loads the machine code without a warning."""
+    genuine = tmp_path / "genuine"
+    first, _ = _run(genuine)
+    kinds = ["truncated .nbc", "garbled .nbc", "garbage .nbi", "truncated .nbi"]
+    damaged = {}
+    for kind in kinds:
+        shutil.copytree(genuine, tmp_path / kind)
+        damaged[kind] = _damage(kind, tmp_path / kind / "__pycache__")
+    procs = {kind: [_start(tmp_path / kind)] for kind in kinds}
+    procs[kinds[0]].append(_start(tmp_path / kinds[0]))    # two processes sharing the cache, one or both heal
+    for kind in kinds:
+        runs = [_finish(p) for p in procs[kind]]
+        for result, err in runs:
+            _assert_correct(result)
+            assert result["value"] == first["value"] and result["grad"] == first["grad"]
+            assert len(_rebuilt(err)) <= 1, err
+        warned = [w for _, err in runs for w in _rebuilt(err)]
+        assert warned and all(str(damaged[kind]) in w and "It was rebuilt" in w for w in warned), (kind, warned)
+    for kind in kinds:
+        third, err = _run(tmp_path / kind)
+        _assert_correct(third)
+        assert "CacheWarning" not in err and third["hits"] >= 1 and third["compiled"] == 0, (kind, err)
+        for name, mode in _modes(tmp_path / kind).items():
+            assert mode == (0o700 if (tmp_path / kind / name).is_dir() else 0o600), (kind, name, oct(mode))
+
+
+@posix_only
+def test_machine_code_for_another_signature_is_not_served(fresh):
+    """An index that names another signature's data file (two entries swapped, as concurrent writers
+    numbering their entries alike could leave them): the entry is rebuilt with one warning, and each
+    call gets its own signature's code (else an int64 call ran the float64 code and returned a float)."""
+    path, caught = fresh
+    source = "from numba import njit\n\n\n@njit(cache=True)\ndef kernel(x):\n    return x * 2  # swapped\n"
+    module = cache.load_module(source)
+    assert module.kernel(3) == 6 and module.kernel(2.5) == 5.0
+    first, second = sorted((path / "__pycache__").glob("*.nbc"))
+    a, b = first.read_bytes(), second.read_bytes()
+    first.write_bytes(b)
+    second.write_bytes(a)
+    cache._MODULES.pop(cache.source_digest(source))        # (a fresh process's view: loaded from disk)
+    again = cache.load_module(source)
+    assert again is not module
+    got = [again.kernel(3), again.kernel(2.5)]
+    assert got == [6, 5.0] and type(got[0]) is int and type(got[1]) is float, got
+    (warning,) = _cache_warnings(caught)
+    assert "It was rebuilt" in warning and str(path / "__pycache__") in warning
+
+
+@pytest.fixture
+def numba_only_here(monkeypatch):
+    """No compile workers: what is deleted while this process compiles is seen here."""
+    monkeypatch.setenv("TRACEKERN_COMPILE_WORKERS", "0")
+
+
+def _scaled_loss(scale: float):
+    """A loss whose value_and_grad has several kernels (matmuls, loops); `scale` makes their text new
+    to this process, so that they are written, imported and compiled here, not found loaded."""
+    def loss(x, w):
+        return np.sum(np.tanh(x @ w) * scale)
+    return loss
+
+
+def _check_loss(loss, v, g):
+    """value_and_grad of `loss` at _loss_args(): against the interpreter and central differences of NumPy."""
+    x, w = _loss_args()
+    vi, gi = tk.jit(tk.value_and_grad(loss, argnums=(0, 1)), backend="interpret")(x, w)
+    np.testing.assert_allclose(v, vi, rtol=1e-12)
+    eps = 1e-6
+    for a, (got, want) in enumerate(zip(g, gi)):
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+        args = [x, w]
+        fd = np.zeros_like(args[a])
+        for i in np.ndindex(*args[a].shape):
+            up = [t.copy() for t in args]
+            down = [t.copy() for t in args]
+            up[a][i] += eps
+            down[a][i] -= eps
+            fd[i] = (loss(*up) - loss(*down)) / (2 * eps)
+        np.testing.assert_allclose(got, fd, rtol=1e-6, atol=1e-8)
+
+
+def _loss_args():
+    rng = np.random.default_rng(3)
+    return rng.standard_normal((4, 3)), rng.standard_normal((3, 5))
+
+
+@posix_only
+def test_a_cache_deleted_between_the_write_and_the_import_is_written_again(fresh, numba_only_here, monkeypatch):
+    """Another process clears the cache directory after a module is written and before it is imported
+    (a hook in between), twice in a row: the module is written again and imported, without an error
+    or a warning."""
+    path, caught = fresh
+    cleared = []
+    real_import = cache._import
+
+    def import_after_a_clear(file, source, digest):
+        if len(cleared) < 2:
+            cleared.append(file)
+            shutil.rmtree(path, ignore_errors=True)
+        return real_import(file, source, digest)
+
+    monkeypatch.setattr(cache, "_import", import_after_a_clear)
+    loss = _scaled_loss(1.109375)
+    v, g = tk.value_and_grad(loss, argnums=(0, 1))(*_loss_args())
+    assert len(cleared) == 2 and not _cache_warnings(caught)
+    _check_loss(loss, v, g)
+    assert list(path.glob("tk_*.py")) and list(path.glob("__pycache__/*.nbi"))
+    for name, mode in _modes(path).items():
+        assert mode == (0o700 if (path / name).is_dir() else 0o600), (name, oct(mode))
+
+
+@posix_only
+def test_a_cache_cleared_in_the_middle_of_a_compile_is_made_again(fresh, numba_only_here, monkeypatch):
+    """The cache directory is deleted after the first of a step's kernels is compiled (as another
+    process's clear_cache would): the others compile and are written into it made again, private,
+    and the step's result is right. Nothing is taken for damaged (discarded and compiled again)."""
+    from tracekern.backends import units, workers
+    path, caught = fresh
+    cleared, discarded = [], []
+    real_compile_all, real_discard = workers.compile_all, cache.discard
+    monkeypatch.setattr(cache, "discard", lambda p: discarded.append(p) or real_discard(p))
+
+    def compile_all(jobs, compile_here):
+        def then_clear(i):
+            compile_here(i)
+            if not cleared:
+                cleared.append(i)
+                shutil.rmtree(path)
+        return real_compile_all(jobs, then_clear)
+
+    monkeypatch.setattr(workers, "compile_all", compile_all)
+    loss = _scaled_loss(0.890625)
+    before = units.compiled()["kernels"]
+    v, g = tk.value_and_grad(loss, argnums=(0, 1))(*_loss_args())
+    assert cleared and units.compiled()["kernels"] - before >= 2, "kernels compiled after the clear"
+    assert not _cache_warnings(caught) and not discarded, discarded
+    _check_loss(loss, v, g)
+    assert list(path.glob("__pycache__/*.nbi")), "the kernels compiled after the clear are cached"
+    for name, mode in _modes(path).items():
+        assert mode == (0o700 if (path / name).is_dir() else 0o600), (name, oct(mode))
+
+
 class _Planted:
     """Unpickled, runs `code` (creating a marker file) and returns what it evaluates to."""
 
@@ -134,7 +306,9 @@ class _Planted:
 def _plant(genuine: Path, dest: Path, markers: dict, index: bool = True, data: bool = True) -> dict[str, list[Path]]:
     """A copy of a genuine cache whose Numba index and/or data files (every one: a step's driver and
     its kernels each have theirs) hold a pickle that creates a marker file when loaded (the index's
-    still names Numba's version, so the data is read next)."""
+    still names Numba's version, so the data is read next). Each ends with its checksum, as the
+    cache writes them: the checksum finds damage, it is no defence (whoever can write a file can
+    compute it)."""
     shutil.copytree(genuine, dest)
     nbis = sorted((dest / "__pycache__").glob("*.nbi"))
     nbcs = sorted((dest / "__pycache__").glob("*.nbc"))
@@ -143,11 +317,15 @@ def _plant(genuine: Path, dest: Path, markers: dict, index: bool = True, data: b
         with open(nbi, "rb") as f:
             pickle.load(f)                       # Numba's version: checked before the rest is unpickled
             rest = f.read()
-        nbi.write_bytes(pickle.dumps(_Planted(f"open({str(markers['nbi'])!r}, 'w').close() or {numba.__version__!r}"))
-                        + rest)
+        _write_sealed(nbi, pickle.dumps(_Planted(f"open({str(markers['nbi'])!r}, 'w').close() or {numba.__version__!r}"))
+                      + rest[:-len(cache._SEAL) - 32])
     for nbc in nbcs if data else ():
-        nbc.write_bytes(pickle.dumps(_Planted(f"open({str(markers['nbc'])!r}, 'w').close()")))
+        _write_sealed(nbc, pickle.dumps(_Planted(f"open({str(markers['nbc'])!r}, 'w').close()")))
     return {"nbi": nbis, "nbc": nbcs}
+
+
+def _write_sealed(path: Path, payload: bytes) -> None:
+    path.write_bytes(payload + cache._SEAL + hashlib.sha256(payload).digest())
 
 
 @posix_only

@@ -125,6 +125,9 @@ def test_a_plain_forward_scan_keeps_no_recorded_carries():
 
 def test_loops_run_inside_the_compiled_step():
     source = tk.jit(lambda x: tk.fori_loop(0, 5, lambda i, v: v * 2, x)).lower(np.ones(3)).source
+    assert "for s in range(5):" in source and "def step" in source and "def loop0" in source   # compiled whole
+    with tk.config.override(compiled_loops=False):                                             # driven by the step
+        source = tk.jit(lambda x: tk.fori_loop(0, 5, lambda i, v: v * 2, x)).lower(np.ones(3)).source
     assert "for t in range(5):" in source and "def step" in source and "def sub0" in source
 
 

@@ -92,8 +92,8 @@ def test_non_array_argument_raises_type_error_naming_it():
 
 
 def test_unsupported_dtype_argument():
-    with pytest.raises(TypeError, match="complex128.*supported dtypes"):
-        tk.jit(lambda x: x)(np.ones(2, np.complex128))
+    with pytest.raises(TypeError, match="float16.*supported dtypes"):
+        tk.jit(lambda x: x)(np.ones(2, np.float16))
 
 
 def test_unsupported_numpy_function_names_it_and_the_alternative():
@@ -102,8 +102,8 @@ def test_unsupported_numpy_function_names_it_and_the_alternative():
     msg = str(info.value)
     assert "np.unique" in msg and "depends on the data" in msg and "np.sort" in msg and "sigmoid" in msg
     assert "What can be traced" in msg and THIS_FILE in msg
-    with pytest.raises(NotImplementedError, match=r"np.linalg.eig is not supported.*np.linalg.eigh"):
-        tk.jit(lambda x: np.linalg.eig(x))(np.eye(2))
+    with pytest.raises(NotImplementedError, match=r"np.linalg.lstsq is not supported.*np.linalg.pinv"):
+        tk.jit(lambda x: np.linalg.lstsq(x, x))(np.eye(2))
     with pytest.raises(NotImplementedError, match=r"np.einsum_path is not supported.*the closest supported: np.einsum"):
         tk.jit(lambda x: np.einsum_path("ij,jk", x, x))(np.ones((2, 2)))
 

@@ -15,7 +15,7 @@ from bench import harness, recompute
 from kernels import heat, peers
 
 CONFIGS = [(name, s) for name, m in kernels.MODULES.items() for s in m.STRATEGIES]
-CPU_TOO = {"chain", "mlp", "revnet", "softplus", "rnn", "heat", "signal"}   # (the transformer compiles for ~20 s)
+CPU_TOO = {"chain", "mlp", "revnet", "softplus", "rnn", "heat", "signal", "spectral", "lstm"}   # (the transformer compiles for ~20 s)
 
 
 def _value_and_grad(w, backend):
@@ -64,6 +64,15 @@ def test_the_heat_loop_runs_a_data_dependent_number_of_steps():
     assert v_hot != pytest.approx(np.sum(hot.args[0] ** 2 * grid), rel=1e-3)
 
 
+def test_the_spectral_solver_fits_its_parameters_by_gradient_descent():
+    """The barrier's height and half-width and the nonlinearity come back from the density they make."""
+    from kernels import spectral
+
+    params, losses = spectral.fit("test", 80, backend="interpret")
+    np.testing.assert_allclose(params, spectral.TRUE, rtol=2e-2)
+    assert losses[-1] < 1e-3 * losses[0]
+
+
 def test_softplus_custom_gradient_is_finite_where_the_naive_one_is_not():
     from kernels.softplus import log1pexp
 
@@ -77,8 +86,9 @@ def test_softplus_custom_gradient_is_finite_where_the_naive_one_is_not():
 # -- the peers (kernels/peers): the same function in JAX, TensorFlow and PyTorch ------------------------
 # what each tool cannot express; any other strategy must run and agree with tracekern
 UNSUPPORTED = {"jax": {("heat", "none"), ("heat", "checkpoint16")},
-               "tensorflow": {("mlp", "dots"), ("transformer", "dots"), ("heat", "checkpoint16"), ("transformer", "dropout")},
-               "torch": {("heat", "checkpoint16"), ("transformer", "dropout")}}
+               "tensorflow": {("mlp", "dots"), ("transformer", "dots"), ("heat", "checkpoint16"), ("transformer", "dropout"),
+                              ("spectral", "none"), ("spectral", "checkpoint8"), ("lstm", "none"), ("lstm", "auto")},
+               "torch": {("heat", "checkpoint16"), ("transformer", "dropout"), ("spectral", "none"), ("spectral", "checkpoint8")}}
 
 
 @pytest.mark.parametrize("tool", sorted(peers.TOOLS))

@@ -50,7 +50,21 @@ def _outputs(cases, xs, cs):
 
 
 def _float_leaves(tree):
-    return [leaf for leaf in tk.tree_flatten(tree)[0] if (leaf.dtype if hasattr(leaf, "dtype") else np.asarray(leaf).dtype).kind == "f"]
+    """The float and complex leaves (the differentiable ones)."""
+    return [leaf for leaf in tk.tree_flatten(tree)[0]
+            if (leaf.dtype if hasattr(leaf, "dtype") else np.asarray(leaf).dtype).kind in "fc"]
+
+
+def _grad_dtype(case) -> str:
+    """The dtype a case's gradient is checked in: float64, or complex128 for the complex rows."""
+    return "float64" if "float64" in case.dtypes else "complex128"
+
+
+def _weight(rng, leaf):
+    """A fixed random weight for each element: w1 + i w2 for a complex leaf (the loss is Re(sum(conj(w) out)),
+    so the weight is the output's cotangent under tracekern's convention)."""
+    w = rng.uniform(0.5, 1.5, np.shape(leaf))
+    return w + 1j * rng.uniform(-1.0, 1.0, np.shape(leaf)) if np.iscomplexobj(leaf) else w
 
 
 @functools.cache
@@ -65,11 +79,11 @@ def _data(family: str, dtype: str):
 
 
 @functools.cache
-def _weights(family: str):
+def _weights(family: str, dtype: str):
     """A fixed random weight per float output element of each differentiable case (the loss)."""
-    cases, _, _, want = _data(family, "float64")
+    cases, _, _, want = _data(family, dtype)
     rng = np.random.default_rng(5)
-    return {c.id: [rng.uniform(0.5, 1.5, np.shape(leaf)) for leaf in _float_leaves(want[c.id])] for c in cases if c.grad}
+    return {c.id: [_weight(rng, leaf) for leaf in _float_leaves(want[c.id])] for c in cases if c.grad}
 
 
 def _cotangent(cases, want, weights):
@@ -78,16 +92,17 @@ def _cotangent(cases, want, weights):
     for c in cases:
         leaves, td = tk.tree_flatten(want[c.id])
         ws = iter(weights[c.id])
-        out[c.id] = tk.tree_unflatten(td, [next(ws).astype(np.asarray(leaf).dtype) if np.asarray(leaf).dtype.kind == "f"
+        out[c.id] = tk.tree_unflatten(td, [next(ws).astype(np.asarray(leaf).dtype) if np.asarray(leaf).dtype.kind in "fc"
                                            else np.zeros_like(leaf) for leaf in leaves])
     return out
 
 
 @functools.cache
-def _finite_differences(family: str):
-    """d loss_c / d x for each differentiable case, by central differences of NumPy's function."""
-    cases, xs, cs, _ = _data(family, "float64")
-    weights = _weights(family)
+def _finite_differences(family: str, dtype: str):
+    """d loss_c / d x for each differentiable case, by central differences of NumPy's function (for a
+    complex x, of its real and imaginary parts: d/dx + i d/dy, tracekern's convention)."""
+    cases, xs, cs, _ = _data(family, dtype)
+    weights = _weights(family, dtype)
     result = {}
     for c in cases:
         if not c.grad:
@@ -96,18 +111,19 @@ def _finite_differences(family: str):
 
         def loss(xv, c=c, ref=ref):
             out = _quiet(ref, *_merge(c, xv, cs[c.id]))
-            return sum(float(np.sum(leaf * w)) for leaf, w in zip(_float_leaves(out), weights[c.id]))
+            return sum(float(np.sum(np.real(np.conj(w) * leaf))) for leaf, w in zip(_float_leaves(out), weights[c.id]))
 
         grads = []
         for k, x in enumerate(xs[c.id]):
             g = np.zeros_like(x)
             for i in np.ndindex(x.shape):
-                eps = 1e-6 * max(1.0, abs(float(x[i])))
-                up, down = [list(xs[c.id]) for _ in range(2)]
-                up[k], down[k] = x.copy(), x.copy()
-                up[k][i] += eps
-                down[k][i] -= eps
-                g[i] = (loss(up) - loss(down)) / (2 * eps)
+                eps = 1e-6 * max(1.0, abs(complex(x[i])))
+                for unit in ((1, 1j) if np.iscomplexobj(x) else (1,)):
+                    up, down = [list(xs[c.id]) for _ in range(2)]
+                    up[k], down[k] = x.copy(), x.copy()
+                    up[k][i] += eps * unit
+                    down[k][i] -= eps * unit
+                    g[i] += unit * (loss(up) - loss(down)) / (2 * eps)
             grads.append(g)
         result[c.id] = tuple(grads)
     return result
@@ -127,11 +143,11 @@ def _compare(got, want, dtype: str, cases, what: str):
             if g.dtype != w.dtype or g.shape != w.shape:
                 bad.append(f"{c.id} leaf {k}: {g.dtype}{list(g.shape)} != NumPy's {w.dtype}{list(w.shape)}")
                 continue
-            if w.dtype.kind != "f":
+            if w.dtype.kind not in "fc":
                 if not np.array_equal(g, w):
                     bad.append(f"{c.id} leaf {k}: {g.ravel()[:8]} != {w.ravel()[:8]}")
                 continue
-            tol = 1e-9 if dtype == "float64" else c.tol32   # (the inputs' precision)
+            tol = 1e-9 if dtype in ("float64", "complex128") else c.tol32   # (the inputs' precision)
             finite = np.abs(w[np.isfinite(w)])
             scale = 1.0 + (float(finite.max()) if finite.size else 0.0)
             try:
@@ -175,6 +191,7 @@ def _run(cases, backend, xs, cs, cotangent=None):
 @pytest.mark.filterwarnings("ignore:`row_stack` alias is deprecated:DeprecationWarning")   # (its own row tests it)
 @pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")   # (NaN cases; the simulator is NumPy)
 @pytest.mark.filterwarnings("ignore:divide by zero encountered:RuntimeWarning")
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")   # (the simulator: i0 of 750 is inf)
 def test_family(family, backend):
     """Values in every dtype of the family; in float64, the differentiable cases' gradients (one
     tk.vjp, the weights as cotangent) against finite differences (interpret) or the interpreter."""
@@ -182,19 +199,19 @@ def test_family(family, backend):
     for dtype in dtypes:
         cases, xs, cs, want = _data(family, dtype)
         cases = [c for c in cases if backend != "cuda" or c.cuda]
-        differentiated = [c for c in cases if c.grad] if dtype == "float64" else []
+        differentiated = [c for c in cases if c.grad and _grad_dtype(c) == dtype]
         others = [c for c in cases if c not in differentiated]
         if others:
             _compare(_run(others, backend, xs, cs), want, dtype, others, "value")
         if not differentiated:
             continue
-        got, grads = _run(differentiated, backend, xs, cs, _cotangent(differentiated, want, _weights(family)))
+        got, grads = _run(differentiated, backend, xs, cs, _cotangent(differentiated, want, _weights(family, dtype)))
         _compare(got, want, dtype, differentiated, "value")
         grads = to_host(grads)
         if backend == "interpret":
-            expected, what, rtol = _finite_differences(family), "finite differences", 1e-5
+            expected, what, rtol = _finite_differences(family, dtype), "finite differences", 1e-5
         else:
-            expected, what, rtol = _interpreted_gradients(family, tuple(c.id for c in differentiated)), "the interpreter", 1e-8
+            expected, what, rtol = _interpreted_gradients(family, dtype, tuple(c.id for c in differentiated)), "the interpreter", 1e-8
         bad = []
         for c in differentiated:
             for k, (g, e) in enumerate(zip(grads[c.id], expected[c.id])):
@@ -211,10 +228,10 @@ def test_family(family, backend):
 
 
 @functools.cache
-def _interpreted_gradients(family, ids):
-    cases, xs, cs, want = _data(family, "float64")
+def _interpreted_gradients(family, dtype, ids):
+    cases, xs, cs, want = _data(family, dtype)
     cases = [c for c in cases if c.id in ids]
-    return _run(cases, "interpret", xs, cs, _cotangent(cases, want, _weights(family)))[1]
+    return _run(cases, "interpret", xs, cs, _cotangent(cases, want, _weights(family, dtype)))[1]
 
 
 def test_interpreter_gradients_match_finite_differences_exactly_where_they_must():
@@ -225,6 +242,37 @@ def test_interpreter_gradients_match_finite_differences_exactly_where_they_must(
         xs, cs = _split(case, args)
         f = lambda *x, case=case, cs=cs: sum(np.sum(leaf) for leaf in _float_leaves(case.fn(*_merge(case, x, cs))))  # noqa: E731
         tk.check_grad(f, xs)
+
+
+def test_linalg_factorizations_are_numpys_own_results():
+    """Issue 25: eigh(UPLO='U') gave eigenvectors of other signs than NumPy's (it was the lower triangle of the
+    transpose, a different LAPACK computation), and float32 matrices differed (NumPy factorizes them in float64).
+    Every factorization on cpu and interpret against NumPy's own results (signs of eigenvectors, singular vectors
+    and q included, not only reconstructions), batched, non-symmetric input to eigh (one triangle read), both
+    dtypes, exactly up to rounding."""
+    rng = np.random.default_rng(25)
+
+    def f(a, t, w):
+        spd = a @ np.swapaxes(a, -1, -2) + 6 * np.eye(4)
+        return {"eigh_L": np.linalg.eigh(a), "eigh_U": np.linalg.eigh(a, UPLO="U"),
+                "eigvalsh_U": np.linalg.eigvalsh(a, UPLO="U"), "probe": np.linalg.eigh(a[0, 0], UPLO="U")[1][0, :].sum(),
+                "svd": np.linalg.svd(t, full_matrices=False), "svd_wide": np.linalg.svd(w), "qr": np.linalg.qr(t),
+                "qr_wide": np.linalg.qr(w, mode="complete"), "qr_r": np.linalg.qr(t, mode="r"),
+                "cholesky": np.linalg.cholesky(spd), "cholesky_upper": np.linalg.cholesky(spd, upper=True),
+                "slogdet": np.linalg.slogdet(a), "inv": np.linalg.inv(spd)}
+
+    for dtype in (np.float64, np.float32):
+        args = [rng.standard_normal(s).astype(dtype) for s in ((2, 3, 4, 4), (2, 5, 3), (3, 5))]
+        want = f(*args)
+        for backend in ("interpret", "cpu"):
+            got = tk.jit(f, backend=backend)(*args)
+            g_leaves, g_td = tk.tree_flatten(got)
+            w_leaves, w_td = tk.tree_flatten(want)
+            assert g_td == w_td, (backend, g_td, w_td)
+            for k, (g, w) in enumerate(zip(g_leaves, w_leaves)):
+                assert np.asarray(g).dtype == np.asarray(w).dtype and np.shape(g) == np.shape(w), (backend, dtype, k)
+                tol = 1e-12 if dtype == np.float64 else 1e-5
+                np.testing.assert_allclose(g, w, rtol=tol, atol=tol, err_msg=f"{backend} {dtype.__name__} leaf {k}")
 
 
 # ----------------------------------------------------------------------------- the table itself

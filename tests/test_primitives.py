@@ -29,7 +29,7 @@ UNARY = [
 BINARY = [
     ("add", np.add, "any", "any"), ("sub", np.subtract, "any", "any"), ("mul", np.multiply, "any", "any"),
     ("div", np.divide, "any", "nz"), ("pow", np.power, "pos", "any"), ("maximum", np.maximum, "any", "any"),
-    ("minimum", np.minimum, "any", "any"),
+    ("minimum", np.minimum, "any", "any"), ("logaddexp", lambda a, b: np.logaddexp(a, b) * np.logaddexp2(b, a), "any", "any"),
     ("where", lambda a, b: np.where(a > 0, a, b), "any", "any"),
     ("where_scalar", lambda a, b: np.where(b < 0.3, a * b, 0.0), "any", "any"),
 ]
@@ -109,6 +109,57 @@ def test_pow_gradient_at_zero_base_and_zero_exponent():
     np.testing.assert_allclose(gx, [0.0, 0.0])
     np.testing.assert_allclose(gy, [0.0, np.log(2.0)])
     assert np.all(np.isfinite(gy))
+
+
+def test_logaddexp_matches_numpy_at_special_values_and_its_gradient_is_the_softmax_weight():
+    """np.logaddexp and np.logaddexp2 (issue 25: primitives, NumPy's npy_logaddexp as one scalar rule) on every
+    pair of special values, on every backend in both float dtypes; the gradient is exp(x - out) (0.5 at ties,
+    infinities of one sign included, 1 and 0 against -inf), and at ties the second derivatives are 1/4, -1/4."""
+    special = np.array([0.0, -0.0, 1.5, -2.5, np.inf, -np.inf, np.nan, 1e-300, 800.0, -800.0])
+    x, y = np.repeat(special, special.size), np.tile(special, special.size)
+    for dtype in (np.float64, np.float32):
+        with np.errstate(all="ignore"):
+            want = (np.logaddexp(x.astype(dtype), y.astype(dtype)), np.logaddexp2(x.astype(dtype), y.astype(dtype)))
+        for backend in ("interpret", "cpu", "cuda"):
+            got = to_host(tk.jit(lambda a, b: (np.logaddexp(a, b), np.logaddexp2(a, b)), backend=backend)(
+                x.astype(dtype), y.astype(dtype)))
+            for g, w in zip(got, want):
+                assert g.dtype == w.dtype, backend
+                np.testing.assert_allclose(g, w, rtol=1e-15 if dtype == np.float64 else 1e-6, err_msg=backend)
+    a = np.array([1.0, -np.inf, np.inf, 3.0, -np.inf, 2.0, np.nan])
+    b = np.array([1.0, -np.inf, np.inf, -np.inf, 0.5, np.inf, 1.0])
+    for backend in ("interpret", "cpu", "cuda"):
+        with np.errstate(all="ignore"):
+            ga, gb = to_host(tk.jit(tk.grad(lambda a, b: np.sum(np.logaddexp(a, b)), argnums=(0, 1)), backend=backend)(a, b))
+        np.testing.assert_array_equal(ga, [0.5, 0.5, 0.5, 1.0, 0.0, 0.0, np.nan], err_msg=backend)
+        np.testing.assert_array_equal(gb, [0.5, 0.5, 0.5, 0.0, 1.0, 1.0, np.nan], err_msg=backend)
+    d2 = tk.grad(lambda x, y: tk.grad(lambda x, y: np.logaddexp(x, y))(x, y), argnums=(0, 1))(2.0, 2.0)
+    np.testing.assert_allclose(d2, [0.25, -0.25], rtol=1e-15)
+
+
+def test_integer_to_a_negative_integer_power_raises_as_numpy():
+    """NumPy raises ValueError for an integer array to a negative integer power: a constant exponent raises at
+    trace time naming the line; a traced one raises from the compiled cpu kernel (also when the loop is large
+    enough to run in parallel: such a loop runs serially, since Numba drops an exception in prange) and from
+    the interpreter (NumPy's); a cuda kernel cannot raise and gives 0 (1 or -1 for a base of 1 or -1)."""
+    x = np.arange(-2, 3)
+    with pytest.raises(ValueError, match="Integers to negative integer powers are not allowed") as info:
+        tk.jit(lambda x: x ** -2)(x)   # the constant exponent
+    assert f"{__file__}:" in str(info.value) and "int64" in str(info.value)
+    with pytest.raises(ValueError, match="Integers to negative integer powers"):
+        tk.jit(lambda x: np.power(x, np.array([1, 2, -1, 0, 3])))(x)
+    np.testing.assert_array_equal(tk.jit(lambda x: x ** -2.0)(x + 3), (x + 3) ** -2.0)   # (a float exponent: floats)
+    big = np.arange(200_000) % 5
+    for n, base in ((5, x), (big.size, big)):
+        y = np.full(n, 2)
+        y[n // 2] = -1
+        for backend in ("interpret", "cpu"):
+            f = tk.jit(lambda a, b: np.sum(a ** b), backend=backend)
+            assert f(base, np.full(n, 2)) == np.sum(base ** 2)
+            with pytest.raises(ValueError, match="Integers to negative integer powers are not allowed"):
+                f(base, y)
+    got = to_host(tk.jit(lambda a, b: a ** b, backend="cuda")(np.array([1, -1, -1, 2, 0]), np.array([-3, -3, -2, -1, 2])))
+    np.testing.assert_array_equal(got, [1, -1, 1, 0, 0])
 
 
 REDUCTIONS = [
@@ -307,8 +358,8 @@ def test_every_primitive_is_exercised_by_this_file():
         args = numpy_cases.case_inputs(case, case.dtypes[0])
         seen.update(tk.make_ir(lambda *a, case=case: case.fn(*a))(*args).primitive_counts)
         if case.grad and case.inputs[0].kind not in ("int", "bool", "given"):
-            loss = lambda *a, case=case: sum(np.sum(leaf) for leaf in tk.tree_flatten(case.fn(*a))[0]   # noqa: E731
-                                             if leaf.dtype.kind == "f")
+            loss = lambda *a, case=case: sum(np.sum(np.real(leaf)) for leaf in tk.tree_flatten(case.fn(*a))[0]   # noqa: E731
+                                             if leaf.dtype.kind in "fc")
             seen.update(tk.make_ir(loss, mode="grad")(*args).primitive_counts)
     from tracekern.primitives import REGISTRY
 

@@ -13,10 +13,10 @@ import numpy as np
 from . import numpy as tnp
 from . import remat
 from .errors import with_location
-from .ir import Aval, Graph, is_float
+from .ir import Aval, Graph, is_inexact
 from .primitives import annotations as A
 from .primitives.shape import full
-from .pytree import tree_flatten, tree_unflatten
+from .pytree import Static, call_static, tree_flatten, tree_unflatten
 from .trace import Tracer, Variable, _read, aval_of, bind, current_builder, flatten_args, inline_graph, trace_to_graph
 
 
@@ -47,10 +47,11 @@ def custom_gradient(f: Callable | None = None):
     @functools.wraps(f)
     def wrapper(*args):
         if current_builder() is None:   # nothing is being traced or differentiated
-            y, _ = _split_result(f, f(*args))
+            y, _ = _split_result(f, call_static(f, args))
             return y
         return _custom_gradient_traced(f, args)
 
+    wrapper.takes_static = True   # (tk.jit's static arguments reach f untraced)
     return wrapper
 
 
@@ -63,11 +64,12 @@ def _split_result(f, out):
 
 def _custom_gradient_traced(f, args):
     flat = flatten_args(args)
+    statics = (len(args), tuple(i for i, a in enumerate(args) if type(a) is Static))
     leaves = list(flat.leaves)
     state = {}
 
     def fwd(*xs):
-        y, grad_fn = _split_result(f, f(*flat.unflatten(xs)))
+        y, grad_fn = _split_result(f, call_static(f, tuple(flat.unflatten(xs))))
         y_leaves, y_td = tree_flatten(y)
         builder = current_builder()
         variables = [c for c, _ in builder.captured.values() if isinstance(c, Variable)]
@@ -78,7 +80,7 @@ def _custom_gradient_traced(f, args):
                 "`variables` and return (grad_xs, grad_vars) with one gradient per Variable"))
         y_avals = [aval_of(v) for v in y_leaves]
         G, _, g_captured = trace_to_graph(
-            lambda *dys: _run_grad_fn(f, grad_fn, dys, xs, variables), y_avals)
+            lambda *dys: _run_grad_fn(f, grad_fn, dys, xs, variables, statics), y_avals)
         state.update(y_td=y_td, num_y=len(y_leaves), G=G, variables=variables)
         return list(y_leaves) + list(g_captured)
 
@@ -90,7 +92,9 @@ def _custom_gradient_traced(f, args):
     return tree_unflatten(state["y_td"], list(outs[:state["num_y"]]))
 
 
-def _run_grad_fn(f, grad_fn, dys, xs, variables) -> list:
+def _run_grad_fn(f, grad_fn, dys, xs, variables, statics=(0, ())) -> list:
+    """grad_fn's cotangents as one value per input leaf of f (`statics`: f's number of positional
+    arguments and those that are static, whose cotangents, one per argument, are dropped)."""
     if variables:
         res = grad_fn(*dys, variables=list(variables))
         if not (isinstance(res, (tuple, list)) and len(res) == 2):
@@ -103,6 +107,10 @@ def _run_grad_fn(f, grad_fn, dys, xs, variables) -> list:
                                            f"gradients; expected {len(variables)}, one per Variable it reads"))
     else:
         grad_xs, grad_vars = grad_fn(*dys), []
+    n_args, static = statics
+    if static and isinstance(grad_xs, (tuple, list)) and len(grad_xs) == n_args:   # (None for each static argument)
+        grad_xs = [g for i, g in enumerate(grad_xs) if i not in static]
+        grad_xs = grad_xs[0] if len(grad_xs) == 1 and len(xs) == 1 else grad_xs
     flat = [grad_xs] if len(xs) == 1 and not isinstance(grad_xs, (tuple, list)) else _leaves_and_nones(grad_xs)
     if len(flat) != len(xs):
         raise ValueError(with_location(f"the grad_fn of {_name(f)} returned {len(flat)} cotangents; expected "
@@ -110,7 +118,7 @@ def _run_grad_fn(f, grad_fn, dys, xs, variables) -> list:
     targets = [aval_of(x) for x in xs] + [v.aval for v in variables]
     out = []
     for k, (g, want) in enumerate(zip(flat + grad_vars, targets)):
-        if g is None or not is_float(want.dtype):
+        if g is None or not is_inexact(want.dtype):
             out.append(bind(full, shape=tuple(want.shape), dtype=want.dtype, value=want.dtype.type(0).item()))
             continue
         g = _read(g)
@@ -147,13 +155,15 @@ def recompute(f: Callable | None = None, *, policy="nothing"):
     @functools.wraps(f)
     def wrapper(*args, **kwargs):
         if current_builder() is None:
-            return f(*args, **kwargs)
+            return call_static(f, args, kwargs)
         flat = flatten_args(args)
-        R, out_td, captured = trace_to_graph(lambda *xs: f(*flat.unflatten(xs), **kwargs), flat.avals, flat.weak)
+        R, out_td, captured = trace_to_graph(lambda *xs: call_static(f, tuple(flat.unflatten(xs)), kwargs), flat.avals,
+                                             flat.weak)
         body = Graph(R.inputs, R.eqns, R.outputs + remat.saved_by_policy(R, saveable))
         outs = bind(A.recompute_call, *flat.leaves, *captured, body=body, num_y=len(R.outputs))
         return tree_unflatten(out_td, list(outs[:len(R.outputs)]))
 
+    wrapper.takes_static = True   # (tk.jit's static arguments reach f untraced)
     return wrapper
 
 
@@ -169,22 +179,28 @@ def grad_pass_through(f: Callable):
 
     @functools.wraps(f)
     def wrapper(*args):
+        static = [type(a) is Static for a in args]   # (tk.jit's static arguments get no cotangent)
+
         @custom_gradient
         def through(*xs):
-            y = f(*xs)
+            y = call_static(f, xs)
 
             def identity(*dys, variables=None):
-                if len(dys) != len(xs):
+                n = static.count(False)
+                if len(dys) != n:
                     raise ValueError(with_location(
-                        f"tk.grad_pass_through({_name(f)}): {len(dys)} outputs for {len(xs)} inputs; the identity "
+                        f"tk.grad_pass_through({_name(f)}): {len(dys)} outputs for {n} inputs; the identity "
                         "backward needs one output per input"))
-                grads = dys[0] if len(dys) == 1 else list(dys)
+                it = iter(dys)
+                grads = [None if s else next(it) for s in static]
+                grads = grads[0] if len(grads) == 1 else grads
                 return (grads, [None] * len(variables)) if variables else grads
 
             return y, identity
 
         return through(*args)
 
+    wrapper.takes_static = True   # (tk.jit's static arguments reach f untraced)
     return wrapper
 
 

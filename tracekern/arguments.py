@@ -5,6 +5,7 @@ Device arrays (Numba's, or anything with __cuda_array_interface__: CuPy, PyTorch
 for the cuda backend and are copied to the host for the others."""
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable
 from typing import Any
@@ -12,13 +13,39 @@ from typing import Any
 import numpy as np
 
 from .errors import TracerLeakError
-from .ir import SUPPORTED_DTYPES, Aval, is_float
+from .ir import SUPPORTED_DTYPES, Aval, Graph, is_inexact
 from .pytree import leaf_paths
-from .trace import FlatArgs, Tracer, flatten_args
+from .trace import FlatArgs, Tracer, flatten_args, refuse_subclass, weak_flag
 
 
 def fun_name(fun: Callable) -> str:
     return getattr(fun, "__qualname__", getattr(fun, "__name__", repr(fun)))
+
+
+def fun_location(fun: Callable) -> str | None:
+    """'file:line' where fun is defined (through functools.partial and tracekern's wrappers), or None."""
+    seen = 0
+    while seen < 20:
+        seen += 1
+        if isinstance(fun, functools.partial):
+            fun = fun.func
+        elif hasattr(fun, "__wrapped__"):
+            fun = fun.__wrapped__
+        elif hasattr(fun, "fun") and not hasattr(fun, "__code__"):   # (a tk.jit / tk.grad function)
+            fun = fun.fun
+        else:
+            break
+    code = getattr(fun, "__code__", None)
+    return f"{code.co_filename}:{code.co_firstlineno}" if code is not None else None
+
+
+def output_location(fun: Callable, graph: Graph, i: int) -> str | None:
+    """The user's line that computed output i of graph (traced from fun), else where fun is defined."""
+    v = graph.outputs[i]
+    for e in graph.eqns:
+        if v in e.outputs and e.source:
+            return e.source
+    return fun_location(fun)
 
 
 def arg_name(fun: Callable, i: int) -> str:
@@ -51,7 +78,8 @@ def leaf_to_array(fun: Callable, x: Any, where: str, device: bool = False) -> tu
     """A concrete argument leaf as (array, weak): weak marks Python int/float (promote like scalars).
     GPU arrays stay on the device for a device backend (device=True), else are copied to the host."""
     if isinstance(x, np.ndarray):
-        arr, weak = x, False
+        refuse_subclass(x, f"{where} of {fun_name(fun)}")
+        arr, weak = (x if type(x) is np.ndarray else np.asarray(x)), False
     elif on_device(x):
         arr, weak = device_view(x), False
         if not device:
@@ -61,9 +89,14 @@ def leaf_to_array(fun: Callable, x: Any, where: str, device: bool = False) -> tu
     elif isinstance(x, bool):
         arr, weak = np.asarray(x), False
     elif isinstance(x, int):
-        arr, weak = np.asarray(x, np.int64), True
+        if not np.iinfo(np.int64).min <= x <= np.iinfo(np.int64).max:
+            raise OverflowError(f"{where} of {fun_name(fun)} is the Python integer {x}, out of bounds for int64 (as in "
+                                "NumPy); pass a float, or split it")
+        arr, weak = np.asarray(x, np.int64), weak_flag(x)
     elif isinstance(x, float):
         arr, weak = np.asarray(x, np.float64), True
+    elif isinstance(x, complex):
+        arr, weak = np.asarray(x, np.complex128), True
     elif isinstance(x, Tracer):
         raise TracerLeakError(f"{where} of {fun_name(fun)} is a traced value from a trace that has ended "
                               "(a leaked tracer); return values from traced functions instead")
@@ -97,13 +130,13 @@ def differentiated(fun: Callable, flat: FlatArgs, argnums: tuple[int, ...], chec
     active = []
     for k, (aval, i) in enumerate(zip(flat.avals, flat.owner)):
         is_diff = i in argnums
-        if is_diff and check_float and not is_float(aval.dtype):
+        if is_diff and check_float and not is_inexact(aval.dtype):
             path = _leaf_path(flat, k)
             where = arg_name(fun, i) + (f" at {path}" if path else "")
             raise TypeError(f"cannot differentiate with respect to {where} of {fun_name(fun)}: its dtype is "
-                            f"{aval.dtype}. Gradients are defined for float32/float64 only; integer and bool "
+                            f"{aval.dtype}. Gradients are defined for float32/float64 and complex64/complex128 only; integer and bool "
                             "values are constants of differentiation (leave them out of argnums, or .astype(float)).")
-        active.append(is_diff and is_float(aval.dtype))
+        active.append(is_diff and is_inexact(aval.dtype))
     return active
 
 

@@ -15,8 +15,9 @@ from typing import Any
 
 import numpy as np
 
+from . import passes
 from .errors import IRError, TracekernError
-from .ir import Aval, Eqn, Graph, Var, is_float
+from .ir import Aval, Eqn, Graph, Var, is_inexact
 from .primitives import annotations as A
 from .primitives import control as C
 from .primitives import ops
@@ -27,10 +28,10 @@ from .trace import Builder, Value, aval_of, build_graph
 
 def active_vars(graph: Graph, active_inputs: Sequence[bool]) -> set[Var]:
     """Float values that depend, through differentiable equations, on the active inputs."""
-    active = {v for v, a in zip(graph.inputs, active_inputs) if a and is_float(v.dtype)}
+    active = {v for v, a in zip(graph.inputs, active_inputs) if a and is_inexact(v.dtype)}
     for e in graph.eqns:
         if any(v in active for v in e.inputs) and e.primitive.differentiable(**e.params):
-            active.update(v for v in e.outputs if is_float(v.dtype))
+            active.update(v for v in e.outputs if is_inexact(v.dtype))
     return active
 
 
@@ -284,11 +285,17 @@ def _row(a: Aval) -> Aval:
 
 def _record_carries(eqn: Eqn) -> Eqn:
     """A scan as reverse mode emits it: recording the carry at the start of every step, which its
-    backward differentiates the body at (a checkpointed scan's backward re-runs steps instead)."""
-    if eqn.params["record"] or eqn.params.get("checkpoint") is not None:
+    backward differentiates the body at; a checkpointed scan records the snapshots of its schedule's
+    first sweep instead (k slots and the carry at the start of the last step), so that its backward
+    resumes the schedule rather than running that sweep again."""
+    if eqn.params["record"]:
         return eqn
-    recs = tuple(Var(Aval((eqn.params["length"],) + v.aval.shape, v.aval.dtype))
-                 for v in eqn.params["body"].outputs[:eqn.params["num_carry"]])
+    carry = [v.aval for v in eqn.params["body"].outputs[:eqn.params["num_carry"]]]
+    k = eqn.params.get("checkpoint")
+    if k is None:
+        recs = tuple(Var(Aval((eqn.params["length"],) + a.shape, a.dtype)) for a in carry)
+    else:
+        recs = tuple(Var(Aval((k,) + a.shape, a.dtype)) for a in carry) + tuple(Var(a) for a in carry)
     return Eqn(eqn.primitive, eqn.inputs, eqn.outputs + recs, dict(eqn.params, record=True), eqn.source)
 
 
@@ -296,7 +303,8 @@ def _scan_vjp(rev, cts, ins, outs, active, body, num_consts, num_carry, length, 
     """A reverse scan over the body's backward step, at the recorded carries; with checkpoint=k,
     scan_revolve instead (a schedule of re-runs from the initial carry with at most k stored)."""
     if checkpoint is not None:
-        return _revolve_vjp(rev, cts, ins, outs, active, body, num_consts, num_carry, length, reverse, checkpoint)
+        return _revolve_vjp(rev, cts, ins, outs, active, body, num_consts, num_carry, length, reverse, checkpoint,
+                            record)
     if not record:
         raise TracekernError("scan: its recorded carries were dropped before differentiation (internal error)")
     nc, nk = num_consts, num_carry
@@ -307,10 +315,10 @@ def _scan_vjp(rev, cts, ins, outs, active, body, num_consts, num_carry, length, 
     ct_ys = [ops.zeros_like(o) if c is None else c for c, o in zip(cts[nk:nk + n_y], outs[nk:nk + n_y])]
     # grad of grad: cotangents of the recorded carries join the carry's at the start of each step
     ct_recs = {i: c for i, c in enumerate(cts[nk + n_y:]) if c is not None and i in
-               [j for j in range(nk) if is_float(body.outputs[j].dtype)]}
+               [j for j in range(nk) if is_inexact(body.outputs[j].dtype)]}
     act = list(active)
     dc = [i for i in range(nc) if act[i]]                       # consts that get cotangents
-    fk = [i for i in range(nk) if is_float(body.outputs[i].dtype)]
+    fk = [i for i in range(nk) if is_inexact(body.outputs[i].dtype)]
     dx = [i for i in range(len(xs)) if act[nc + nk + i]]
     # one backward step: (consts, ct_carry (float ones), acc, carry_t, x_t, ct_y_t) ->
     #                    (ct_carry_prev, acc + ct_consts, ct_x_t)
@@ -331,25 +339,29 @@ def _scan_vjp(rev, cts, ins, outs, active, body, num_consts, num_carry, length, 
             + [ct_xs.get(i) for i in range(len(xs))])
 
 
-def _revolve_vjp(rev, cts, ins, outs, active, body, nc, nk, length, reverse, k):
+def _revolve_vjp(rev, cts, ins, outs, active, body, nc, nk, length, reverse, k, record=False):
     """The backward of a checkpointed scan: scan_revolve runs the schedule of tracekern.schedule
-    (at most k stored carries) from the initial carry, interleaving forward and backward steps."""
+    (at most k stored carries), interleaving forward and backward steps: from the snapshots of its
+    first sweep that the forward recorded (`record`), else from the initial carry."""
     n_y = len(body.outputs) - nk
     consts, init, xs = list(ins[:nc]), list(ins[nc:nc + nk]), list(ins[nc + nk:])
     ct_carry = [ops.zeros_like(o) if c is None else c for c, o in zip(cts[:nk], outs[:nk])]
     ct_ys = [ops.zeros_like(o) if c is None else c for c, o in zip(cts[nk:nk + n_y], outs[nk:nk + n_y])]
     act = list(active)
     dc = [i for i in range(nc) if act[i]]
-    fk = [i for i in range(nk) if is_float(body.outputs[i].dtype)]
+    fk = [i for i in range(nk) if is_inexact(body.outputs[i].dtype)]
     dx = [i for i in range(len(xs)) if act[nc + nk + i]]
     step_active = act[:nc] + [i in fk for i in range(nk)] + act[nc + nk:]
     avals = ([aval_of(c) for c in consts] + [aval_of(ct_carry[i]) for i in fk] + [aval_of(consts[i]) for i in dc]
              + [v.aval for v in body.outputs[:nk]] + [_row(aval_of(x)) for x in xs] + [_row(aval_of(c)) for c in ct_ys])
     back = _scan_step_vjp(rev, body, nc, nk, fk, dc, dx, len(xs), step_active, avals)
     acc0 = [ops.zeros_like(consts[i]) for i in dc]
-    res = ops.scan_revolve(*consts, *init, *xs, *[ct_carry[i] for i in fk], *acc0, *ct_ys, body=body, back=back,
+    start = list(outs[nk + n_y:nk + n_y + 2 * nk]) if record else init   # (slots, then the last step's carry)
+    # re-runs need only the carry: the body without its ys (a loss or a log-softmax a step, say)
+    advance = passes.dce(Graph(body.inputs, body.eqns, body.outputs[:nk], body.input_notes))
+    res = ops.scan_revolve(*consts, *start, *xs, *[ct_carry[i] for i in fk], *acc0, *ct_ys, body=advance, back=back,
                            checkpoint=k, num_consts=nc, num_carry=nk, num_state=len(fk) + len(dc),
-                           dx=tuple(dx), length=length, reverse=reverse)
+                           dx=tuple(dx), length=length, reverse=reverse, resume=bool(record), num_ys=n_y)
     ct_init = dict(zip(fk, res[:len(fk)]))
     ct_consts = dict(zip(dc, res[len(fk):len(fk) + len(dc)]))
     ct_xs = dict(zip(dx, res[len(fk) + len(dc):]))
@@ -395,7 +407,7 @@ def _while_vjp(rev, cts, ins, outs, active, cond, body, num_consts, checkpoint=N
     nc = num_consts
     consts, init = list(ins[:nc]), list(ins[nc:])
     nk = len(init)
-    fk = [i for i in range(nk) if is_float(init[i].dtype)]
+    fk = [i for i in range(nk) if is_inexact(init[i].dtype)]
     dc = [i for i in range(nc) if active[i]]
     step_active = list(active[:nc]) + [i in fk for i in range(nk)]
     avals = ([aval_of(c) for c in consts] + [aval_of(init[i]) for i in fk] + [aval_of(consts[i]) for i in dc]

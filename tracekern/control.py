@@ -3,11 +3,13 @@ its functions into sub-graphs and binds one primitive of primitives/control.py; 
 functions read by closure become the primitive's `consts` operands."""
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 import numpy as np
 
 from . import numpy as tnp
+from . import schedule
 from .errors import with_location
 from .ir import Aval, Graph, Var
 from .primitives import control as C
@@ -29,6 +31,44 @@ def _leaves(tree, what: str):
 
     flat = flatten_args((tree,), leaf)
     return list(flat.leaves), flat.treedefs[0]
+
+
+_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10, "mib": 2**20, "gib": 2**30}
+
+
+def _checkpoint(checkpoint, carry_bytes: int, steps: int | None, what: str):
+    """A loop's `checkpoint` as its primitive's param: None (keep every carry), k (k snapshots), or
+    a memory budget, "auto" (about 2 sqrt(n) carries, tracekern.schedule.auto_carries) or a size
+    such as "64MB" or "512KiB" (bytes for the carries the backward pass keeps). A scan (its steps
+    known now) gets k or None, chosen within the budget (schedule.best_slots: the fewest slots that
+    re-run as few steps as the whole budget allows; None where every carry fits); a while loop
+    gets "auto" or ("within", carries), chosen when its trip count is known."""
+    if checkpoint is None:
+        return None
+    if isinstance(checkpoint, str):
+        text = checkpoint.strip().lower().replace(" ", "")
+        if text == "auto":
+            budget = "auto"
+        else:
+            m = re.fullmatch(r"(\d+(?:\.\d*)?)([kmg]i?b|b)", text)
+            if m is None:
+                raise ValueError(with_location(f"{what}: checkpoint must be None, a positive number of snapshots, "
+                                               f"'auto' or a size such as '64MB' or '512KiB', got {checkpoint!r}"))
+            nbytes = int(float(m.group(1)) * _UNITS[m.group(2)])
+            carries = nbytes // max(carry_bytes, 1)
+            if carries < 1:
+                raise ValueError(with_location(f"{what}: checkpoint={checkpoint!r} ({nbytes} bytes) holds no carry: one "
+                                               f"carry is {carry_bytes} bytes, so give at least '{carry_bytes}B'"))
+            budget = ("within", carries)
+        if steps is None:
+            return budget
+        k = schedule.slots(steps, budget)
+        return None if k >= steps else k
+    if isinstance(checkpoint, bool) or not isinstance(checkpoint, (int, np.integer)) or int(checkpoint) < 1:
+        raise ValueError(with_location(f"{what}: checkpoint must be None, a positive number of snapshots, 'auto' or "
+                                       f"a size such as '64MB', got {checkpoint!r}"))
+    k = int(checkpoint)
+    return None if steps is not None and k >= steps else k
 
 
 def _trace(fn: Callable, avals, what: str):
@@ -105,16 +145,18 @@ def _extend(g: Graph, at: int, avals, after: bool) -> Graph:
 # ----------------------------------------------------------------------------- scan
 
 
-def scan(f: Callable, init, xs=None, length: int | None = None, *, reverse: bool = False, checkpoint: int | None = None):
+def scan(f: Callable, init, xs=None, length: int | None = None, *, reverse: bool = False,
+         checkpoint: int | str | None = None):
     """(carry, ys) = scan(f, init, xs): carry, y = f(carry, x) for each x along axis 0 of xs (a
     pytree of arrays, or None with `length`); ys stacks the ys. Differentiable (grad of grad too).
 
     checkpoint=None keeps every step's carry for the backward pass. checkpoint=k keeps none: the
     backward runs a binomial schedule from the initial carry with at most k carries stored
-    (tracekern.schedule), re-running the fewest forward steps that allows."""
-    if checkpoint is not None and int(checkpoint) < 1:
-        raise ValueError(with_location(f"tk.scan: checkpoint must be None or a positive number of snapshots, "
-                                       f"got {checkpoint}"))
+    (tracekern.schedule), re-running the fewest forward steps that allows. checkpoint="auto" or a
+    size ("64MB") is a memory budget for those carries: the loop takes the snapshots that run
+    fastest within it (see _checkpoint)."""
+    if checkpoint is not None and not isinstance(checkpoint, str):
+        _checkpoint(checkpoint, 1, None, "tk.scan")   # (checks it before tracing)
     init_leaves, carry_td = _leaves(init, "tk.scan init")
     x_leaves, x_td = _leaves(xs, "tk.scan xs") if xs is not None else ([], tree_flatten(None)[1])
     lengths = {int(aval_of(x).shape[0]) if aval_of(x).shape else -1 for x in x_leaves}
@@ -147,7 +189,7 @@ def scan(f: Callable, init, xs=None, length: int | None = None, *, reverse: bool
     g = _consts_first(g, len(extra))
     # (k >= n stores every carry: the plain backward does that without re-running steps). The
     # forward records no carries: reverse mode makes the scan record them when it needs them
-    ck = None if checkpoint is None or int(checkpoint) >= n else int(checkpoint)
+    ck = _checkpoint(checkpoint, sum(a.nbytes for a in carry_avals), n, "tk.scan")
     outs = bind(C.scan, *extra, *init_leaves, *x_leaves, body=g, num_consts=len(extra), num_carry=len(init_leaves),
                 length=n, reverse=bool(reverse), record=False, checkpoint=ck)
     nk = len(init_leaves)
@@ -167,7 +209,7 @@ def _consts_first(g: Graph, n_extra: int) -> Graph:
 # ----------------------------------------------------------------------------- loops
 
 
-def fori_loop(lower, upper, body_fn: Callable, init, *, checkpoint: int | None = None):
+def fori_loop(lower, upper, body_fn: Callable, init, *, checkpoint: int | str | None = None):
     """for i in range(lower, upper): val = body_fn(i, val). Static integer bounds run as tk.scan
     (checkpoint= as there); traced bounds as tk.while_loop."""
     lo, hi = _read(lower), _read(upper)
@@ -189,14 +231,14 @@ def fori_loop(lower, upper, body_fn: Callable, init, *, checkpoint: int | None =
     return val
 
 
-def while_loop(cond_fn: Callable, body_fn: Callable, init, *, checkpoint: int | None = None):
+def while_loop(cond_fn: Callable, body_fn: Callable, init, *, checkpoint: int | str | None = None):
     """while cond_fn(val): val = body_fn(val). Reverse-differentiable with a trip count known only
     at run time: the backward re-runs the loop from its initial value, keeping every iteration's
     carry (checkpoint=None) or k snapshots and one segment at a time (checkpoint=k), then runs the
-    body's backward in reverse."""
-    if checkpoint is not None and int(checkpoint) < 1:
-        raise ValueError(with_location(f"tk.while_loop: checkpoint must be None or a positive number of snapshots, "
-                                       f"got {checkpoint}"))
+    body's backward in reverse. checkpoint="auto" or a size ("64MB"): a memory budget, the number
+    of snapshots chosen within it when the trip count is known."""
+    if checkpoint is not None and not isinstance(checkpoint, str):
+        _checkpoint(checkpoint, 1, None, "tk.while_loop")
     if current_builder() is None and not any(isinstance(_read(x), Tracer) for x in tree_flatten(init)[0]):
         val = init
         while bool(np.asarray(cond_fn(val))):
@@ -225,5 +267,5 @@ def while_loop(cond_fn: Callable, body_fn: Callable, init, *, checkpoint: int | 
     gb = _consts_first(_extend(gb, len(avals) + len(eb), [aval_of(c) for c in ec], after=True), len(extra))
     gc = _consts_first(_extend(gc, len(avals), [aval_of(c) for c in eb], after=False), len(extra))
     outs = bind(C.while_, *extra, *leaves, cond=gc, body=gb, num_consts=len(extra),
-                checkpoint=None if checkpoint is None else int(checkpoint))
+                checkpoint=_checkpoint(checkpoint, sum(a.nbytes for a in avals), None, "tk.while_loop"))
     return tree_unflatten(td, list(outs[:-1]))

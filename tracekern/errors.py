@@ -55,14 +55,46 @@ class CacheWarning(UserWarning):
 USER_CODE_MARKER = "__tracekern_user_code__"
 
 
+# libraries whose functions call NumPy on their arguments: their frames are not the user's line, and
+# an error raised inside them names the library function the user called (library_call)
+_LIBRARIES = ("scipy",)
+
+
+def _library(frame) -> str | None:
+    """The library (of _LIBRARIES) a frame's code belongs to, or None."""
+    module = frame.f_globals.get("__name__", "") or ""
+    top = module.split(".", 1)[0]
+    return top if top in _LIBRARIES else None
+
+
 def _is_internal(frame) -> bool:
     filename = frame.f_code.co_filename
     if filename.startswith("<frozen"):
         return True
     if frame.f_globals.get(USER_CODE_MARKER):
         return False
+    if _library(frame):
+        return True
     path = os.path.abspath(filename)
     return path.startswith(_PKG_DIR) or path.startswith(os.path.join(_NUMPY_DIR, "numpy"))
+
+
+def library_call() -> str | None:
+    """The public name of the library function (scipy.special.logsumexp) the user's innermost line
+    called, when the stack runs through one (_LIBRARIES), else None."""
+    frame, outer = sys._getframe(1), None
+    while frame is not None and _is_internal(frame):
+        if _library(frame):
+            outer = frame
+        frame = frame.f_back
+    if outer is None:
+        return None
+    parts = []
+    for part in (outer.f_globals.get("__name__", "") or "").split("."):
+        if part.startswith("_"):
+            break
+        parts.append(part)
+    return ".".join(parts + [outer.f_code.co_name])
 
 
 def user_frame_location() -> str | None:

@@ -11,13 +11,37 @@ import numpy as np
 
 from .errors import IRError
 
-SUPPORTED_DTYPES = tuple(np.dtype(d) for d in ("float32", "float64", "int32", "int64", "bool"))
+SUPPORTED_DTYPES = tuple(np.dtype(d) for d in ("float32", "float64", "int32", "int64", "bool", "complex64", "complex128"))
 FLOAT_DTYPES = (np.dtype("float32"), np.dtype("float64"))
-_SHORT = {"float32": "f32", "float64": "f64", "int32": "i32", "int64": "i64", "bool": "bool"}
+COMPLEX_DTYPES = (np.dtype("complex64"), np.dtype("complex128"))
+_SHORT = {"float32": "f32", "float64": "f64", "int32": "i32", "int64": "i64", "bool": "bool", "complex64": "c64",
+          "complex128": "c128"}
 
 
 def is_float(dtype: np.dtype) -> bool:
+    """A real floating-point dtype (float32, float64)."""
     return np.dtype(dtype) in FLOAT_DTYPES
+
+
+def is_complex(dtype: np.dtype) -> bool:
+    return np.dtype(dtype) in COMPLEX_DTYPES
+
+
+def is_inexact(dtype: np.dtype) -> bool:
+    """A dtype gradients flow through: float32, float64, complex64, complex128."""
+    return np.dtype(dtype) in FLOAT_DTYPES or np.dtype(dtype) in COMPLEX_DTYPES
+
+
+def real_dtype(dtype: np.dtype) -> np.dtype:
+    """The dtype of a complex dtype's parts (complex64 -> float32); a real dtype itself."""
+    dtype = np.dtype(dtype)
+    return {"complex64": np.dtype("float32"), "complex128": np.dtype("float64")}.get(dtype.name, dtype)
+
+
+def complex_dtype(dtype: np.dtype) -> np.dtype:
+    """The complex dtype with parts of a float dtype (float32 -> complex64; integers -> complex128)."""
+    dtype = np.dtype(dtype)
+    return dtype if dtype in COMPLEX_DTYPES else np.dtype("complex64" if dtype == np.float32 else "complex128")
 
 
 @dataclass(frozen=True)

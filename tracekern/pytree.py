@@ -1,6 +1,8 @@
 """Flatten and unflatten nested tuples, lists, dicts and None (pytrees) of arrays.
 
-A TreeDef is hashable and cheap to compare, so it can be part of a compile-cache key."""
+A TreeDef is hashable and cheap to compare, so it can be part of a compile-cache key. A Static
+(a value tk.jit's static_argnums keeps out of the trace) is a node without leaves whose value the
+TreeDef carries, so static arguments pass through every transform untraced."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -8,9 +10,43 @@ from dataclasses import dataclass
 from typing import Any
 
 
+class Static:
+    """A static argument (tk.jit's static_argnums) on its way through transforms: flattening keeps
+    it in the TreeDef, not among the leaves, so it is never traced; call_static hands its value to
+    functions that are not transforms."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any):
+        self.value = value
+
+    def __eq__(self, other) -> bool:
+        return type(other) is Static and type(other.value) is type(self.value) and other.value == self.value
+
+    def __hash__(self) -> int:
+        return hash((type(self.value), self.value))
+
+    def __repr__(self) -> str:
+        return f"static({self.value!r})"
+
+
+def takes_static(fn: Callable) -> bool:
+    """Whether fn is a transform that passes Static arguments on (tk.jit / tk.grad functions and the
+    annotations mark themselves with `takes_static = True`)."""
+    return getattr(fn, "takes_static", False)
+
+
+def call_static(fn: Callable, args: tuple, kwargs: dict | None = None) -> Any:
+    """fn(*args, **kwargs), Static arguments passed on to a transform and unwrapped for anything else
+    (the user's own function gets the static value itself)."""
+    if not takes_static(fn):
+        args = tuple(a.value if type(a) is Static else a for a in args)
+    return fn(*args, **(kwargs or {}))
+
+
 @dataclass(frozen=True)
 class TreeDef:
-    kind: str  # "leaf", "none", "tuple", "list", "dict", "namedtuple"
+    kind: str  # "leaf", "none", "tuple", "list", "dict", "namedtuple", "static" (meta: the Static)
     children: tuple = ()
     meta: Any = None  # dict keys, or the namedtuple type
 
@@ -25,6 +61,8 @@ class TreeDef:
             return "*"
         if self.kind == "none":
             return "None"
+        if self.kind == "static":
+            return repr(self.meta)
         inner = ", ".join(repr(c) for c in self.children)
         if self.kind == "dict":
             inner = ", ".join(f"{k!r}: {c!r}" for k, c in zip(self.meta, self.children))
@@ -47,6 +85,8 @@ def tree_flatten(tree: Any) -> tuple[list, TreeDef]:
 def _flatten(node: Any, leaves: list) -> TreeDef:
     if node is None:
         return TreeDef("none")
+    if type(node) is Static:
+        return TreeDef("static", (), node)
     if isinstance(node, tuple):
         kind, meta = ("namedtuple", type(node)) if hasattr(node, "_fields") else ("tuple", None)
         return TreeDef(kind, tuple(_flatten(c, leaves) for c in node), meta)
@@ -73,6 +113,8 @@ def _unflatten(td: TreeDef, it) -> Any:
         return next(it)
     if td.kind == "none":
         return None
+    if td.kind == "static":
+        return td.meta
     children = [_unflatten(c, it) for c in td.children]
     if td.kind == "tuple":
         return tuple(children)
@@ -92,7 +134,7 @@ def leaf_paths(treedef: TreeDef, prefix: str = "") -> list[str]:
     """Human-readable path of every leaf, e.g. ['[0]', "['w']"], for error messages."""
     if treedef.kind == "leaf":
         return [prefix]
-    if treedef.kind == "none":
+    if treedef.kind in ("none", "static"):
         return []
     out: list[str] = []
     keys = treedef.meta if treedef.kind == "dict" else range(len(treedef.children))

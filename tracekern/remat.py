@@ -604,6 +604,8 @@ class _Problem:
         """argmin c.x over the closure constraints and the rows `extra` (a.x <= b); (x, proven optimal)."""
         from scipy import optimize, sparse  # (SciPy's optimizer loads only when a budget is planned)
 
+        if not self.size:   # (nothing to choose: the backward reads no forward value)
+            return np.zeros(0), True
         r, k, d, n = self.closure
         constraints = []
         if n:

@@ -57,6 +57,44 @@ def revolve_bound(n: int, s: int) -> int:
     return r * n - math.comb(s + r, s + 1)
 
 
+def auto_carries(n: int) -> int:
+    """The carries checkpoint="auto" may keep for n steps: ceil(2 sqrt(n)) (two-level checkpointing
+    keeps about sqrt(n) segment starts and one segment's sqrt(n) carries)."""
+    return max(1, math.ceil(2 * math.sqrt(max(n, 1))))
+
+
+def best_slots(n: int, carries: int) -> int:
+    """The fewest slots, at most `carries`, whose schedule re-runs no more forward steps than one
+    with all of them (n or more: a slot per step, nothing re-run)."""
+    if carries >= n:
+        return max(n, 1)
+    target = revolve_bound(n, carries)
+    lo, hi = 1, carries          # revolve_bound falls as slots grow: the first k that reaches target
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if revolve_bound(n, mid) <= target:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def slots(n: int, checkpoint) -> int:
+    """The slots a loop of n steps keeps for its `checkpoint` (see the module docstring)."""
+    if checkpoint is None:
+        return max(n, 1)
+    if checkpoint == "auto":
+        return best_slots(n, auto_carries(n))
+    if isinstance(checkpoint, tuple) and checkpoint[0] == "within":
+        return best_slots(n, int(checkpoint[1]))
+    return int(checkpoint)
+
+
+def schedule_for(n: int, checkpoint) -> np.ndarray:
+    """actions(n, slots(n, checkpoint)): a while loop's schedule, made when its trip count is known."""
+    return actions(n, slots(n, checkpoint))
+
+
 @functools.lru_cache(maxsize=64)
 def actions(n: int, k: int) -> np.ndarray:
     """The schedule as an int64 array of (action, argument) rows."""
@@ -100,6 +138,27 @@ def actions(n: int, k: int) -> np.ndarray:
     arr = np.asarray(out, np.int64).reshape(-1, 2)
     arr.setflags(write=False)
     return arr
+
+
+@functools.lru_cache(maxsize=64)
+def first_sweep(n: int, k: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """What actions(n, k) does before its first backward step, for a forward pass to do instead:
+    it runs steps 0 .. n-2, storing the carry at the start of some of them. Returns (slot_at: the
+    slot the carry at the start of step p goes to, or -1, for each p < n; positions: the step each
+    slot then holds, 0 if none; the index of the first REVERSE). From there the schedule resumes
+    with the carry at the start of step n - 1 as its current one: the forward pass keeps k + 1
+    carries, and the backward re-runs revolve_bound(n, k) - (n - 1) steps, not revolve_bound(n, k)."""
+    acts = actions(n, k)
+    first = next(i for i, (op, _) in enumerate(acts) if op == REVERSE)
+    slot_at, positions, pos = np.full(n, -1, np.int64), np.zeros(k, np.int64), 0
+    for op, arg in acts[:first]:
+        if op == ADVANCE:
+            pos += int(arg)
+        else:   # (only advances and stores come before the first backward step, each slot stored once)
+            slot_at[pos], positions[int(arg)] = int(arg), pos
+    for a in (slot_at, positions):
+        a.setflags(write=False)
+    return slot_at, positions, first
 
 
 def simulate(n: int, acts: np.ndarray) -> tuple[list[int], int, int]:

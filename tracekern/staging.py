@@ -13,11 +13,11 @@ from typing import Any
 import numpy as np
 
 from . import autodiff, backends, passes, remat
-from .arguments import arg_name, flatten_call, fun_name, to_user
+from .arguments import arg_name, flatten_call, fun_location, fun_name, to_user
 from .backends import fusion
 from .errors import MemoryBudgetError, TracekernError, with_location
-from .ir import Aval, Graph, is_float
-from .pytree import TreeDef, tree_flatten, tree_unflatten
+from .ir import Aval, Graph, is_inexact
+from .pytree import Static, TreeDef, call_static, takes_static, tree_flatten, tree_unflatten
 from .trace import FlatArgs, Tracer, Variable, current_builder, trace_to_graph
 
 # ----------------------------------------------------------------------------- compiled entries
@@ -63,7 +63,7 @@ class CompiledEntry:
     def __call__(self, leaves: Sequence) -> Any:
         if self.variables:
             leaves = list(leaves) + [v._value for v in self.variables]
-        outs = [np.array(o) if copy and isinstance(o, np.ndarray) else to_user(o)
+        outs = [to_user(np.array(o)) if copy and isinstance(o, np.ndarray) else to_user(o)
                 for o, copy in zip(self.run(leaves), self._is_input)]
         if self._out_shape == "leaf":
             return outs[0]
@@ -154,13 +154,20 @@ class Lowered:
 
 class Staged:
     """A function that, called on arrays, traces `emit` per argument signature, compiles the graph
-    on `backend` and runs it; called inside another trace, it emits into that trace (inlining)."""
+    on `backend` and runs it; called inside another trace, it emits into that trace (inlining).
+    Static arguments (static_argnums) reach `emit` as pytree.Static when it is a transform (which
+    passes them on untraced), as their values otherwise."""
+
+    takes_static = True
 
     def __init__(self, fun: Callable, emit: Callable, *, backend: str | None = None,
                  static_argnums: Sequence[int] | int = (), options: dict | None = None,
-                 memory_budget: int | float | None = None):
+                 memory_budget: int | float | None = None, rebudget: Callable | None = None):
         self.fun = fun
         self.emit = emit
+        # a gradient transform's emit for another memory budget (rebudget(b)): lower() reports what the
+        # step keeps without a budget from rebudget(1.0)'s plan, the number a fractional budget scales
+        self.rebudget = rebudget
         self.backend = backend
         self.options = dict(options or {})   # the backend's options (backends.OPTIONS)
         self.memory_budget = memory_budget   # (a gradient transform's: lower() reports its plan)
@@ -184,7 +191,9 @@ class Staged:
         key = f"__tracekern_bound_{id(self)}"
         bound = getattr(instance, "__dict__", {}).get(key)
         if bound is None:
-            bound = Staged(functools.partial(self.fun, instance), functools.partial(self.emit, instance),
+            emit = functools.partial(self.emit, instance)
+            emit.takes_static = takes_static(self.emit)
+            bound = Staged(functools.partial(self.fun, instance), emit,
                            backend=self.backend, options=self.options,
                            static_argnums=tuple(i - 1 for i in self.static_argnums if i > 0),
                            memory_budget=self.memory_budget)
@@ -194,7 +203,7 @@ class Staged:
 
     def __call__(self, *args, **kwargs):
         if current_builder() is not None:
-            return self.emit(*args, **kwargs)
+            return call_static(self.emit, args, kwargs)
         plain = not kwargs and not self.static_argnums and all(type(a) is np.ndarray for a in args)
         if plain:
             entry = self._fast.get(fast_key := tuple([(a.shape, a.dtype) for a in args]))
@@ -222,13 +231,23 @@ class Staged:
     def lower(self, *args, **kwargs) -> Lowered:
         """What a call on these arguments runs: .ir (the graph), .source (the generated Numba source;
         None on "interpret"), .memory (.peak_bytes of each compiled function; .residual_bytes saved
-        between the two halves of tk.vjp(f) on these arguments; for a gradient transform with a
-        memory_budget, the residuals its step keeps, as planned, with recompute_cost and solver)."""
+        between the two halves of tk.vjp(f) on these arguments; for a gradient transform, the arrays its
+        step keeps for its backward: as planned under a memory_budget, with recompute_cost and solver;
+        without one, the number a fractional memory_budget of the same transform scales)."""
         entry = self._entry(self._signature(args, kwargs))
         peaks = {"step": entry.run.peak_bytes}
-        residual, saved, split = None, None, entry.plan
+        residual, saved, split, plan_info = None, None, entry.plan, {}
         if split is not None:   # a gradient transform under a memory budget: the plan its step runs
             residual, saved = split.residual_bytes, split.saved_bytes
+        elif (grad := self._gradient()) is not None:
+            # a gradient transform without a budget: what its fused step keeps for its backward (the
+            # arrays behind the residuals), the basis memory_budget=<fraction> scales: one number, not two
+            probe = Staged(grad.fun, grad.rebudget(1.0), backend=self.backend, options=self.options,
+                           static_argnums=self.static_argnums, memory_budget=1.0)
+            probe._signature(args, kwargs).make_graph()   # (traced and planned, not compiled)
+            basis = probe.emit.plan
+            residual, saved = basis.unconstrained_bytes, basis.saved_bytes
+            plan_info = dict(smallest_budget=basis.smallest_budget)
         elif not kwargs and not self.static_argnums and not isinstance(self.fun, functools.partial):
             try:
                 staged = stage_vjp(self.fun, args, False, self.backend, self.options, self.memory_budget)[0]
@@ -240,9 +259,16 @@ class Staged:
                 split = staged.split
                 residual, saved = split.residual_bytes, split.saved_bytes
                 peaks.update(vjp_forward=staged.forward.peak_bytes, vjp_backward=staged.backward.peak_bytes)
-        plan = {} if split is None else dict(memory_budget=split.memory_budget, recompute_cost=split.recompute_cost,
-                                              solver=split.solver, smallest_budget=split.smallest_budget)
+        plan = plan_info if split is None else dict(memory_budget=split.memory_budget, recompute_cost=split.recompute_cost,
+                                                     solver=split.solver, smallest_budget=split.smallest_budget)
         return Lowered(entry.graph, entry.run.source, MemoryReport(residual, peaks, saved, **plan), split)
+
+    def _gradient(self) -> Staged | None:
+        """The gradient transform this function runs (itself, or the one tk.jit wraps), or None."""
+        s = self
+        while s.rebudget is None and isinstance(s.fun, Staged) and s.emit is s.fun:
+            s = s.fun
+        return s if s.rebudget is not None else None
 
     def export(self, *args) -> Exported:
         """This function compiled for the signature of `args` (arrays, or anything with .shape and
@@ -297,9 +323,9 @@ class Staged:
 
             def traced(*tracers):
                 *dyn, kw = flat.unflatten(tracers)
-                return self.emit(*_merge_static(tuple(dyn), statics), **kw)
+                return call_static(self.emit, _merge_static(tuple(dyn), statics), kw)
 
-            graph, out_td, captured = trace_to_graph(traced, flat.avals, flat.weak)
+            graph, out_td, captured = trace_to_graph(traced, flat.avals, flat.weak, fun_name(self.fun), fun_location(self.fun))
             assert all(isinstance(c, Variable) for c in captured), "top-level trace captured outer values"
             return graph, out_td, tuple(captured)
 
@@ -307,9 +333,10 @@ class Staged:
 
 
 def _merge_static(dynamic: tuple, statics: tuple) -> tuple:
+    """The positional arguments, the static ones back in their places (as pytree.Static)."""
     args = list(dynamic)
     for i, v in statics:
-        args.insert(i, v)
+        args.insert(i, Static(v))
     return tuple(args)
 
 
@@ -328,7 +355,8 @@ def split_aux(fun: Callable, out_td: TreeDef, has_aux: bool) -> tuple[TreeDef, T
 
 def trace_call(fun: Callable, flat: FlatArgs):
     """trace_to_graph of fun on flattened arguments: (graph, out treedef, captured values)."""
-    return trace_to_graph(lambda *leaves: fun(*flat.unflatten(leaves)), flat.avals, flat.weak)
+    return trace_to_graph(lambda *leaves: call_static(fun, tuple(flat.unflatten(leaves))), flat.avals, flat.weak,
+                          fun_name(fun), fun_location(fun))
 
 
 @dataclass(frozen=True)
@@ -372,7 +400,7 @@ def stage_vjp(fun: Callable, args: tuple, has_aux: bool, backend: str | None = N
         variables = tuple(captured)
         value_td, aux_td = split_aux(fun, out_td, has_aux)
         n_out = value_td.num_leaves
-        active = tuple(is_float(aval.dtype) for aval in flat.avals)
+        active = tuple(is_inexact(aval.dtype) for aval in flat.avals)
         joint = autodiff.vjp(graph, active + (False,) * len(variables),
                              seeded=[i < n_out for i in range(len(graph.outputs))], zeros=True)
         split = plan_split(fun, passes.simplify(joint.graph), joint.num_primals, len(graph.outputs), memory_budget)

@@ -7,6 +7,8 @@ IR (through tracekern.primitives.ops on Values, never through Tracers and their 
 from __future__ import annotations
 
 import contextlib
+import linecache
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +21,7 @@ from .errors import (
     TracerBoolError,
     TracerLeakError,
     describe_location,
+    library_call,
     user_frame_location,
     with_location,
 )
@@ -115,7 +118,7 @@ class Builder:
                     None,
                 )
             )
-        arr = as_constant(x)
+        arr = snapshot(as_constant(x))
         return self.emit(const, [], {"value": arr}, self.current_source())[0].var
 
     def current_source(self) -> str | None:
@@ -206,11 +209,50 @@ def new_builder():
         b.active = False
 
 
+INT32_RANGE = (-2**31, 2**31 - 1)
+WIDE = "wide"   # the weak flag of a Python int outside int32's range (see weak_flag)
+
+
+def weak_flag(x: Any) -> bool | str:
+    """How a Python number argument promotes: True (weak, as NumPy 2's Python scalars), WIDE for an
+    int outside int32's range (combined with an int32 array, NumPy raises OverflowError, and so does
+    tracing), False for anything else."""
+    if isinstance(x, bool) or not isinstance(x, (int, float, complex)):
+        return False
+    if isinstance(x, int) and not INT32_RANGE[0] <= x <= INT32_RANGE[1]:
+        return WIDE
+    return True
+
+
+def refuse_subclass(x: Any, where: str) -> None:
+    """TypeError for an ndarray subclass whose meaning tracekern would drop: a masked array's mask,
+    np.matrix's matrix product, or any subclass with NumPy protocols of its own (units, lazy arrays).
+    Plain views that mean what their data say (np.memmap) pass."""
+    if type(x) is np.ndarray or not isinstance(x, np.ndarray) or type(x) is np.memmap:
+        return
+    if isinstance(x, np.ma.MaskedArray):
+        raise TypeError(with_location(
+            f"{where} is a masked array (np.ma.MaskedArray{list(x.shape)}, {x.dtype}): tracekern computes on plain "
+            "arrays and would drop its mask. Pass x.filled(value) (and, if the mask matters, np.ma.getmaskarray(x) "
+            "as a second argument to use with np.where)"))
+    if isinstance(x, np.matrix):
+        raise TypeError(with_location(
+            f"{where} is an np.matrix{list(x.shape)}: its * is a matrix product, tracekern's arrays multiply "
+            "elementwise, as ndarrays do. Pass np.asarray(m) and write the matrix product as a @ b"))
+    cls = type(x)
+    if (cls.__array_ufunc__ is not np.ndarray.__array_ufunc__ or cls.__array_function__ is not np.ndarray.__array_function__
+            or getattr(cls, "__array_finalize__", None) is not np.ndarray.__array_finalize__):
+        raise TypeError(with_location(
+            f"{where} is a {cls.__module__}.{cls.__name__}, a subclass of np.ndarray with behaviour of its own that "
+            "tracekern would drop; pass np.asarray(x) (a plain ndarray of the same data)"))
+
+
 def as_constant(x: Any) -> np.ndarray:
     """A NumPy array for a constant operand, or TypeError for something that is not an array."""
     if isinstance(x, Variable):
         return x.value
-    if isinstance(x, (np.ndarray, np.generic, bool, int, float)):
+    if isinstance(x, (np.ndarray, np.generic, bool, int, float, complex)):
+        refuse_subclass(x, "a constant")
         arr = np.asarray(x)
         if arr.dtype not in SUPPORTED_DTYPES:
             raise TypeError(
@@ -219,6 +261,21 @@ def as_constant(x: Any) -> np.ndarray:
             )
         return arr
     raise TypeError(with_location(f"expected an array or a number, got {type(x).__name__}: {x!r:.60}"))
+
+
+def snapshot(arr: np.ndarray) -> np.ndarray:
+    """A constant's value as it is now: an array the caller may still write to is copied, so a NumPy
+    array captured by a traced function is read once, when it is traced, whatever its shape and
+    whatever the backend (as JAX does; a value that changes between calls is an argument or a
+    tk.Variable). Read-only arrays (NumPy's broadcast views made while tracing) are kept as they are;
+    a broadcast view of a writable array copies its data, not the broadcast."""
+    writable = arr.flags.writeable or (isinstance(arr.base, np.ndarray) and arr.base.flags.writeable)
+    if not writable:
+        return arr
+    if arr.ndim and 0 in arr.strides and arr.size:
+        data = arr[tuple(slice(0, 1) if st == 0 else slice(None) for st in arr.strides)]
+        return np.broadcast_to(np.array(data), arr.shape)
+    return np.array(arr)
 
 
 def aval_of(x: Any) -> Aval:
@@ -256,22 +313,24 @@ def inline_graph(graph: Graph, args: Sequence[Any]) -> list[Any]:
     return [env[v] for v in graph.outputs]
 
 
-def trace_to_graph(fn: Callable, avals: Sequence[Aval], weak: Sequence[bool] | None = None):
+def trace_to_graph(fn: Callable, avals: Sequence[Aval], weak: Sequence[bool] | None = None, name: str | None = None,
+                   where: str | None = None):
     """Run fn on fresh tracers. Returns (graph, out_treedef, captured_tracers).
 
     The graph's inputs are the tracers for `avals` followed by one input per captured outer tracer
-    (or Variable); pass `captured_tracers` after the arguments when inlining it."""
+    (or Variable); pass `captured_tracers` after the arguments when inlining it. `name` and `where`
+    ('file:line' of its definition) name the user's function in errors about its outputs."""
     weak = weak or [False] * len(avals)
     with new_builder() as b:
         tracers = [b.new_input(a, w) for a, w in zip(avals, weak)]
         out = fn(*tracers)
         leaves, out_td = tree_flatten(out)
         for i, leaf in enumerate(leaves):
-            if not isinstance(leaf, (Tracer, Variable, np.ndarray, np.generic, bool, int, float)):
-                raise TypeError(
-                    f"output {i} of the traced function is a {type(leaf).__name__}, not an array; "
-                    "traced functions must return arrays, numbers, or tuples/lists/dicts of them"
-                )
+            if not isinstance(leaf, (Tracer, Variable, np.ndarray, np.generic, bool, int, float, complex)):
+                raise TypeError(with_location(
+                    f"output {i} of {name or 'the traced function'} is a {type(leaf).__name__} ({leaf!r:.40}), not an "
+                    "array; traced functions must return arrays, numbers, or tuples/lists/dicts of them (a generator: "
+                    "return tuple(...) of it)", where))
         graph, captured = b.finish(leaves)
     graph = verify(passes.simplify(graph))
     return graph, out_td, captured
@@ -305,8 +364,7 @@ def read_leaf(x: Any, arg: int, path: str) -> tuple[Any, Aval, bool]:
     """The default leaf conversion of flatten_args: Variables read as their value (traced inside a
     trace), traced values and constants kept as they are."""
     x = _read(x)
-    weak = isinstance(x, Tracer) and x.weak or isinstance(x, (int, float)) and not isinstance(x, bool)
-    return x, aval_of(x), weak
+    return x, aval_of(x), (x.weak if isinstance(x, Tracer) else weak_flag(x))
 
 
 def flatten_args(args: Sequence[Any], leaf: Callable[[Any, int, str], tuple[Any, Aval, bool]] = read_leaf) -> FlatArgs:
@@ -440,7 +498,7 @@ class ArrayOps:
     # (issue 19: the rest of ndarray's methods that return values; not .var(), whose name is a Value's Var:
     # np.var(x) works)
     mT = property(lambda self: ArrayOps.numpy.matrix_transpose(_read(self)))
-    real = property(lambda self: _read(self))
+    real = property(lambda self: ArrayOps.numpy.real(_read(self)))
     imag = property(lambda self: ArrayOps.numpy.imag(_read(self)))
     def argmax(self, axis=None, keepdims=False): return ArrayOps.numpy.argmax(_read(self), axis, keepdims=keepdims)
     def argmin(self, axis=None, keepdims=False): return ArrayOps.numpy.argmin(_read(self), axis, keepdims=keepdims)
@@ -452,8 +510,8 @@ class ArrayOps:
     def repeat(self, repeats, axis=None): return ArrayOps.numpy.repeat(_read(self), repeats, axis)
     def take(self, indices, axis=None): return ArrayOps.numpy.take(_read(self), _read(indices), axis)
     def round(self, decimals=0): return ArrayOps.numpy.round(_read(self), decimals)
-    def conj(self): return _read(self)
-    def conjugate(self): return _read(self)
+    def conj(self): return ArrayOps.numpy.conj(_read(self))
+    def conjugate(self): return ArrayOps.numpy.conj(_read(self))
 
     def std(self, axis=None, dtype=None, ddof=0, keepdims=False):
         return ArrayOps.numpy.std(_read(self), axis, dtype, ddof=ddof, keepdims=keepdims)
@@ -471,6 +529,17 @@ class ArrayOps:
         return ArrayOps.numpy.transpose(_read(self), axes[0] if len(axes) == 1 else (axes or None))
 
 
+# a line that assigns to an item or slice: name[...] = ... (not ==)
+_ITEM_ASSIGNMENT = re.compile(r"^\s*[\w.]+\s*\[.*\]\s*(\+|-|\*|/|//|%|\*\*|@|&|\||\^)?=(?!=)")
+
+
+def _source_line(location: str | None) -> str:
+    if not location:
+        return ""
+    filename, _, lineno = location.rpartition(":")
+    return linecache.getline(filename, int(lineno)) if lineno.isdigit() else ""
+
+
 class Tracer(ArrayOps, Value):
     """Stands for an array while a user function is traced. Supports NumPy's protocols and operators."""
 
@@ -478,10 +547,10 @@ class Tracer(ArrayOps, Value):
     __array_priority__ = 1000
     __hash__ = object.__hash__
 
-    def __init__(self, builder: Builder, var: Var, weak: bool = False):
+    def __init__(self, builder: Builder, var: Var, weak: bool | str = False):
         self.builder = builder
         self.var = var
-        self.weak = weak  # a Python scalar argument: promotes like a Python scalar, not an array
+        self.weak = weak  # a Python scalar argument: promotes like a Python scalar, not an array (weak_flag)
 
     aval = property(lambda self: self.var.aval)
 
@@ -490,6 +559,13 @@ class Tracer(ArrayOps, Value):
 
     # -- concrete values are not known while tracing ------------------------------
     def _concrete_error(self, what: str):
+        location = user_frame_location()
+        if _ITEM_ASSIGNMENT.match(_source_line(location)):   # (NumPy's z[i] = traced asks for float(traced))
+            return TracerBoolError(with_location(
+                f"a traced value ({self.aval}) was assigned into a NumPy array (z[i] = value): an array made with "
+                "NumPy inside a traced function (np.zeros, np.ones, np.empty...) is a constant and cannot hold "
+                "traced values. Write z = tk.at(z)[i].set(value), which returns the updated array (or build the "
+                "array with np.stack([...]))", location))
         return TracerBoolError(
             f"{what} of a traced array ({self.aval}) is not known while tracing: it depends on "
             "the input values.\n"
@@ -515,13 +591,32 @@ class Tracer(ArrayOps, Value):
         raise self._concrete_error("the index value")
 
     def __array__(self, dtype=None, copy=None):
-        raise TypeError(
-            with_location(
-                f"a traced array ({self.aval}) cannot be converted to a NumPy array while tracing "
-                "(np.asarray / np.array / float() on a traced value). Keep it as an array expression; "
-                "to build an array from traced values use np.stack([...]) or np.concatenate([...])."
-            )
-        )
+        location = user_frame_location()
+        library = library_call()
+        name = library.rpartition(".")[2] if library else ""
+        if library and library.startswith("scipy.special.") and name in getattr(ArrayOps.numpy, "SCIPY_FUNCTIONS", ()):
+            raise TypeError(with_location(
+                f"{library} converts its arguments to NumPy arrays with np.asarray, which a traced array ({self.aval}) "
+                f"cannot honour (it has no values while tracing). Call tk.scipy.special.{name} instead: the same "
+                "signature and results, traced and differentiated (SciPy's ufuncs, such as scipy.special.gammaln, "
+                "trace as they are)", location))
+        if library is not None:
+            raise TypeError(with_location(
+                f"{library} converts its arguments to NumPy arrays, which needs their values: a traced array "
+                f"({self.aval}) has none while tracing, so {library} cannot be traced. Write it with NumPy "
+                "functions on the arrays (tk.numpy has logsumexp, softmax, log_softmax, sigmoid), or call it "
+                "outside the traced function and pass its result in", location))
+        if _ITEM_ASSIGNMENT.match(_source_line(location)):
+            raise TypeError(with_location(
+                f"a traced value ({self.aval}) was assigned into a NumPy array (z[i] = value): an array made with "
+                "NumPy inside a traced function (np.zeros, np.ones, np.empty...) is a constant and cannot hold "
+                "traced values. Write z = tk.at(z)[i].set(value), which returns the updated array (or build the "
+                "array with np.stack([...]))", location))
+        raise TypeError(with_location(
+            f"a traced array ({self.aval}) cannot be converted to a NumPy array while tracing "
+            "(np.asarray / np.array / float() on a traced value). Keep it as an array expression; "
+            "to build an array from traced values use np.stack([...]) or np.concatenate([...]), and to "
+            "write into one, tk.at(z)[i].set(value).", location))
 
     def __len__(self) -> int:
         if not self.shape:

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from kernels import chain, heat, rnn, signal, transformer
+from kernels import chain, heat, lstm, rnn, signal, spectral, transformer
 from kernels.peers import Unsupported
 
 POLICIES = {"recompute": "nothing_saveable", "dots": "dots_saveable"}
@@ -76,7 +76,8 @@ def _block(x, p):
 
 
 def _dropout(key, x, rate=transformer.RATE):
-    keep = jax.random.bernoulli(key, 1.0 - rate, x.shape)
+    # p as float32: with jax_enable_x64 a Python float would draw float64 uniforms, other masks
+    keep = jax.random.bernoulli(key, np.float32(1.0 - rate), x.shape)
     return jnp.where(keep, x / np.float32(1.0 - rate), np.float32(0.0))
 
 
@@ -237,10 +238,54 @@ def heat_version(args, strategy, size, **options):
     return "lax.while_loop", _step(loss, args), _to_numpy
 
 
+def lstm_version(args, strategy, size, **options):
+    steps = args[1].shape[0]
+
+    def loss(params, xs, targets):
+        step = lambda carry, inputs: lstm.step(params, carry, inputs, jnp)   # noqa: E731
+        init = lstm.initial(params, jnp)
+        if strategy == "none":
+            _, nll = lax.scan(step, init, (xs, targets))
+        else:
+            outer = lstm.segments(steps)
+            segment = jax.checkpoint(lambda carry, inputs: lax.scan(step, carry, inputs))
+            _, nll = lax.scan(segment, init, (xs.reshape(outer, steps // outer, -1), targets.reshape(outer, steps // outer, -1)))
+        return jnp.mean(nll)
+    how = ("lax.scan" if strategy == "none" else f"lax.scan over {lstm.segments(steps)} segments, each a jax.checkpoint'ed "
+           "inner scan (two levels, about 2 sqrt(n) carries: the memory of checkpoint='auto')")
+    return how, _step(loss, args), _to_numpy
+
+
 def signal_version(args, strategy, size, **options):
     k = signal.SIZES[size][-1]
     return "jax.numpy (the same code)", _step(lambda taps, x, target: signal.loss(taps, x, target, k, jnp), args), _to_numpy
 
 
+def spectral_version(args, strategy, size, **options):
+    """The same code with jax.numpy, jax.numpy.fft, jax.scipy.special.erf and lax.scan (checkpointed: two
+    levels of scans, the outer one over jax.checkpoint'ed segments)."""
+    from jax.scipy.special import erf
+
+    steps, k = spectral.SIZES[size][2], spectral.checkpoints(strategy)
+
+    def scan(step, psi, steps, checkpoint):
+        body = lambda p, _: (step(p), None)   # noqa: E731
+        if checkpoint is None:
+            return lax.scan(body, psi, None, length=steps)[0]
+        outer = _segments(steps, checkpoint)
+
+        @jax.checkpoint
+        def segment(p, _):
+            return lax.scan(body, p, None, length=steps // outer)[0], None
+        return lax.scan(segment, psi, None, length=outer)[0]
+
+    def loss(params, psi0, x, target):
+        return spectral.loss(params, psi0, x, target, steps, k, xp=jnp, erf=erf, scan=scan)
+    how = ("lax.scan" if k is None else f"lax.scan over {_segments(steps, k)} jax.checkpoint'ed segments of an inner scan "
+           "(two levels: JAX has no binomial schedule)")
+    return how, _step(loss, args), _to_numpy
+
+
 VERSIONS = {"chain": chain_version, "mlp": mlp_version, "transformer": transformer_version, "revnet": revnet_version,
-            "softplus": softplus_version, "rnn": rnn_version, "heat": heat_version, "signal": signal_version}
+            "softplus": softplus_version, "rnn": rnn_version, "heat": heat_version, "signal": signal_version,
+            "spectral": spectral_version, "lstm": lstm_version}

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 
-from kernels import chain, heat, rnn, signal
+from kernels import chain, heat, lstm, rnn, signal
 from kernels.peers import Unsupported
 
 MATMULS = {torch.ops.aten.mm.default, torch.ops.aten.matmul.default, torch.ops.aten.bmm.default, torch.ops.aten.mv.default}
@@ -256,5 +256,40 @@ def signal_version(args, strategy, size, **options):
     return "the same operations in torch", _step(loss, args, **options), _to_numpy
 
 
+def lstm_version(args, strategy, size, **options):
+    """nn.LSTM (PyTorch's own fused LSTM), run with tracekern's weights (functional_call: its
+    weight_ih is our wx transposed; bias_hh zero), and the same log-softmax loss."""
+    (layers, _), xs, _ = args
+    steps, vocab = xs.shape
+    hidden = layers[0][1].shape[0]
+    module = torch.nn.LSTM(vocab, hidden, num_layers=len(layers))
+    zero = torch.zeros(4 * hidden)
+
+    def run(weights, x, h, c):
+        out, (h, c) = torch.func.functional_call(module, weights, (x, (h, c)))
+        return out, h, c
+
+    def loss(params, xs, targets):
+        layers, (wout, bout) = params
+        weights = {}
+        for k, (wx, wh, b) in enumerate(layers):
+            weights.update({f"weight_ih_l{k}": wx.T, f"weight_hh_l{k}": wh.T, f"bias_ih_l{k}": b, f"bias_hh_l{k}": zero})
+        h = c = torch.zeros(len(layers), hidden)
+        if strategy == "none":
+            out, _, _ = run(weights, xs, h, c)
+        else:
+            parts = []
+            for xseg in torch.chunk(xs, lstm.segments(steps)):
+                out, h, c = checkpoint(run, weights, xseg, h, c, use_reentrant=False)
+                parts.append(out)
+            out = torch.cat(parts)
+        logp = torch.log_softmax(out @ wout + bout, dim=-1)
+        return -(targets * logp).sum(-1).mean()
+    how = ("nn.LSTM" if strategy == "none" else f"nn.LSTM over {lstm.segments(steps)} segments, each under "
+           "torch.utils.checkpoint (two levels: the memory of checkpoint='auto')")
+    return how, _step(loss, args, **options), _to_numpy
+
+
 VERSIONS = {"chain": chain_version, "mlp": mlp_version, "transformer": transformer_version, "revnet": revnet_version,
-            "softplus": softplus_version, "rnn": rnn_version, "heat": heat_version, "signal": signal_version}
+            "softplus": softplus_version, "rnn": rnn_version, "heat": heat_version, "signal": signal_version,
+            "lstm": lstm_version}

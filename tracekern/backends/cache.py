@@ -12,15 +12,23 @@ is read from it. Directories this module creates are 0o700 and its files 0o600, 
 Numba's cache files of the generated modules are kept in the checked directory's __pycache__
 (whatever NUMBA_CACHE_DIR says) and created 0o600 (_guard_numba). TRACEKERN_CACHE_SHARED=1
 declares a shared cache: everyone who can write to it is trusted, and only a directory that
-everyone can write is refused."""
+everyone can write is refused.
+
+Healing: Numba's files of generated modules end with a SHA-256 of their content (_SEAL), checked
+before Numba reads them; an entry that fails to load in any way is deleted, warned about once
+(tk.CacheWarning naming the file) and compiled again. Files or directories deleted while a module
+is written, imported or its machine code saved (another process clearing the cache) are made
+again and the step goes on."""
 from __future__ import annotations
 
 import atexit
 import contextlib
 import functools
+import glob
 import hashlib
 import importlib
 import importlib.util
+import io
 import os
 import re
 import shutil
@@ -34,7 +42,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import NamedTuple
 
-from ..errors import CacheWarning, TracekernError, user_stacklevel
+from ..errors import CacheWarning, TracekernError, _is_internal, user_stacklevel
 
 _MODULES: dict[str, ModuleType] = {}
 _IN_USE: dict[tuple[str, bool], Path] = {}   # (configured directory, shared) -> the directory in use
@@ -324,10 +332,17 @@ def module_name(digest: str) -> str:
     return f"tracekern_generated_{digest}"
 
 
+# How often a write, import or save is tried when another process deletes the cache directory
+# (or files in it) meanwhile: each try makes the directories and the file again.
+_ATTEMPTS = 4
+
+
 def load_module(source: str) -> ModuleType:
     """Import the module with this exact source, writing it first if needed. A file whose content
-    does not match its name (corrupted, truncated) is rewritten; an import failure is retried once
-    from a fresh file with the module's Numba cache files removed."""
+    does not match its name (corrupted, truncated) is rewritten, with one CacheWarning; a file or
+    directory deleted meanwhile (another process clearing the cache) is written again; any other
+    import failure is retried from a fresh file with the module's Numba cache files removed, and
+    warned about once if that heals it (else the error is raised)."""
     digest = source_digest(source)
     mod = _MODULES.get(digest)
     if mod is not None:
@@ -336,30 +351,63 @@ def load_module(source: str) -> ModuleType:
         return mod
     _guard_numba()
     path = module_path(source)
-    try:
-        mod = _import(_ensure_file(path, source), source, digest)
-    except Exception:
-        discard(path)
-        mod = _import(_ensure_file(path, source), source, digest)
+    failed: Exception | None = None
+    for attempt in range(_ATTEMPTS):
+        try:
+            mod = _import(_ensure_file(path, source), source, digest)
+            break
+        except FileNotFoundError:   # deleted between the write and the import: write it again
+            if attempt == _ATTEMPTS - 1:
+                raise
+        except Exception as err:
+            if failed is not None or attempt == _ATTEMPTS - 1:
+                raise
+            failed = err
+            discard(path)
+    if failed is not None:
+        _warn_rebuilt(str(path), f"it failed to import ({type(failed).__name__}: {failed})")
     mod.__tk_source__ = source
     _MODULES[digest] = mod
     return mod
 
 
+def _warn_rebuilt(path: str, why: str) -> None:
+    """One CacheWarning per file and process: a damaged cache file was discarded and rebuilt."""
+    if path in _WARNED:
+        return
+    _WARNED.add(path)
+    warnings.warn(CacheWarning(f"tracekern discarded the damaged cache file {path}: {why}. It was rebuilt (compiled "
+                               "again and written anew); the result is not affected, and nothing needs to be done."),
+                  stacklevel=_stacklevel())
+
+
+def _stacklevel() -> int:
+    """user_stacklevel() for a warning from inside Numba (a cache file is loaded in a step's first
+    call): the innermost frame outside tracekern, NumPy, Numba and the generated modules."""
+    numba_dirs = tuple(os.path.dirname(m.__file__) + os.sep for m in map(sys.modules.get, ("numba", "numba.cuda"))
+                       if getattr(m, "__file__", None))
+    frame, level = sys._getframe(1), 1
+    while frame is not None and (_is_internal(frame) or frame.f_code.co_filename.startswith(numba_dirs)
+                                 or in_use(os.path.dirname(frame.f_code.co_filename)) is not None):
+        frame, level = frame.f_back, level + 1
+    return level if frame is not None else 1
+
+
 def discard(path: Path) -> None:
     """Remove a generated module and the Numba cache entries (index and data) made from it."""
     _MODULES.pop(path.stem[3:], None)
-    try:
-        path.unlink()
-    except FileNotFoundError:
-        pass
+    _unlink(path)
     pycache = path.parent / "__pycache__"
     if pycache.is_dir():
         for f in pycache.glob(f"{path.stem}.*"):
-            try:
-                f.unlink()
-            except FileNotFoundError:
-                pass
+            _unlink(f)
+
+
+def _unlink(path: str | os.PathLike) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 def _ensure_file(path: Path, source: str) -> Path:
@@ -369,13 +417,21 @@ def _ensure_file(path: Path, source: str) -> Path:
     except (FileNotFoundError, UnicodeDecodeError, OSError):
         pass
     if path.exists():
+        _warn_rebuilt(str(path), "its content does not match its name (truncated or overwritten)")
         discard(path)
     private = in_use(str(path.parent)) is not False
-    _make_dirs(path.parent, not private)      # deleted while this process runs: made again, private
-    tmp = path.with_name(f".tmp_{uuid.uuid4().hex[:16]}.py")
-    with os.fdopen(new_file(tmp, private), "w") as f:
-        f.write(source)
-    os.replace(tmp, path)  # atomic: a concurrent process sees the old file or the whole new one
+    for attempt in range(_ATTEMPTS):
+        _make_dirs(path.parent, not private)      # deleted while this process runs: made again, private
+        tmp = path.with_name(f".tmp_{uuid.uuid4().hex[:16]}.py")
+        try:
+            with os.fdopen(new_file(tmp, private), "w") as f:
+                f.write(source)
+            os.replace(tmp, path)  # atomic: a concurrent process sees the old file or the whole new one
+            return path
+        except FileNotFoundError:   # the directory was deleted meanwhile: make it again
+            _unlink(tmp)
+            if attempt == _ATTEMPTS - 1:
+                raise
     return path
 
 
@@ -412,8 +468,10 @@ def _guard_numba() -> None:
     """Keep Numba's cache files of the generated modules in the checked directory's __pycache__,
     create them 0o600 there and read none that another user wrote: a locator put first in Numba's
     list claims the functions of files in a directory in use (NUMBA_CACHE_DIR would send them
-    elsewhere, unchecked), the index and data files are opened with new_file(), and each is
-    checked by refused_file() before Numba unpickles it. Nothing changes for other functions' caches.
+    elsewhere, unchecked), the index and data files are written with new_file() and a checksum,
+    and each is checked by refused_file() and against its checksum before Numba unpickles it; an
+    entry that fails to load is deleted and compiled again, and a save into a directory deleted
+    meanwhile makes it again. Nothing changes for other functions' caches.
     Installed once per caching module: Numba's, and numba-cuda's once it is loaded (numba-cuda
     keeps its own copy). Not per call: only at a module's first load."""
     if len(_GUARDED) == len(_CACHING):
@@ -429,7 +487,16 @@ def _guard_numba() -> None:
 
 
 _NUMBA_PARTS = ("CacheImpl._locator_classes", "IndexDataCacheFile._open_for_write", "IndexDataCacheFile._load_index",
-                "IndexDataCacheFile._load_data", "IndexDataCacheFile._data_path")
+                "IndexDataCacheFile._load_data", "IndexDataCacheFile._data_path", "Cache._load_overload",
+                "Cache._save_overload")
+
+
+class _Damaged(Exception):
+    """Numba's index or data file `path` of a generated module could not be read (`err`)."""
+
+    def __init__(self, path: str, err: Exception):
+        super().__init__(f"{path}: {type(err).__name__}: {err}")
+        self.path, self.err = path, err
 
 
 def _guard_caching_module(caching: ModuleType) -> None:
@@ -451,14 +518,18 @@ def _guard_caching_module(caching: ModuleType) -> None:
             if in_use(os.path.dirname(py_file)) is None:
                 return None
             self = cls(py_func, py_file)
-            try:
+            # (never None for a generated module: Numba's next locator would take its cache files
+            # elsewhere, unchecked; a directory that cannot be made now is made again when saving)
+            with contextlib.suppress(OSError):
                 self.ensure_cache_path()
-            except OSError:    # as Numba's own locators: no cache for this function
-                return None
             return self
 
         def ensure_cache_path(self):
-            _make_dir(Path(self.get_cache_path()), in_use(os.path.dirname(self._py_file)) is False)
+            path, shared = Path(self.get_cache_path()), in_use(os.path.dirname(self._py_file)) is False
+            try:
+                _make_dir(path, shared)
+            except FileNotFoundError:       # the cache directory itself was deleted meanwhile
+                _make_dirs(path, shared)
 
     caching.CacheImpl._locator_classes.insert(0, TracekernLocator)   # in place: the subclasses share the list
     files = caching.IndexDataCacheFile
@@ -466,34 +537,151 @@ def _guard_caching_module(caching: ModuleType) -> None:
 
     @contextlib.contextmanager
     def open_for_write(self, filepath):
-        private = in_use(os.path.dirname(os.path.dirname(filepath)))
-        if not private:        # not ours, or a shared cache: Numba's own (the umask decides)
+        where = in_use(os.path.dirname(os.path.dirname(filepath)))
+        if where is None:      # not ours: Numba's own
             with numba_open(self, filepath) as f:
                 yield f
             return
-        tmp = f"{filepath}.tmp.{uuid.uuid4().hex[:16]}"
-        try:
-            with os.fdopen(new_file(tmp), "wb") as f:
-                yield f
-            os.replace(tmp, filepath)
-        except Exception:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        buffer = io.BytesIO()
+        yield buffer
+        payload = buffer.getvalue()
+        _write_file(filepath, payload + _SEAL + hashlib.sha256(payload).digest(), private=where)
 
     numba_load_index, numba_load_data = files._load_index, files._load_data
 
     def load_index(self):
-        return {} if refused_file(self._index_path) else numba_load_index(self)
+        if in_use(os.path.dirname(self._index_path)) is None:
+            return numba_load_index(self)
+        if refused_file(self._index_path):
+            return {}
+        try:
+            if not _sealed(self._index_path):
+                return {}                      # (no index: Numba's answer)
+            return numba_load_index(self)
+        except Exception as err:     # truncated, garbled: a wrong checksum, or whatever unpickling raised
+            raise _Damaged(self._index_path, err) from err
 
     def load_data(self, name):
         path = self._data_path(name)
+        if in_use(os.path.dirname(path)) is None:
+            return numba_load_data(self, name)
         if refused_file(path):
             raise FileNotFoundError(path)      # what Numba does with an entry whose file went away
-        return numba_load_data(self, name)
+        self._tk_data = path                   # (named if rebuilding the function from it fails)
+        try:
+            if not _sealed(path):
+                raise FileNotFoundError(path)
+            return numba_load_data(self, name)
+        except OSError:
+            raise                              # gone: a miss, as Numba has it
+        except Exception as err:
+            raise _Damaged(path, err) from err
 
     files._open_for_write = open_for_write
     files._load_index, files._load_data = load_index, load_data
+
+    numba_load_overload, numba_save_overload = caching.Cache._load_overload, caching.Cache._save_overload
+
+    def load_overload(self, sig, target_context):
+        """Numba's, for a generated module's function: a cache entry that fails to load in any way
+        (an index or data file truncated or garbled, machine code LLVM rejects, code for another
+        signature) is deleted, warned about once, and compiled again (None: a miss)."""
+        if in_use(self._cache_path) is None:
+            return numba_load_overload(self, sig, target_context)
+        cache_file = self._cache_file
+        cache_file._tk_data = None
+        try:
+            data = numba_load_overload(self, sig, target_context)
+            got, wanted = getattr(getattr(data, "signature", None), "args", None), _arg_types(sig)
+            if data is not None and None not in (got, wanted) and tuple(got) != wanted:
+                raise ValueError(f"it holds machine code for {tuple(got)}, not for {wanted}")
+        except _Damaged as err:
+            _heal(cache_file, err.path, err.err)
+            return None
+        except Exception as err:     # (rebuilding the function: LLVM, Numba's own checks)
+            _heal(cache_file, cache_file._tk_data or cache_file._index_path, err)
+            return None
+        return data
+
+    def save_overload(self, sig, data):
+        """Numba's, for a generated module's function: the directory deleted meanwhile (another
+        process clearing the cache) is made again and the entry written again; a damaged index
+        is replaced; a cache that cannot be written does not fail the call (one CacheWarning)."""
+        if in_use(self._cache_path) is None:
+            return numba_save_overload(self, sig, data)
+        for _ in range(_ATTEMPTS):
+            try:
+                return numba_save_overload(self, sig, data)   # (its ensure_cache_path makes the directories)
+            except FileNotFoundError:
+                continue
+            except _Damaged as err:
+                _heal(self._cache_file, err.path, err.err)
+            except OSError as err:
+                _warn_unsaved(self._cache_file._index_path, err)
+                return None
+        _warn_unsaved(self._cache_file._index_path, FileNotFoundError("deleted again at each try"))
+        return None
+
+    caching.Cache._load_overload, caching.Cache._save_overload = load_overload, save_overload
+
+
+def _arg_types(sig) -> tuple | None:
+    """The argument types of a signature Numba compiles for (a tuple of types, or a Signature)."""
+    if isinstance(sig, tuple):
+        return sig
+    args = getattr(sig, "args", None)
+    return tuple(args) if args is not None else None
+
+
+def _heal(cache_file, path: str, err: Exception) -> None:
+    """Delete one function's Numba cache entry (its index and data files): it failed to load."""
+    index = cache_file._index_path
+    base = os.path.basename(index)[:-len(".nbi")]
+    _unlink(index)
+    for f in Path(os.path.dirname(index)).glob(glob.escape(base) + ".*.nbc"):
+        _unlink(f)
+    _warn_rebuilt(path, f"Numba could not load it ({type(err).__name__}: {err})")
+
+
+# Numba's index and data files of generated modules end with this and the SHA-256 of what comes
+# before it (pickle ignores bytes after its end): machine code damaged anywhere, which LLVM would
+# load as it is (and crash on, or run), is found before it is read.
+_SEAL = b"\ntracekern-sha256:"
+
+
+def _sealed(path: str) -> bool:
+    """Whether the Numba cache file `path` exists; raises ValueError if it does not end with the
+    checksum of its content (truncated, overwritten in part, or written without one)."""
+    try:
+        with open(path, "rb") as f:
+            blob = f.read()
+    except FileNotFoundError:
+        return False
+    n = len(_SEAL) + 32
+    if len(blob) < n or blob[-n:-32] != _SEAL or hashlib.sha256(blob[:-n]).digest() != blob[-32:]:
+        raise ValueError("its content does not match its checksum (truncated or overwritten)")
+    return True
+
+
+def _write_file(path: str, data: bytes, private: bool) -> None:
+    """Write `data` to `path` at once (a new file, 0o600 in a private cache, then renamed over it)."""
+    tmp = f"{path}.tmp.{uuid.uuid4().hex[:16]}"
+    try:
+        with os.fdopen(new_file(tmp, private), "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        _unlink(tmp)
+        raise
+
+
+def _warn_unsaved(path: str, err: Exception) -> None:
+    if path in _WARNED:
+        return
+    _WARNED.add(path)
+    warnings.warn(CacheWarning(f"tracekern could not write the cache file {path} ({type(err).__name__}: {err}): the "
+                               "compiled code is used in this process but not cached for others."),
+                  stacklevel=_stacklevel())
 
 
 def portable_lines(lines: dict) -> dict[str, dict[int, tuple[str, str | None]]]:

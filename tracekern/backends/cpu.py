@@ -16,15 +16,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from numba import typeof, types
+from numba import typeof
 from numba.core.errors import NumbaError
-from numba.np.numpy_support import from_dtype
 from numba.np.ufunc.parallel import _launch_threads
 
-from .. import passes
+from .. import passes, schedule
 from ..errors import TracekernError
 from ..ir import Graph, Var
-from . import cache, cpu_calls, cpu_math, fusion, render, scalar_rules, units, vmath, workers
+from ..settings import config
+from . import cache, cpu_calls, cpu_math, fusion, render, scalar_rules, threads, units, vmath, workers
 from .fusion import CallKernel, Compute, Index, Literal, LoopKernel, Read
 from .render import CONTROL, ControlRenderer, identity_literal, literal
 from .units import Unit
@@ -97,6 +97,19 @@ def _has_trig(k: LoopKernel) -> bool:
     return bool(k.domain) and (_trig(k.body) or (k.epilogue_first > 0 and _trig(k.epilogue_body)))
 
 
+def _raises(k: LoopKernel) -> bool:
+    """Whether a loop calls a scalar function that raises (cpu_math.RAISING: NumPy's ValueError for an integer to
+    a negative power). Numba carries no exception out of a prange loop (the chunk stops, the call returns), so
+    such a loop runs its chunks serially, where the exception reaches the caller."""
+    for s in list(k.body) + list(k.epilogue_body):
+        if isinstance(s, Compute):
+            e = s.eqn
+            expr = s.template.format(*s.args, **cpu_math.functions(e.inputs[0].dtype if e.inputs else e.outputs[0].dtype))
+            if any(f"{fn}(" in expr for fn in cpu_math.RAISING):
+                return True
+    return False
+
+
 def loop_params(k: LoopKernel) -> list[tuple[Var, tuple]]:
     """A loop kernel's parameters: the values it reads (in body order, with their pins: see
     fusion.pinned), then those it writes."""
@@ -128,18 +141,19 @@ class _LoopUnit:
         self.params = loop_params(k)
         self.names = {key: f"p{j}" for j, key in enumerate(self.params)}
         self.flagged = _has_trig(k)
+        self.parallel = k.parallel and not _raises(k)
 
     def unit(self) -> Unit:
         fns = [self.function("kernel", exact=False)]
         if self.flagged:
             fns.append(self.function("kernel_exact", exact=True))
         source, lines = _module(f"loop over {list(self.k.domain)}", fns)
-        return Unit(source, lines, flagged=self.flagged, parallel=self.k.parallel)
+        return Unit(source, lines, flagged=self.flagged, parallel=self.parallel)
 
     def function(self, name: str, exact: bool) -> _Text:
         k, t = self.k, _Text()
         flag = self.flagged and not exact
-        t.emit(0, f"@njit({_FLAGS}{', parallel=True' if k.parallel else ''})")
+        t.emit(0, f"@njit({_FLAGS}{', parallel=True' if self.parallel else ''})")
         t.emit(0, f"def {name}({', '.join(self.names[key] for key in self.params)}):")
         D = k.domain
         n = len(D)
@@ -153,8 +167,8 @@ class _LoopUnit:
                      cast=cpu_math.CASTS[out.dtype.name], acc_cast=cpu_math.CASTS[acc_dtype.name],
                      kept=[a for a in range(n) if a not in e.params["axes"]],
                      combine=e.primitive.combine, fns=cpu_math.functions(acc_dtype))
-            if layout == "partial" or (layout == "suffix" and first == 0 and n > 0):
-                r["scratch"] = f"part{j}"
+            if layout == "partial" or (layout == "suffix" and first == 0 and n > 0 and k.num_chunks > 1):
+                r["scratch"] = f"part{j}"   # (one chunk: its accumulator is the result, no scratch)
                 self.filled(t, r["scratch"], (k.num_chunks,) + tuple(out.shape), acc_dtype.name, ident)
             elif layout == "memory":
                 r["scratch"] = f"mem{j}"
@@ -171,7 +185,7 @@ class _LoopUnit:
         rows = k.chunk_rows
         if flag:  # a flag per chunk, combined after the loop (a prange reduction costs compile time)
             t.emit(1, f"bigc = {_empty((k.num_chunks,), 'bool')}")
-        t.emit(1, f"for c in {'prange' if k.parallel else 'range'}({k.num_chunks}):")
+        t.emit(1, f"for c in {'prange' if self.parallel else 'range'}({k.num_chunks}):")
         t.emit(2, f"lo = c * {rows}")
         t.emit(2, f"m0 = {rows} if lo + {rows} <= {D[0]} else {D[0]} - lo")
         if flag:
@@ -194,7 +208,7 @@ class _LoopUnit:
     @staticmethod
     def filled(t: _Text, name: str, shape: tuple, dtype: str, value: str) -> None:
         t.emit(1, f"{name} = {_empty(shape, dtype)}")
-        t.emit(1, f"{name}[...] = {value}")
+        t.emit(1, f"{name}.fill({value})")
 
     def scalar(self, t: _Text, stmt, depth: int, exact: bool = False) -> None:
         if isinstance(stmt, Read):
@@ -238,7 +252,9 @@ class _LoopUnit:
         for axis in reversed(range(n)):
             depth = base + axis
             for r in reds:
-                if r["layout"] == "suffix" and r["first"] == axis:
+                if r["layout"] == "suffix" and r["first"] == axis and axis == 0 and "scratch" not in r:
+                    t.emit(depth, f"{r['out']}[()] = {r['cast']}({r['acc']})")
+                elif r["layout"] == "suffix" and r["first"] == axis:
                     target = f"{r['scratch']}[c]" if axis == 0 else f"{r['out']}[{_index([f'i{a}' for a in range(axis)])}]"
                     t.emit(depth, f"{target} = {r['acc']}")
             if self.k.epilogue and 0 < axis == self.k.epilogue_first < n:
@@ -302,7 +318,7 @@ def _call_unit(k: CallKernel) -> Unit:
     dsts = [f"p{len(ops) + j}" for j in range(len(e.outputs))]
     dst = dsts[0]
     t = _Text()
-    t.emit(0, f"@njit({_FLAGS})")
+    t.emit(0, f"@njit({_FLAGS.replace(', nogil=True', '') if e.primitive.name in cpu_calls.OBJECT_MODE else _FLAGS})")
     t.emit(0, f"def kernel({', '.join(ops + dsts)}):")
     name = e.primitive.name
     if name == "matmul":
@@ -347,7 +363,7 @@ def _matmul(t: _Text, ops: list[str], C0: str, out: Var, e) -> None:
     depth = 1 + len(batch)
     sub = "".join(f"q{d}, " for d in range(len(batch)))
     A, B, C = (f"{x}[{sub[:-2]}]" if batch else x for x in (*ops, C0))
-    if out.dtype.kind == "f" and k_dim > 0 and out.size > 0:
+    if out.dtype.kind in "fc" and k_dim > 0 and out.size > 0:
         t.emit(depth, f"np.dot({A}, {B}, {C})", eqn=e)
         return
     # integer and bool matmul (no BLAS), and empty products
@@ -370,6 +386,44 @@ def _matmul(t: _Text, ops: list[str], C0: str, out: Var, e) -> None:
 # every kernel it links once more; for a straight-line step it buys nothing measurable (a step of
 # one kernel on 8 elements: 3.3 us a call either way). See the README's design notes.
 NJIT_DRIVER_CALLS = 8
+# A loop whose body (and condition, and backward step) has no array of more than this many values runs
+# all its steps inside one compiled function, whatever its number of kernel calls: at this size a
+# kernel's work is a few microseconds, and a call from Python (about 1 us, with its allocations)
+# would be a large part of it (the LSTM of kernels/: hidden size 14, 16 kernel calls a step forward).
+SMALL_BODY_ELEMENTS = 1 << 14
+_LOOPS = ("scan", "while", "scan_revolve")
+
+
+def _subgraphs(e) -> list[Graph]:
+    return [e.params[k] for k in ("cond", "body", "back") if k in e.params]
+
+
+def _largest(graph: Graph) -> int:
+    """The most values of any array a graph (or a sub-graph of it) reads or makes."""
+    most, todo = 0, [graph]
+    while todo:
+        g = todo.pop()
+        for e in g.eqns:
+            most = max([most] + [v.aval.size for v in list(e.inputs) + list(e.outputs)])
+            todo += [p for p in e.params.values() if isinstance(p, Graph)]
+    return most
+
+
+def _kernel_calls(plan: fusion.Plan) -> int:
+    return sum(1 for k in plan.kernels if isinstance(k, LoopKernel) or k.eqn.primitive.name not in CONTROL + ("print",))
+
+
+def _has_objmode(graph: Graph) -> bool:
+    """Whether running a graph enters Python (tk.print, a while loop's run-time schedule): such a
+    function cannot be nogil."""
+    todo = [graph]
+    while todo:
+        g = todo.pop()
+        for e in g.eqns:
+            if e.primitive.name == "print" or (e.primitive.name == "scan_revolve" and e.params["length"] is None):
+                return True
+            todo += [p for p in e.params.values() if isinstance(p, Graph)]
+    return False
 
 
 @dataclass
@@ -416,6 +470,9 @@ class CompiledStep:
         self._parallel = parallel
         self._calls = calls or []   # the step's own kernel calls: (module index, argument specs)
         self._module = None
+        # the thread budget (backends/threads.py): only a step with prange loops or large GEMMs needs one
+        self._blas = _gemm_macs(graph) >= threads.BLAS_MIN_MACS
+        self._budgeted = parallel or self._blas
 
     @property
     def source(self) -> str:
@@ -477,12 +534,30 @@ class CompiledStep:
                 raise cache.located_error("cpu", err2, self._lines, self.driver) from None
 
     def _run(self, module, args) -> list:
+        if self._budgeted:
+            with threads.Budget(self._parallel, self._blas):
+                return self._run_step(module, args)
+        return self._run_step(module, args)
+
+    def _run_step(self, module, args) -> list:
         out = module.step(*args, *self._consts)
         if not self._flagged:
             return list(out)
         if out[0]:  # a sin/cos/tan argument beyond the vectorised range: the libm variant
             return list(module.step_exact(*args, *self._consts))
         return list(out[1:])
+
+
+def _gemm_macs(graph: Graph) -> int:
+    """The multiply-adds of the largest float matmul in the graph and its sub-graphs (loop bodies, branches)."""
+    most, todo = 0, [graph]
+    while todo:
+        g = todo.pop()
+        for e in g.eqns:
+            if e.primitive.name == "matmul" and e.outputs[0].dtype.kind == "f":
+                most = max(most, e.outputs[0].aval.size * e.inputs[0].shape[-1])
+            todo += [p for p in e.params.values() if isinstance(p, Graph)]
+    return most
 
 
 def compile_graph(graph: Graph) -> CompiledStep:
@@ -546,6 +621,40 @@ class _Module:
         self.used = False
         self.kernels: dict[str, Unit] = {}
         self.aliases: dict[str, str] = {}
+        # loops compiled whole (tk.config.compiled_loops, read when the step is compiled): the
+        # functions of their bodies (in workspace form) and of the loops themselves
+        self.compiled_loops = config.compiled_loops
+        self.loops: dict[tuple, str] = {}
+        self._plans: dict[int, fusion.Plan] = {}
+
+    def plan(self, graph: Graph) -> fusion.Plan:
+        """The fusion plan of a sub-graph (made once per module)."""
+        if id(graph) not in self._plans:
+            self._plans[id(graph)] = fusion.plan(passes.inline_calls(graph))
+        return self._plans[id(graph)]
+
+    def compiles_whole(self, e) -> bool:
+        """Whether loop `e` runs all its steps inside one compiled function (loop_function): loops
+        whose bodies are small (every array of a step at most SMALL_BODY_ELEMENTS values, where a
+        kernel call's overhead is a large part of its work) or few kernel calls. Other loops (large
+        bodies of many kernels: Python's half a microsecond a call is nothing beside their work, and
+        an njit body would cost ~10 ms of compile time a call) are driven from the step (render.py)."""
+        if not self.compiled_loops or e.primitive.name not in _LOOPS:
+            return False
+        return all(_largest(g) <= SMALL_BODY_ELEMENTS or _kernel_calls(self.plan(g)) <= NJIT_DRIVER_CALLS
+                   for g in _subgraphs(e))
+
+    def loop_function(self, e, exact: bool) -> str:
+        """The njit function running loop `e` whole: `loopN(operands..., X[, F])` returns its outputs."""
+        key = (id(e), exact)
+        if key not in self.loops:
+            n = len(self.loops) // 2
+            for variant in (False, True):   # (both names taken first: rendering may name loops nested in it)
+                self.loops[(id(e), variant)] = f"loop{n}" + ("_x" if variant else "")
+            for variant in (False, True):
+                text = _LoopFunction(self, e, self.loops[(id(e), variant)], variant).render()
+                self.lines += text.lines + ["", ""]
+        return self.loops[key]
 
     @property
     def deps(self) -> list[Unit]:
@@ -586,14 +695,19 @@ class _Renderer(ControlRenderer):
     (render.py). The driver is an njit function when it is small (NJIT_DRIVER_CALLS) and all the
     sub-graph functions it calls are, else plain Python."""
 
-    def __init__(self, plan: fusion.Plan, module: _Module, sub: bool = False):
+    def __init__(self, plan: fusion.Plan, module: _Module, sub: bool = False, inlined: bool = False):
         super().__init__(plan, module, sub)
         self.items = _calls(plan)
         for item in self.items:
             if isinstance(item, _Call):
                 module.alias(item.unit)
         loops = any(isinstance(k, CallKernel) and k.eqn.primitive.name in CONTROL for k in plan.kernels)
-        self.jitted = (sub or loops) and sum(isinstance(i, _Call) for i in self.items) <= NJIT_DRIVER_CALLS
+        self.jitted = inlined or (sub or loops) and sum(isinstance(i, _Call) for i in self.items) <= NJIT_DRIVER_CALLS
+        # written into a compiled loop's function (inline): outputs into arrays it is given,
+        # intermediate arrays into a workspace the loop allocates once, before its first step
+        self.inlined = inlined
+        self.workspace: list[tuple] = []
+        self.indent = 0
 
     def flag_needed(self) -> bool:
         return self.has_trig() or self.module.used
@@ -602,11 +716,39 @@ class _Renderer(ControlRenderer):
         return any(isinstance(i, _Call) and i.unit.flagged for i in self.items)
 
     def emit(self, depth: int, text: str, eqn=None) -> None:
-        self.lines.append("    " * depth + text)
+        self.lines.append("    " * (depth + self.indent) + text)
         if eqn is not None:
             self.line_eqn[len(self.lines) + self._offset] = eqn
 
     _offset = 0
+
+    def inline(self, ins: list[str], outs: list[str], prefix: str, indent: int, exact: bool, flag: bool) -> list[tuple]:
+        """The graph's statements for a compiled loop's function (self.lines): its inputs named `ins`,
+        its outputs written into the arrays named `outs`, its intermediate arrays `<prefix>w0`, ...
+        (the workspace: returns their (shape, dtype), for the loop to allocate once). Its other local
+        names start with `prefix`, so that several graphs share one function. flag: the function has
+        `any_big` (True when a sin/cos/tan argument needed libm) and F."""
+        self.start_function()
+        self.lines, self.prefix, self.indent = [], prefix, indent - 1
+        for v, name in zip(self.graph.inputs, ins):
+            self.names[v] = name
+        for v in self.plan.consts:
+            self.names[v] = self.extra(self.const_value(v))
+        self.exact_mode, self.flag_mode = exact, flag
+        self.workspace, self.out_names = [], list(outs)
+        for pos, item in enumerate(self.items):
+            if isinstance(item, _Call):
+                self.unit_call(item, exact, flag)
+            else:
+                self.call(item)
+            self.release(pos)
+        # outputs a kernel did not write in place (inputs passed through, constants, a value returned
+        # twice, results of control flow) are copied into their arrays
+        for j, v in enumerate(self.graph.outputs):
+            if self.names[v] != self.out_names[j]:
+                self.emit(1, self.h_assign(self.out_names[j], self.names[v]))
+        self.indent = 0
+        return list(self.workspace)
 
     def render(self) -> str:
         """The driver module's source: `step`, and where a kernel has sin/cos/tan in loops, `step_exact`.
@@ -626,8 +768,7 @@ class _Renderer(ControlRenderer):
             self.emit(0, "")
             self.emit(0, "")
             self.function("step_exact", exact=True, flag=False)
-        listing = "\n".join("# " + line for line in str(self.graph).splitlines())
-        return head + "\n".join(subs + self.lines) + "\n\n" + listing + "\n"
+        return head + "\n".join(subs + self.lines) + "\n\n" + self.listing() + "\n"
 
     def prepare(self) -> None:
         """Render the functions of the control-flow sub-graphs this plan calls; a driver calling a
@@ -635,6 +776,9 @@ class _Renderer(ControlRenderer):
         for k in self.plan.kernels:
             if isinstance(k, CallKernel) and k.eqn.primitive.name in CONTROL:
                 self.module.used = True
+                if self.module.compiles_whole(k.eqn):
+                    self.module.loop_function(k.eqn, exact=False)
+                    continue
                 for key in ("true", "false", "cond", "body", "back"):
                     if key in k.eqn.params:
                         self.module.sub(k.eqn.params[key], exact=False)
@@ -642,7 +786,7 @@ class _Renderer(ControlRenderer):
 
     def function(self, name: str, exact: bool, flag: bool) -> None:
         g = self.graph
-        self.names, self.pool = {}, {}
+        self.start_function()
         args = []
         self.bind_arguments(args)
         self.exact_mode, self.flag_mode = exact, flag
@@ -679,12 +823,29 @@ class _Renderer(ControlRenderer):
             outs.append(f"{name_}.copy()" if v in self.plan.consts else name_)
         self.emit(1, f"return ({', '.join(outs)},)" if outs else "return ()")
 
+    def alloc(self, v: Var) -> str:
+        """Bind v to a buffer; in the workspace form, an output to its output array (the first time it
+        is written) and an intermediate to a workspace array (a dead one of its shape if there is one)."""
+        if not self.inlined:
+            return super().alloc(v)
+        outputs = self.graph.outputs
+        if v in outputs and self.out_names[outputs.index(v)] not in self.names.values():
+            name = self.names[v] = self.out_names[outputs.index(v)]
+            return name
+        free = self.pool.get((v.shape, v.dtype.str))
+        if free:
+            name = self.names[v] = free.pop()
+            return name
+        name = self.names[v] = f"{self.prefix}w{len(self.workspace)}"
+        self.workspace.append((tuple(v.shape), v.dtype))
+        return name
+
     # -- kernel units -----------------------------------------------------------------------
     def unit_call(self, c: _Call, exact: bool, flag: bool) -> None:
         k = self.plan.kernels[c.pos]
-        self.emit(1, f"# kernel {c.pos}: {_describe(k)}")
         for v in c.writes:
             self.alloc(v)
+        self.emit(1, f"# kernel {c.pos}: {_describe(k, self.names)}")
         fn = self.module.aliases[c.unit.digest]
         args = ", ".join(self.names[v] + view(how) for v, how in c.args)
         eqn = k.eqn if isinstance(k, CallKernel) else None
@@ -700,7 +861,13 @@ class _Renderer(ControlRenderer):
         e = k.eqn
         ops = [self.names[v] + (".T" if t else "") for v, t in k.operands]
         self.emit(1, f"# {e.primitive.name} -> {', '.join(str(v.aval) for v in e.outputs)}", eqn=e)
-        if e.primitive.name in CONTROL:
+        if e.primitive.name in CONTROL and self.module.compiles_whole(e):
+            tag = self.tag()
+            extra = ["X"] if self.exact_mode else ["X", "F"]
+            self.emit(1, f"r{tag} = {self.module.loop_function(e, self.exact_mode)}({', '.join(ops + extra)})", eqn=e)
+            for i, v in enumerate(e.outputs):   # (the loop's own arrays: no copy needed)
+                self.emit(1, f"{self.names.get(v) or self.fresh(v)} = r{tag}[{i}]")
+        elif e.primitive.name in CONTROL:
             getattr(self, "control_" + e.primitive.name)(e, ops)
         elif e.primitive.name == "print":   # runs as Python, in program order (kernels are sequential)
             items = [repr(p[1]) if p[0] == "text" else ops[p[1]] for p in e.params["parts"]]
@@ -720,19 +887,24 @@ class _Renderer(ControlRenderer):
         return f"np.empty(({''.join(f'{d}, ' for d in dims)}), np.{np.dtype(dtype).name})"
 
     def h_copy(self, x: str) -> str:
-        return f"{x}.copy()"
+        return f"fresh_copy({x})" if self.inlined else f"{x}.copy()"
 
     def h_assign(self, dst: str, src: str) -> str:
-        return f"{dst}[...] = {src}"
+        return f"assign({dst}, {src})" if self.inlined else f"{dst}[...] = {src}"
 
     def h_truth(self, x: str) -> str:
         return f"{x}[()]"
 
     def h_contiguous(self, x: str) -> str:
-        return f"np.ascontiguousarray({x})"
+        return f"contiguous({x})" if self.inlined else f"np.ascontiguousarray({x})"
 
-    def h_schedule(self, acts: str, n: str, k: str, depth: int) -> None:
-        self.emit(depth, f"with objmode({acts}='int64[:, ::1]'):")
+    def h_schedule(self, acts: str, k: str, n: str, checkpoint: str, depth: int) -> None:
+        if not self.jitted:
+            self.emit(depth, f"{k} = schedule_slots({n}, {checkpoint})")
+            self.emit(depth, f"{acts} = schedule_actions({n}, {k})")
+            return
+        self.emit(depth, f"with objmode({acts}='int64[:, ::1]', {k}='int64'):")
+        self.emit(depth + 1, f"{k} = schedule_slots({n}, {checkpoint})")
         self.emit(depth + 1, f"{acts} = schedule_actions({n}, {k}).copy()")
 
     def h_trip(self, name: str, n: str) -> None:
@@ -740,9 +912,223 @@ class _Renderer(ControlRenderer):
         self.emit(1, f"{name}[()] = {n}")
 
 
-def _describe(k) -> str:
+class _LoopFunction:
+    """Writes one loop compiled whole: `loopN(operands..., X[, F])`, an njit function that runs every
+    step of a scan, a while loop or a checkpoint schedule (scan_revolve) and returns the loop's
+    outputs. Its body (and condition, and backward step) is written into it (_Renderer.inline), not
+    called: the carries (and the backward state) are double-buffered, each step reading one half
+    and writing the other; ys and the cotangents of the sequences are written straight into their
+    rows; the body's intermediate arrays are a workspace allocated once, before the first step.
+    Nothing is allocated per step, and Python is never entered (but for tk.print). One function,
+    not a function per body: Numba optimises again, with LLVM, all the code a function links, so
+    every level of calls would cost that once more at compile time."""
+
+    def __init__(self, module: _Module, e, name: str, exact: bool):
+        self.m, self.e, self.name, self.exact = module, e, name, exact
+        self.t = _Text()
+        self.args = [f"a{i}" for i in range(len(e.inputs))]
+        self.work: list[str] = []
+
+    def emit(self, depth: int, text: str) -> None:
+        self.t.emit(depth, text, eqn=self.e)
+
+    def render(self) -> _Text:
+        e = self.e
+        objmode = e.primitive.name == "scan_revolve" and e.params["length"] is None   # (its schedule)
+        nogil = "" if objmode or any(_has_objmode(g) for g in _subgraphs(e)) else ", nogil=True"
+        extra = ["X"] if self.exact else ["X", "F"]
+        self.t.emit(0, f"@njit(cache=True, error_model='numpy', no_cfunc_wrapper=True{nogil})")
+        self.t.emit(0, f"def {self.name}({', '.join(self.args + extra)}):")
+        if not self.exact:
+            self.emit(1, "any_big = False  # a sin/cos/tan argument >= TRIG_LIMIT somewhere")
+        out = getattr(self, "while_" if e.primitive.name == "while" else e.primitive.name)()
+        if not self.exact:
+            self.emit(1, "if any_big:")
+            self.emit(2, "F[0] = True")
+        self.emit(1, f"return ({', '.join(out)},)")
+        return self.t
+
+    def graph(self, graph: Graph, ins: list[str], outs: list[str], depth: int, prefix: str) -> list[str]:
+        """The statements of a sub-graph at this depth (its workspace declared by declare())."""
+        r = _Renderer(self.m.plan(graph), self.m, sub=True, inlined=True)
+        r.prepare()
+        for i, (shape, dtype) in enumerate(r.inline(ins, outs, prefix, depth, self.exact, flag=not self.exact)):
+            self.work.append(f"{prefix}w{i} = {_empty(list(shape), dtype)}")
+        return r.lines
+
+    def declare(self) -> None:
+        for line in self.work:
+            self.emit(1, line)
+
+    def lines(self, lines: list[str]) -> None:
+        for line in lines:
+            self.t.emit(0, line)
+
+    def halves(self, prefix: str, init: list[str], avals: list) -> tuple[list[str], list[str]]:
+        """Two arrays per value: the current one (a copy of init) and the next."""
+        cur, nxt = [f"{prefix}{i}" for i in range(len(init))], [f"{prefix}{i}n" for i in range(len(init))]
+        for c, n, x, v in zip(cur, nxt, init, avals):
+            self.emit(1, f"{c} = fresh_copy({x})")
+            self.emit(1, f"{n} = {_empty(list(v.shape), v.dtype)}")
+        return cur, nxt
+
+    def swap(self, depth: int, cur: list[str], nxt: list[str]) -> None:
+        for c, n in zip(cur, nxt):
+            self.emit(depth, f"{c}, {n} = {n}, {c}")
+
+    def rows(self, depth: int, names: list[str], seqs: list[str], index: str) -> list[str]:
+        """Bind names to the rows `index` of the sequences (views: no copy)."""
+        for name, q in zip(names, seqs):
+            self.emit(depth, f"{name} = row({q}, {index})")
+        return names
+
+    def seqs(self, names: list[str], prefix: str) -> list[str]:
+        out = []
+        for i, x in enumerate(names):
+            self.emit(1, f"{prefix}{i} = contiguous({x})")
+            out.append(f"{prefix}{i}")
+        return out
+
+    def allocate(self, names: list[str], avals: list) -> list[str]:
+        for name, v in zip(names, avals):
+            self.emit(1, f"{name} = {_empty(list(v.shape), v.dtype)}")
+        return names
+
+    def scan(self) -> list[str]:
+        e, p = self.e, self.e.params
+        nc, nk, n, body = p["num_consts"], p["num_carry"], p["length"], p["body"]
+        a = self.args
+        consts, init, xs = a[:nc], a[nc:nc + nk], a[nc + nk:]
+        n_y = len(body.outputs) - nk
+        xin, yout = [f"x{i}" for i in range(len(xs))], [f"yt{j}" for j in range(n_y)]
+        cur, nxt = self.halves("k", init, body.outputs[:nk])
+        seqs = self.seqs(xs, "q")
+        ys = self.allocate([f"y{j}" for j in range(n_y)], e.outputs[nk:nk + n_y])
+        recs = self.allocate([f"rec{i}" for i in range(len(e.outputs) - nk - n_y)], e.outputs[nk + n_y:])
+        code = self.graph(body, consts + cur + xin, nxt + yout, 2, "B")
+        self.declare()
+        snapshots = p["record"] and p.get("checkpoint") is not None   # (the first sweep's: Scan's docstring)
+        if snapshots:
+            self.m.extras.append(np.ascontiguousarray(schedule.first_sweep(n, p["checkpoint"])[0]))
+            self.emit(1, f"slot_at = X[{len(self.m.extras) - 1}]")
+        self.emit(1, f"for s in range({n}):")
+        self.emit(2, f"t = {n} - 1 - s" if p["reverse"] else "t = s")
+        if snapshots:   # the schedule's snapshots, for the backward to resume from
+            self.emit(2, "if slot_at[s] >= 0:")
+            for c, r in zip(cur, recs[:nk]):
+                self.emit(3, f"assign(row({r}, slot_at[s]), {c})")
+            self.emit(2, f"if s == {n} - 1:")
+            for c, r in zip(cur, recs[nk:]):
+                self.emit(3, f"assign({r}, {c})")
+        for c, r in zip(cur, recs if not snapshots else ()):   # the carry each step starts from, for the backward
+            self.emit(2, f"assign(row({r}, t), {c})")
+        self.rows(2, xin, seqs, "t")
+        self.rows(2, yout, ys, "t")
+        self.lines(code)
+        self.swap(2, cur, nxt)
+        return cur + ys + recs
+
+    def while_(self) -> list[str]:
+        p = self.e.params
+        nc, body, cond = p["num_consts"], p["body"], p["cond"]
+        consts, init = self.args[:nc], self.args[nc:]
+        cur, nxt = self.halves("k", init, body.outputs)
+        self.emit(1, f"pred = {_empty([], np.dtype(bool))}")
+        test = self.graph(cond, consts + cur, ["pred"], 2, "C")
+        step = self.graph(body, consts + cur, nxt, 2, "B")
+        self.declare()
+        self.emit(1, "n = 0")
+        self.emit(1, "while True:")
+        self.lines(test)
+        self.emit(2, "if not pred[()]:")
+        self.emit(3, "break")
+        self.lines(step)
+        self.swap(2, cur, nxt)
+        self.emit(2, "n += 1")
+        self.emit(1, f"trips = {_empty([], np.dtype(np.int64))}")
+        self.emit(1, "trips[()] = n")
+        return cur + ["trips"]
+
+    def scan_revolve(self) -> list[str]:
+        """The checkpoint schedule (tracekern.schedule), its actions walked here: advance, store,
+        restore, the backward step."""
+        e, p = self.e, self.e.params
+        body, back, nc, nk, ns, n = p["body"], p["back"], p["num_consts"], p["num_carry"], p["num_state"], p["length"]
+        ops, ins = list(self.args), list(e.inputs)
+        if n is None:   # a while loop's: the schedule is made when the trip count is known
+            trip = ops[nc + nk]
+            ops, ins = ops[:nc + nk] + ops[nc + nk + 1:], ins[:nc + nk] + ins[nc + nk + 1:]
+            n, k = "n", "k"
+            self.emit(1, f"n = {trip}[()]")
+            self.emit(1, "with objmode(acts='int64[:, ::1]', k='int64'):")
+            self.emit(2, f"k = schedule_slots(n, {p['checkpoint']!r})")
+            self.emit(2, "acts = schedule_actions(n, k).copy()")
+        resume = p.get("resume", False)   # (from the snapshots of the first sweep: ScanRevolve's docstring)
+        if n != "n":
+            k, first = str(p["checkpoint"]), 0
+            if resume:
+                _, positions, first = schedule.first_sweep(n, p["checkpoint"])
+            self.m.extras.append(np.ascontiguousarray(schedule.actions(n, p["checkpoint"])[first:], np.int64))
+            self.emit(1, f"acts = X[{len(self.m.extras) - 1}]")
+        snaps = ops[nc:nc + nk] if resume else []
+        if resume:   # (then the carry it starts from: the last step's)
+            ops = ops[:nc] + ops[nc + nk:]
+        n_y = p.get("num_ys") if p.get("num_ys") is not None else len(body.outputs) - nk
+        n_xs = len(ops) - nc - nk - ns - n_y
+        consts, init = ops[:nc], ops[nc:nc + nk]
+        xs, state0, ct_ys = ops[nc + nk:nc + nk + n_xs], ops[nc + nk + n_xs:nc + nk + n_xs + ns], ops[nc + nk + n_xs + ns:]
+        cur, nxt = self.halves("k", init, body.outputs[:nk])
+        scur, snxt = self.halves("s", state0, back.outputs[:ns])
+        slots = [f"slot{i}" for i in range(nk)]
+        for i, (sl, v) in enumerate(zip(slots, body.outputs)):
+            self.emit(1, f"{sl} = {f'fresh_copy({snaps[i]})' if resume else _empty([k, *v.shape], v.dtype)}")
+        if resume:
+            self.m.extras.append(np.ascontiguousarray(positions))
+            self.emit(1, f"slotpos = fresh_copy(X[{len(self.m.extras) - 1}])")
+        else:
+            self.emit(1, f"slotpos = {_empty([k], np.dtype(np.int64))}")
+        scratch = self.allocate([f"yt{j}" for j in range(len(body.outputs) - nk)], body.outputs[nk:])   # (ys unused)
+        grads = self.allocate([f"g{j}" for j in range(len(e.outputs) - ns)], e.outputs[ns:])
+        seqs, cseqs = self.seqs(xs, "q"), self.seqs(ct_ys, "cq")
+        xin, cin = [f"x{i}" for i in range(len(xs))], [f"cy{i}" for i in range(len(ct_ys))]
+        gout = [f"gt{j}" for j in range(len(grads))]
+        advance = self.graph(body, consts + cur + xin, nxt + scratch, 4, "B")
+        reverse = self.graph(back, consts + scur + cur + xin + cin, snxt + gout, 3, "K")
+        self.declare()
+        tindex = f"{n} - 1 - pos" if p["reverse"] else "pos"
+        self.emit(1, f"pos = {n} - 1" if resume else "pos = 0")
+        self.emit(1, "for a in range(acts.shape[0]):")
+        self.emit(2, "op = acts[a, 0]")
+        self.emit(2, "arg = acts[a, 1]")
+        self.emit(2, "if op == 0:   # advance")
+        self.emit(3, "for _ in range(arg):")
+        self.emit(4, f"t = {tindex}")
+        self.rows(4, xin, seqs, "t")
+        self.lines(advance)
+        self.swap(4, cur, nxt)
+        self.emit(4, "pos += 1")
+        self.emit(2, "elif op == 1:   # store")
+        for c, sl in zip(cur, slots):
+            self.emit(3, f"assign(row({sl}, arg), {c})")
+        self.emit(3, "slotpos[arg] = pos")
+        self.emit(2, "elif op == 2:   # restore")
+        for c, sl in zip(cur, slots):
+            self.emit(3, f"assign({c}, row({sl}, arg))")
+        self.emit(3, "pos = slotpos[arg]")
+        self.emit(2, "else:   # the backward step at the current position")
+        self.emit(3, f"t = {tindex}")
+        self.rows(3, xin, seqs, "t")
+        self.rows(3, cin, cseqs, "t")
+        self.rows(3, gout, grads, "t")
+        self.lines(reverse)
+        self.swap(3, scur, snxt)
+        return scur + grads
+
+
+def _describe(k, names: dict) -> str:
+    """A comment on a kernel call, naming its buffers as the driver does (never by the IR's numbers)."""
     if isinstance(k, LoopKernel):
-        what = ", ".join([f"store {v}" for v in k.stores] + [f"{e.primitive.name} -> {e.outputs[0].aval}" for e in k.reductions]
-                         + [f"then store {v}" for v in k.epilogue])
-        return f"loop over {list(k.domain)}{' in parallel' if k.parallel else ''}: {what}"
+        what = ", ".join([f"store {names[v]}" for v in k.stores] + [f"{e.primitive.name} -> {e.outputs[0].aval}" for e in k.reductions]
+                         + [f"then store {names[v]}" for v in k.epilogue])
+        return f"loop over {list(k.domain)}{' in parallel' if k.parallel and not _raises(k) else ''}: {what}"
     return f"{k.eqn.primitive.name} -> {', '.join(str(v.aval) for v in k.eqn.outputs)}"

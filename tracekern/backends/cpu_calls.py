@@ -3,13 +3,15 @@ argsort, searchsorted, scatter and np.linalg. cpu.py renders each such equation 
 `kernel(operands..., outputs...)` and calls KERNELS[name](text, operands, outputs, eqn) for its body.
 
 Sizes are read from the arrays (p0.shape[d]), so one kernel serves every shape of a dtype and rank.
-Sorting and linear algebra call Numba's np.sort / np.argsort / np.linalg (LAPACK through SciPy)."""
+Sorting and linear algebra call Numba's np.sort / np.argsort / np.linalg (LAPACK through SciPy), and eigh
+LAPACK's ?syevd on the triangle asked for (cpu_math.eigh_*), as NumPy."""
 from __future__ import annotations
 
 from . import cpu_math
 from .render import kernel_registry, subscript
 
 KERNELS, kernel = kernel_registry()
+OBJECT_MODE = {"eig"}   # kernels that call NumPy in an objmode block (they hold the GIL: no nogil flag)
 
 
 def _loops(t, array: str, dims: list[int], depth: int = 1) -> tuple[list[str], int]:
@@ -72,20 +74,60 @@ def _scatter(t, ops, dsts, e) -> None:
     u = subscript(upd, names)
     fns = cpu_math.functions(e.inputs[0].dtype)
     value = {"set": u, "add": f"{cell} + {u}", "mul": f"{cell} * {u}",
-             "min": f"{fns['minimum']}({cell}, {u})", "max": f"{fns['maximum']}({cell}, {u})"}[mode]
+             "min": f"{fns.get('minimum')}({cell}, {u})", "max": f"{fns.get('maximum')}({cell}, {u})"}[mode]
     t.emit(depth, f"{cell} = {value}", eqn=e)
 
 
-@kernel("solve", "inv", "slogdet", "cholesky", "qr", "eigh", "svd")
-def _linalg(t, ops, dsts, e) -> None:
-    """Numba's np.linalg on each matrix of the batch (LAPACK through SciPy)."""
-    name = e.primitive.name
+@kernel("fft")
+def _fft(t, ops, dsts, e) -> None:
+    """NumPy's FFTs inside compiled code: rocket-fft (pocketfft, the C++ code NumPy itself runs), unnormalized."""
+    p = e.params
+    nd = e.inputs[0].ndim
+    axes = tuple(range(nd - p["ndim"], nd))
+    x = ops[0]
+    if p["kind"] == "c2c":
+        call = f"np.fft.{'ifftn' if p['inverse'] else 'fftn'}({x}, axes={axes}, norm={'forward' if p['inverse'] else 'backward'!r})"
+    elif p["kind"] == "r2c":
+        call = f"np.fft.rfftn({x}, axes={axes}, norm='backward')"
+    else:
+        call = f"np.fft.irfftn({x}, s={tuple(e.outputs[0].shape[nd - p['ndim']:])}, axes={axes}, norm='forward')"
+    t.emit(1, f"{dsts[0]}[...] = {call}", eqn=e)
+
+
+@kernel("eig")
+def _eig(t, ops, dsts, e) -> None:
+    """NumPy's eig on each matrix (in object mode: Numba's refuses a real matrix with complex eigenvalues)."""
     names, depth = _loops(t, ops[0], list(range(e.inputs[0].ndim - 2)))
     pre = ", ".join(names)
-    mats = [f"np.ascontiguousarray({op}[{pre}])" if names else f"np.ascontiguousarray({op})" for op in ops]
-    extra = f", full_matrices={e.params['full_matrices']}" if name == "svd" else ""
+    c = e.outputs[0].dtype.name
     results = [f"r{j}" for j in range(len(dsts))]
-    t.emit(depth, f"{', '.join(results)} = np.linalg.{name}({', '.join(mats)}{extra})", eqn=e)
+    types = ", ".join(f"{r}='{c}[{', '.join([':'] * (v.ndim - len(names) - 1) + ['::1'])}]'" for r, v in zip(results, e.outputs))
+    t.emit(depth, f"m = np.ascontiguousarray({ops[0]}[{pre}])" if names else f"m = np.ascontiguousarray({ops[0]})")
+    t.emit(depth, f"with objmode({types}):", eqn=e)
+    t.emit(depth + 1, f"{', '.join(results)}{',' if len(results) == 1 else ''} = eig_numpy(m, {e.params['vectors']})", eqn=e)
+    for r, dst in zip(results, dsts):
+        t.emit(depth, f"{dst}[{pre}] = {r}" if names else f"{dst}[...] = {r}")
+
+
+# The call on one float64 matrix of the batch, per primitive ({0}, {1}: the operands; then the params): Numba's
+# np.linalg, or cpu_math's eigh_f64, which calls LAPACK on the triangle asked for, as NumPy does
+LINALG_CALLS = {"solve": "np.linalg.solve({0}, {1})", "inv": "np.linalg.inv({0})", "slogdet": "np.linalg.slogdet({0})",
+                "cholesky": "np.linalg.cholesky({0})", "qr": "np.linalg.qr({0})",
+                "eigh": "eigh_f64({0}, {upper})", "svd": "np.linalg.svd({0}, full_matrices={full_matrices})"}
+
+
+@kernel(*LINALG_CALLS)
+def _linalg(t, ops, dsts, e) -> None:
+    """Numba's np.linalg on each matrix of the batch (LAPACK through SciPy), or eigh as NumPy computes it. Like
+    NumPy, float32 matrices are factorized in float64 and the results rounded to float32 (LAPACK's float32
+    routines are a different computation: other signs of eigenvectors and singular vectors)."""
+    names, depth = _loops(t, ops[0], list(range(e.inputs[0].ndim - 2)))
+    pre = ", ".join(names)
+    widen = {"float32": ".astype(np.float64)", "complex64": ".astype(np.complex128)"}.get(e.inputs[0].dtype.name, "")
+    mats = [f"np.ascontiguousarray({op}[{pre}]){widen}" if names else f"np.ascontiguousarray({op}){widen}" for op in ops]
+    params = dict(e.params, upper=e.params.get("uplo") == "U")
+    results = [f"r{j}" for j in range(len(dsts))]
+    t.emit(depth, f"{', '.join(results)} = {LINALG_CALLS[e.primitive.name].format(*mats, **params)}", eqn=e)
     for r, dst, v in zip(results, dsts, e.outputs):
         target = f"{dst}[{pre}]" if names else dst
         if len(v.shape) > len(names):

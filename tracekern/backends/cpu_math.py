@@ -5,19 +5,24 @@ vectorises the fused loops that call them; Numba's math.* would be scalar libm c
 with a `reassoc` flag (intrinsics below) so their loops vectorise too. Accuracy: see tests/test_cpu_math.py."""
 from __future__ import annotations
 
+import cmath  # noqa: F401  (generated modules may call cmath.*)
 import math
 
 import numpy as np
 from numba import njit, types
 from numba.extending import intrinsic
+from numba.np.numpy_support import from_dtype
 
 from ..primitives import random as random_primitives
+from ..primitives.linalg import eig_numpy  # noqa: F401  (eig's kernel calls it in object mode)
 from ..schedule import actions as schedule_actions  # noqa: F401  (for while loops' schedules, in objmode)
+from ..schedule import slots as schedule_slots  # noqa: F401
 from . import scalar_rules
 from .render import CASTS  # noqa: F401
 from .vmath import (  # noqa: F401  (re-exported to generated modules)
     INLINE,
     TRIG_LIMIT,
+    _named,
     cos_exact_f32,
     cos_exact_f64,
     cos_f32,
@@ -47,13 +52,18 @@ from .vmath import (  # noqa: F401  (re-exported to generated modules)
 
 # (casts are named so that they cannot clash with generated names: buffers are b<id>, scalars s<id>)
 f32, f64, i32, i64, boolean, U = np.float32, np.float64, np.int32, np.int64, np.bool_, np.uintp
-ACCUMULATOR = {"float32": "float64", "float64": "float64", "int32": "int64", "int64": "int64", "bool": "int64"}
+c64, c128 = np.complex64, np.complex128
+ACCUMULATOR = {"float32": "float64", "float64": "float64", "int32": "int64", "int64": "int64", "bool": "int64",
+               "complex64": "complex128", "complex128": "complex128"}
 
 
 def functions(dtype: np.dtype, exact: bool = False) -> dict[str, str]:
     """The names that Elementwise.scalar and Reduce.combine templates refer to, for one dtype;
     exact=True gives libm's sin/cos/tan (for arguments beyond vmath.TRIG_LIMIT)."""
     name = np.dtype(dtype).name
+    if name in ("complex64", "complex128"):
+        sfx = CASTS[name]
+        return {**{f: f"{f}_{sfx}" for f in COMPLEX_FUNCTIONS}, "radd": "cadd", "rmul": "cmul"}
     if name in ("float32", "float64"):
         sfx = "f32" if name == "float32" else "f64"
         fns = {f: f"{f}_{sfx}" for f in ("exp", "log", "log1p", "expm1", "sin", "cos", "tan", "tanh", "pow")}
@@ -97,7 +107,38 @@ def _empty(T):
     return empty
 
 
-empty_f32, empty_f64, empty_i32, empty_i64, empty_boolean = (_empty(T) for T in (f32, f64, i32, i64, boolean))
+empty_f32, empty_f64, empty_i32, empty_i64, empty_boolean, empty_c64, empty_c128 = (
+    _empty(T) for T in (f32, f64, i32, i64, boolean, c64, c128))
+
+
+# What a loop compiled whole does with its arrays besides running kernels (cpu.py, _LoopFunction).
+# NumPy's versions of these (x.copy(), x[...] = y, a slice's reshape) are overloads that Numba
+# compiles again in every process (x[...] = y alone took seconds: its broadcasting setitem); these
+# are compiled once per machine and signature, and LLVM inlines them into the loop.
+@njit(**INLINE)
+def fresh_copy(x):
+    """A new C-contiguous array holding x."""
+    return x.copy()
+
+
+@njit(**INLINE)
+def assign(dst, src):
+    """dst[...] = src for arrays of one shape, dst C-contiguous (a buffer, or a row of one)."""
+    d = dst.reshape(dst.size)
+    s = src.ravel()
+    for i in range(d.size):
+        d[i] = s[i]
+
+
+@njit(**INLINE)
+def row(seq, t):
+    """seq[t] as an array (0-d for a 1-d seq): a view of the row, seq C-contiguous."""
+    return seq[t:t + 1].reshape(seq.shape[1:])
+
+
+@njit(**INLINE)
+def contiguous(x):
+    return np.ascontiguousarray(x)
 
 
 def _rounded(fn, T):
@@ -142,7 +183,10 @@ for _name, _fn in LIBM.items():   # arctan_f32, arctan_f64, sinh_f32, ... (gener
 
 
 # the scalar rules shared with the CUDA backend (backends/scalar_rules.py)
-sign_f, sign_i, maximum_f, minimum_f, maximum_i, minimum_i, pow_i = (njit(**INLINE)(fn) for fn in scalar_rules.ALL)
+sign_f, sign_i, maximum_f, minimum_f, maximum_i, minimum_i, pow_unchecked = (njit(**INLINE)(fn) for fn in scalar_rules.ALL)
+# (NumPy's ValueError for an integer to a negative power; the dispatcher named, for Numba's cache of the closure)
+pow_i = jit_named("pow_i_checked")(scalar_rules.raising_negative_powers(_named(pow_unchecked, "pow_unchecked")))
+RAISING = ("pow_i",)   # the functions above that raise (backends/cpu.py runs a loop that calls one serially)
 
 
 # counter-based random numbers: Threefry-2x32 on int64 words, written once in primitives/random.py
@@ -154,7 +198,7 @@ random_bits = njit(**INLINE)(random_primitives.threefry_bits)
 LIBM_UNARY = {"log2": math.log2, "log10": math.log10, "exp2": math.exp2, "cbrt": np.cbrt, "trunc": np.trunc}
 LIBM_BINARY = {"arctan2": math.atan2, "hypot": math.hypot, "copysign": math.copysign, "nextafter": np.nextafter,
                "fmod": np.fmod}
-FLOAT_FUNCTIONS = (*LIBM_UNARY, *LIBM_BINARY, "floordiv", "remainder")
+FLOAT_FUNCTIONS = (*LIBM_UNARY, *LIBM_BINARY, "floordiv", "remainder", "logaddexp", "logaddexp2")
 
 
 def _libm2(name: str, fn, T):
@@ -176,6 +220,11 @@ for _T, _sfx in ((f32, "f32"), (f64, "f64")):
                                                         globals()[f"copysign_{_sfx}"], _T)
     globals()[f"floordiv_{_sfx}"] = jit_named(f"floordiv_{_sfx}")(_floordiv)
     globals()[f"remainder_{_sfx}"] = jit_named(f"remainder_{_sfx}")(_remainder)
+    # (issue 25: logaddexp and logaddexp2 from the vectorised exp and log1p, and libm's exp2)
+    _exp, _log1p = globals()[f"exp_{_sfx}"], globals()[f"log1p_{_sfx}"]
+    globals()[f"logaddexp_{_sfx}"] = jit_named(f"logaddexp_{_sfx}")(scalar_rules.logaddexp(_exp, _log1p, _T))
+    globals()[f"logaddexp2_{_sfx}"] = jit_named(f"logaddexp2_{_sfx}")(
+        scalar_rules.logaddexp(globals()[f"exp2_{_sfx}"], _log1p, _T, base2=True))
 
 floordiv_i, remainder_i, fmod_i, gcd_i, lcm_i, take_index = (njit(**INLINE)(fn) for fn in (
     scalar_rules.floordiv_i, scalar_rules.remainder_i, scalar_rules.fmod_i, scalar_rules.gcd_i, scalar_rules.lcm_i,
@@ -184,8 +233,100 @@ left_shift_32, right_shift_32 = (jit_named(f"{fn.__name__}_32")(fn) for fn in sc
 left_shift_64, right_shift_64 = (jit_named(f"{fn.__name__}_64")(fn) for fn in scalar_rules.shifts(64))
 
 
+# -- issue 25: np.linalg.eigh as NumPy computes it: LAPACK's ?syevd on the triangle asked for, of a Fortran-order
+# copy (Numba's np.linalg.eigh reads the lower triangle only; a transpose's lower triangle is a different computation,
+# whose eigenvectors may have other signs). numba_ez_xxxevd is Numba's C wrapper of scipy.linalg.cython_lapack's
+# ?syevd (the one its np.linalg.eigh calls, with "L"), resolved by name: the kernels stay cacheable. As NumPy, a NaN in
+# the triangle read raises LinAlgError (LAPACK's failure), one in the other triangle is never read.
+def _eigh(T, kind: str):
+    evd = types.ExternalFunction("numba_ez_xxxevd", types.intc(
+        types.char, types.char, types.char, types.intp, types.CPointer(from_dtype(T)), types.intp,
+        types.CPointer(from_dtype(T))))
+    kind_code, vectors, lower, upper = ord(kind), ord("V"), ord("L"), ord("U")
+
+    def eigh(a, upper_triangle):
+        n = a.shape[-1]
+        v = a.T.copy().T   # (a Fortran-order copy, which LAPACK overwrites with the eigenvectors)
+        w = np.empty(n, T)
+        if n == 0:
+            return w, v
+        r = evd(kind_code, vectors, upper if upper_triangle else lower, n, v.ctypes, n, w.ctypes)
+        if r != 0:
+            raise np.linalg.LinAlgError("Eigenvalues did not converge")
+        return w, v
+
+    return eigh
+
+
+eigh_f64 = jit_named("eigh_f64")(_eigh(f64, "d"))   # (float32 matrices are computed in float64, as NumPy)
+
+
 def integer_functions(dtype_name: str) -> dict[str, str]:
     """The issue-19 template names for an integer or bool dtype."""
     bits = "32" if dtype_name == "int32" else "64"
     return {"floordiv": "floordiv_i", "remainder": "remainder_i", "fmod": "fmod_i", "gcd": "gcd_i", "lcm": "lcm_i",
             "left_shift": f"left_shift_{bits}", "right_shift": f"right_shift_{bits}"}
+
+
+# -- issue 30: complex64 and complex128 --------------------------------------------------------------------
+# NumPy's complex functions as Numba implements them (its ufunc loops, ported from NumPy's: within an ulp or
+# two of NumPy's; tests/test_complex.py), and plain adds and multiplies for reductions (no reassoc flag: a
+# complex number is a pair, which LLVM does not reorder)
+COMPLEX_FUNCTIONS = ("exp", "log", "log1p", "expm1", "sqrt", "sin", "cos", "tan", "tanh", "arctan", "sinh", "cosh",
+                     "arcsin", "arccos", "arcsinh", "arccosh", "arctanh", "log2", "log10", "exp2", "pow")
+
+
+def _complex(name: str, T):
+    fn = np.power if name == "pow" else getattr(np, name)
+    if name == "pow":
+        @jit_named(f"pow_{CASTS[np.dtype(T).name]}")
+        def scalar2(x, y):
+            return T(fn(x, y))
+        return scalar2
+
+    @jit_named(f"{name}_{CASTS[np.dtype(T).name]}")
+    def scalar(x):
+        return T(fn(x))
+
+    return scalar
+
+
+for _name in COMPLEX_FUNCTIONS:
+    for _T in (c64, c128):
+        globals()[f"{_name}_{CASTS[np.dtype(_T).name]}"] = _complex(_name, _T)
+# log (and log2, log10), expm1, tanh, arccosh and pow from scalar_rules (the cuda backend's), where Numba's
+# differ from NumPy's: its log takes log |z| as log(hypot), which loses the real part near |z| = 1
+# (log(1 + 1e-9j) has real part 5e-19), its expm1 is exp(z) - 1, its tanh overflows for Re z > 355, its
+# arccosh is 1e-12 off, and its power over- and underflows where NumPy's does not (tests/test_complex.py)
+_LOGS = scalar_rules.complex_functions(math, c128, f64, lambda fn: jit_named(f"{fn.__name__}_c128")(fn))
+for _name in ("log", "log2", "log10", "expm1", "tanh", "arccosh", "pow"):
+    globals()[f"{_name}_c128"] = _LOGS[_name]
+    globals()[f"{_name}_c64"] = jit_named(f"{_name}_c64")(scalar_rules.rounded(_LOGS[_name], c128, c64, 2 if _name == "pow" else 1))
+
+
+@njit(**INLINE)
+def cadd(a, b):
+    return a + b
+
+
+@njit(**INLINE)
+def cmul(a, b):
+    return a * b
+
+
+# -- issue 30: scipy.special's functions (scalar_rules.special_functions), computed in float64; the float32
+# ones round the float64 result (as the libm functions above)
+SPECIAL_UNARY = ("gammaln", "digamma", "erfinv", "log_ndtr", "i0", "i0e", "i1", "i1e")
+SPECIAL_BINARY = ("polygamma", "xlogy", "xlog1py")
+LIBM_SPECIAL = {"erf": math.erf, "erfc": math.erfc}
+_SPECIAL = scalar_rules.special_functions(math, f64, lambda fn: jit_named(f"{fn.__name__}_special")(fn))
+
+
+for _name in (*SPECIAL_UNARY, *SPECIAL_BINARY):
+    globals()[f"{_name}_f64"] = _SPECIAL[_name]
+    globals()[f"{_name}_f32"] = jit_named(f"{_name}_f32")(
+        scalar_rules.rounded(_SPECIAL[_name], f64, f32, 1 if _name in SPECIAL_UNARY else 2))
+for _name, _fn in LIBM_SPECIAL.items():
+    for _T in (f32, f64):
+        globals()[f"{_name}_{CASTS[np.dtype(_T).name]}"] = _libm(_name, _fn, _T)
+FLOAT_FUNCTIONS = (*FLOAT_FUNCTIONS, *SPECIAL_UNARY, *SPECIAL_BINARY, *LIBM_SPECIAL)

@@ -1,6 +1,7 @@
-"""Matmul on cuBLAS, NVIDIA's BLAS, through nvmath-python's low-level bindings: float32 and float64
-GEMM, batched by strides, on the step's stream. A transposed operand is a cuBLAS operation, never a
-copy. One handle and one workspace per device and thread, made on first use.
+"""Matmul on cuBLAS, NVIDIA's BLAS, through nvmath-python's low-level bindings: float32, float64,
+complex64 and complex128 GEMM (sgemm, dgemm, cgemm, zgemm), batched by strides, on the step's stream.
+A transposed operand is a cuBLAS operation, never a copy. One handle and one workspace per device and
+thread, made on first use.
 
 cuBLAS is column-major and tracekern's arrays are row-major. A row-major (r x c) array is a
 column-major (c x r) matrix, so C = op(A) @ op(B) is computed as C^T = op(B)^T op(A)^T
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 PRECISIONS = ("highest", "tf32")
+PREFIX = {"float32": "s", "float64": "d", "complex64": "c", "complex128": "z"}   # cuBLAS's name per dtype
 WORKSPACE_BYTES = 32 << 20   # what NVIDIA recommends for Hopper; smaller GPUs use part of it
 
 _LOCAL = threading.local()
@@ -90,8 +92,8 @@ class Blas:
         lib.set_workspace(self.handle, workspace.pointer, workspace.nbytes)
         self.stream = None
         self.tf32 = False
-        self._scalars = {np.dtype(np.float32): (np.ones(1, np.float32), np.zeros(1, np.float32)),
-                         np.dtype(np.float64): (np.ones(1, np.float64), np.zeros(1, np.float64))}
+        self._scalars = {np.dtype(t): (np.ones(1, t), np.zeros(1, t))
+                         for t in (np.float32, np.float64, np.complex64, np.complex128)}
 
     def gemm(self, stream: int, dtype: np.dtype, plan: Gemm, a: int, b: int, c: int, tf32: bool) -> None:
         """C = A @ B as planned (a, b, c: device pointers; stream: a CUDA stream handle). Asynchronous:
@@ -107,12 +109,13 @@ class Blas:
         one, zero = self._scalars[np.dtype(dtype)]
         p = plan
         # cuBLAS's first operand is tracekern's B, its second A (C^T = B^T A^T)
+        kind = PREFIX[np.dtype(dtype).name]
         if p.batch == 1:
-            fn = lib.sgemm if dtype == np.float32 else lib.dgemm
+            fn = getattr(lib, f"{kind}gemm")
             fn(self.handle, p.op_a, p.op_b, p.m, p.n, p.k, one.ctypes.data, b, p.lda, a, p.ldb,
                zero.ctypes.data, c, p.ldc)
         else:
-            fn = lib.sgemm_strided_batched if dtype == np.float32 else lib.dgemm_strided_batched
+            fn = getattr(lib, f"{kind}gemm_strided_batched")
             fn(self.handle, p.op_a, p.op_b, p.m, p.n, p.k, one.ctypes.data, b, p.lda, p.stride_a, a, p.ldb,
                p.stride_b, zero.ctypes.data, c, p.ldc, p.stride_c, p.batch)
 

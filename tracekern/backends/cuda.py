@@ -23,7 +23,8 @@ from numba.core.errors import NumbaError
 from .. import passes, schedule
 from ..errors import TracekernError
 from ..ir import Graph, Var
-from . import cache, cublas, cuda_calls, cuda_math, fusion, render, scalar_rules, units
+from ..settings import config
+from . import cache, cublas, cuda_calls, cuda_math, cufft, fusion, render, scalar_rules, units
 from .fusion import CallKernel, Index, Literal, LoopKernel, Read
 from .render import CASTS, CONTROL, ControlRenderer, identity_literal, literal
 from .units import Unit
@@ -164,6 +165,12 @@ class Runtime:
         device = 0 if cuda_math.SIMULATOR else self.cuda.get_current_device().id
         cublas.blas(device, self.workspace).gemm(self.stream_handle(), np.dtype(c.dtype), plan, self.pointer(a),
                                                  self.pointer(b), self.pointer(c), tf32)
+
+
+    # -- cuFFT (backends/cufft.py) ------------------------------------------------------------
+    def fft(self, x, out, kind: str, inverse: bool, ndim: int) -> None:
+        """out = the unnormalized transform of x over its last ndim axes, on cuFFT (asynchronous)."""
+        cufft.run(self, x, out, kind, inverse, ndim, cuda_math.SIMULATOR)
 
 
 @dataclass(frozen=True)
@@ -363,8 +370,7 @@ class _Renderer(ControlRenderer):
         head = _header("the host launcher of one step", m.launch) + "".join(line + "\n" for line in m.imports()) + "\n"
         before = m.host_lines
         offset = head.count("\n") + len(before)
-        listing = "\n".join("# " + line for line in str(self.graph).splitlines())
-        source = head + "\n".join(before + self.lines) + "\n\n" + listing + "\n"
+        source = head + "\n".join(before + self.lines) + "\n\n" + self.listing() + "\n"
         return source, {line + offset: e for line, e in self.line_eqn.items()}
 
     def function(self, name: str) -> None:
@@ -428,14 +434,15 @@ class _Renderer(ControlRenderer):
         groups: dict[tuple, list] = {}
         for e in k.reductions:
             groups.setdefault(tuple(e.params["axes"]), []).append(e)
-        what = ", ".join([f"store {v}" for v in k.stores] + [f"{e.primitive.name} -> {e.outputs[0].aval}" for e in k.reductions])
+        what = ", ".join([f"store {self.names[v]}" for v in k.stores]
+                         + [f"{e.primitive.name} -> {e.outputs[0].aval}" for e in k.reductions])
         comment = f"kernel {pos}: loop over {list(k.domain)}: {what}"
         if not groups:
             self.elementwise(k, comment)
         for j, (axes, reds) in enumerate(groups.items()):
             self.reduction(k, axes, reds, stores=j == 0, comment=comment)
         if k.epilogue:
-            self.epilogue(k, f"kernel {pos}, then: " + ", ".join(f"store {v}" for v in k.epilogue))
+            self.epilogue(k, f"kernel {pos}, then: " + ", ".join(f"store {self.names[v]}" for v in k.epilogue))
 
     def epilogue(self, k: LoopKernel, comment: str) -> None:
         """A loop's epilogue (backends/fusion.py) as a kernel over the reductions' kept index, launched
@@ -499,7 +506,7 @@ class _Renderer(ControlRenderer):
             fns = cuda_math.functions(acc_dtype)
             target = self.names[out]
             if P > 1:
-                target = f"pt{out.id}"
+                target = f"pt{self.tag()}"
                 self.emit(1, f"{target} = {self.h_empty([P, M], acc_dtype)}")
             accs.append(dict(e=e, out=out, j=len(accs), acc=f"acc{len(accs)}", ident=identity_literal(e.primitive.identity, acc_dtype),
                              dtype=acc_dtype, fns=fns, target=target,
@@ -655,7 +662,7 @@ class _Renderer(ControlRenderer):
         if m * n * nb == 0:
             return
         depth = 1
-        if self.launch.cublas and out.dtype.kind == "f" and K > 0:
+        if self.launch.cublas and out.dtype.kind in "fc" and K > 0:
             A, B, C = self.names[a_var], self.names[b_var], self.names[out]
             call = f"R.gemm({A}, {a_t}, {B}, {b_t}, {C}, {self.module.tf32})"
             strided = [x for v, x in ((a_var, A), (b_var, B)) if v in self.graph.inputs]
@@ -676,7 +683,7 @@ class _Renderer(ControlRenderer):
         m, n = out.shape[-2:]
         K = e.inputs[0].shape[-1]
         nb = _size(batch)
-        acc_dtype = np.dtype(out.dtype.name if out.dtype.kind == "f" else cuda_math.ACCUMULATOR[out.dtype.name])
+        acc_dtype = np.dtype(out.dtype.name if out.dtype.kind in "fc" else cuda_math.ACCUMULATOR[out.dtype.name])
         acc = CASTS[acc_dtype.name]
         kn = _Kernel()
         A, B, C = kn.param(self.names[a_var], a_var), kn.param(self.names[b_var], b_var), kn.param(self.names[out], out)
@@ -717,11 +724,11 @@ class _Renderer(ControlRenderer):
         p = e.params
         body = p["body"]
         plan = fusion.plan(passes.inline_calls(body))
-        if not _device_loop_ok(body, plan) or p["length"] == 0:
-            return super().control_scan(e, ops)
+        if not config.compiled_loops or not _device_loop_ok(body, plan) or p["length"] == 0:
+            return super().control_scan(e, ops)   # (tk.config.compiled_loops=False: every loop on the host)
         nc, nk, n = p["num_consts"], p["num_carry"], p["length"]
         n_y = len(body.outputs) - nk
-        tag = e.outputs[0].id
+        tag = self.tag()
         consts, init, xs = ops[:nc], ops[nc:nc + nk], ops[nc + nk:]
         ys, recorded = e.outputs[nk:nk + n_y], e.outputs[nk + n_y:]
         carries = self._double_buffers(e, tag, "cb", init, body.outputs[:nk])
@@ -729,17 +736,28 @@ class _Renderer(ControlRenderer):
             self._new(v)
         seqs = [self._contiguous_as(x, f"q{tag}_{i}") for i, x in enumerate(xs)]
         loop = _DeviceLoop(self, tag)
+        snapshots = p["record"] and p.get("checkpoint") is not None   # (the first sweep's: Scan's docstring)
+        if snapshots:
+            slot_at = self.extra(np.ascontiguousarray(schedule.first_sweep(n, p["checkpoint"])[0]))
+            self.module.on_device.add(len(self.module.extras) - 1)
+            A = loop.param(slot_at, ("int64", 1))
         loop.line(1, f"for s in range({n}):")
         loop.line(2, f"t = {n - 1} - s" if p["reverse"] else "t = s")
         loop.line(2, "cur = s % 2")
-        for c, v in zip(carries, recorded):   # the carry each step starts from, for the backward pass
-            loop.copy(2, (c, "cur"), (f"b{v.id}", "t"), tuple(v.shape[1:]), v.dtype)
+        if snapshots:   # the schedule's snapshots, for the backward to resume from
+            loop.line(2, f"if {A}[s] >= 0:")
+            for c, v in zip(carries, recorded[:nk]):
+                loop.copy(3, (c, "cur"), (self.names[v], f"{A}[s]"), tuple(v.shape[1:]), v.dtype)
+            loop.line(2, f"if s == {n - 1}:")
+            for c, v in zip(carries, recorded[nk:]):
+                loop.copy(3, (c, "cur"), (self.names[v], None), tuple(v.shape), v.dtype)
+        for c, v in zip(carries, recorded if not snapshots else ()):   # the carry each step starts from
+            loop.copy(2, (c, "cur"), (self.names[v], "t"), tuple(v.shape[1:]), v.dtype)
         loop.graph(2, body, plan, [(c, None) for c in consts] + [(c, "cur") for c in carries] + [(q, "t") for q in seqs],
-                   [(c, "1 - cur") for c in carries] + [(f"b{v.id}", "t") for v in ys])
+                   [(c, "1 - cur") for c in carries] + [(self.names[v], "t") for v in ys])
         loop.launch(e, f"{n} steps on the device")
         for i, v in enumerate(e.outputs[:nk]):
-            self.names[v] = f"b{v.id}"
-            self.emit(1, f"b{v.id} = {self.h_copy(f'{carries[i]}[{n % 2}:{n % 2 + 1}].reshape({tuple(v.shape)})')}")
+            self.emit(1, f"{self.fresh(v)} = {self.h_copy(f'{carries[i]}[{n % 2}:{n % 2 + 1}].reshape({tuple(v.shape)})')}")
 
     def control_scan_revolve(self, e, ops: list[str]) -> None:
         """A checkpointed scan's schedule (tracekern.schedule) run on the device when its body and
@@ -751,22 +769,32 @@ class _Renderer(ControlRenderer):
         plans = None
         if n is not None and n > 0:
             plans = (fusion.plan(passes.inline_calls(body)), fusion.plan(passes.inline_calls(back)))
-        if plans is None or not _device_loop_ok(body, plans[0], outputs=nk) or not _device_loop_ok(back, plans[1]):
+        if not config.compiled_loops or plans is None or not _device_loop_ok(body, plans[0], outputs=nk) \
+                or not _device_loop_ok(back, plans[1]):
             return super().control_scan_revolve(e, ops)
-        acts_host = np.ascontiguousarray(schedule.actions(n, p["checkpoint"]), np.int64)
+        resume, first = p.get("resume", False), 0   # (from the snapshots of the first sweep: ScanRevolve's docstring)
+        if resume:
+            _, positions, first = schedule.first_sweep(n, p["checkpoint"])
+        acts_host = np.ascontiguousarray(schedule.actions(n, p["checkpoint"])[first:], np.int64)
         k = max(1, int(p["checkpoint"]))
-        tag = e.outputs[0].id if e.outputs else 0
-        n_y = len(body.outputs) - nk
+        tag = self.tag()
+        snaps = ops[nc:nc + nk] if resume else []
+        if resume:   # (then the carry it starts from: the last step's)
+            ops = ops[:nc] + ops[nc + nk:]
+        n_y = p.get("num_ys") if p.get("num_ys") is not None else len(body.outputs) - nk
         n_xs = len(ops) - nc - nk - ns - n_y
         consts, init = ops[:nc], ops[nc:nc + nk]
         xs, state0, ct_ys = ops[nc + nk:nc + nk + n_xs], ops[nc + nk + n_xs:nc + nk + n_xs + ns], ops[nc + nk + n_xs + ns:]
         carries = self._double_buffers(e, tag, "cb", init, body.outputs[:nk])
         states = self._double_buffers(e, tag, "sb", state0, back.outputs[:ns])
         slots = [f"slot{tag}_{i}" for i in range(nk)]
-        for sl, v in zip(slots, body.outputs):
-            self.emit(1, f"{sl} = {self.h_empty([k, *v.shape], v.dtype)}")
+        for i, (sl, v) in enumerate(zip(slots, body.outputs)):
+            self.emit(1, f"{sl} = {self.h_copy(snaps[i]) if resume else self.h_empty([k, *v.shape], v.dtype)}")
         acts = self.extra(acts_host)
         self.module.on_device.add(len(self.module.extras) - 1)
+        if resume:   # the steps the first sweep's slots hold
+            held = self.extra(np.ascontiguousarray(positions))
+            self.module.on_device.add(len(self.module.extras) - 1)
         grads = e.outputs[ns:]
         for v in grads:
             self._new(v)
@@ -779,10 +807,14 @@ class _Renderer(ControlRenderer):
         tindex = f"{n - 1} - pos" if p["reverse"] else "pos"
         loop = _DeviceLoop(self, tag)
         A = loop.param(acts, ("int64", 2))
-        loop.line(1, "pos = 0")
+        loop.line(1, f"pos = {n - 1 if resume else 0}")
         loop.line(1, "cc = 0")
         loop.line(1, "sc = 0")
         loop.line(1, f"at = cuda.local.array({k}, np.int64)")
+        if resume:
+            H = loop.param(held, ("int64", 1))
+            loop.line(1, f"for j in range({k}):")
+            loop.line(2, f"at[j] = {H}[j]")
         loop.line(1, f"for a in range({len(acts_host)}):")
         loop.line(2, f"op = {A}[a, 0]")
         loop.line(2, f"arg = {A}[a, 1]")
@@ -805,12 +837,11 @@ class _Renderer(ControlRenderer):
         loop.line(3, f"t = {tindex}")
         loop.graph(3, back, plans[1], [(c, None) for c in consts] + [(st, "sc") for st in states] + [(c, "cc") for c in carries]
                    + [(q, "t") for q in seqs] + [(q, "t") for q in cseqs],
-                   [(st, "1 - sc") for st in states] + [(f"b{v.id}", "t") for v in grads])
+                   [(st, "1 - sc") for st in states] + [(self.names[v], "t") for v in grads])
         loop.line(3, "sc = 1 - sc")
         loop.launch(e, f"the checkpointed schedule of {n} steps on the device")
         for i, v in enumerate(e.outputs[:ns]):   # n backward steps: the state is in half n % 2
-            self.names[v] = f"b{v.id}"
-            self.emit(1, f"b{v.id} = {self.h_copy(f'{states[i]}[{n % 2}:{n % 2 + 1}].reshape({tuple(v.shape)})')}")
+            self.emit(1, f"{self.fresh(v)} = {self.h_copy(f'{states[i]}[{n % 2}:{n % 2 + 1}].reshape({tuple(v.shape)})')}")
 
     def _double_buffers(self, e, tag: int, prefix: str, init: list[str], avals: list) -> list[str]:
         """Device arrays of two halves (2, *shape) per value, the first filled from `init`."""
@@ -836,7 +867,8 @@ class _Renderer(ControlRenderer):
     def h_truth(self, x: str) -> str:
         return f"R.scalar({x})"
 
-    def h_schedule(self, acts: str, n: str, k: str, depth: int) -> None:
+    def h_schedule(self, acts: str, k: str, n: str, checkpoint: str, depth: int) -> None:
+        self.emit(depth, f"{k} = schedule_slots({n}, {checkpoint})")
         self.emit(depth, f"{acts} = schedule_actions({n}, {k})")
 
     def h_trip(self, name: str, n: str) -> None:
@@ -894,22 +926,23 @@ class _DeviceLoop:
         self.line(depth, f"phase{j}({', '.join(call)})")
         self.line(depth, "g.sync()")
 
-    def copy(self, depth: int, src: tuple[str, str], dst: tuple[str, str], shape: tuple, dtype) -> None:
-        """A phase copying a row (of `shape` and `dtype`) of one array into a row of another."""
+    def copy(self, depth: int, src: tuple[str, str | None], dst: tuple[str, str | None], shape: tuple, dtype) -> None:
+        """A phase copying a row (of `shape` and `dtype`) of one array into a row of another (an
+        index None: the whole array)."""
         if not _size(shape):
             return
-        aval = (np.dtype(dtype).name, len(shape) + 1)
         kn = _Kernel()
         idx = [f"i{a}" for a in range(len(shape))]
         kn.emit(1, f"for f in range(cuda.grid(1), {_size(shape)}, cuda.gridsize(1)):")
         _unflatten(kn, "f", shape, idx, 2)
         kn.emit(2, f"p1[{_index(idx)}] = p0[{_index(idx)}]")
-        self.phase(depth, kn.lines, [(self.param(src[0], aval), src[1]), (self.param(dst[0], aval), dst[1])])
+        aval = lambda row: (np.dtype(dtype).name, len(shape) + (row is not None))   # noqa: E731
+        self.phase(depth, kn.lines, [(self.param(src[0], aval(src[1])), src[1]), (self.param(dst[0], aval(dst[1])), dst[1])])
 
     def graph(self, depth: int, graph: Graph, plan: fusion.Plan, inputs: list, outputs: list) -> None:
         """Phases running one step of `graph` (its plan): input k is inputs[k], output k written to
         outputs[k], each (host array, row index or None). Its other buffers are made on the host once."""
-        body = _LoopBody(plan, self.r.module, self.tag)
+        body = _LoopBody(plan, self.r.module, self.tag, self.r.serial)
         body.function()
         for text in body.host:
             self.r.emit(1, text)
@@ -945,9 +978,10 @@ class _LoopBody(_Renderer):
 
     one_block_size = True
 
-    def __init__(self, plan: fusion.Plan, module: _Module, tag: int):
+    def __init__(self, plan: fusion.Plan, module: _Module, tag: int, serial):
         super().__init__(plan, module, sub=True)
-        self.tag = tag
+        self.loop_tag = tag
+        self.serial = serial      # the enclosing function's: the body's buffers are made in it
         self.phases: list[_Kernel] = []
         self.host: list[str] = []
         self.avals: dict[str, tuple] = {}
@@ -962,9 +996,9 @@ class _LoopBody(_Renderer):
 
     def alloc(self, v: Var) -> str:
         if v in self.graph.outputs:   # written where the step's output goes: a row of ys, a carry half
-            name = self.names[v] = f"o{self.tag}_{self.graph.outputs.index(v)}"
+            name = self.names[v] = f"o{self.loop_tag}_{self.graph.outputs.index(v)}"
             return name
-        return super().alloc(v)   # (b<id>: Var ids are unique, so no clash with the enclosing function)
+        return super().alloc(v)   # (numbered by the enclosing function's serial: no clash with its names)
 
     def function(self, name: str = "") -> None:
         self.names, self.pool = {}, {}
@@ -997,7 +1031,7 @@ def ptx_float64(py_func, params: list[tuple[str, int]], cc=(8, 0)) -> list[str]:
     from numba import cuda
 
     ptx, _ = cuda.compile_ptx(py_func, _kernel_signature(params), cc=cc)
-    if any(d == "float64" for d, _ in params):
+    if any(np.dtype(d) in (np.float64, np.complex128) for d, _ in params):
         return []
     return [line.strip() for line in ptx.splitlines() if _F64.search(line) and not _LIBDEVICE_F64.match(line)]
 

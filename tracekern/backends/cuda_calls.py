@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import TracekernError
-from . import cuda_math
+from . import cuda_math, cufft
 from .render import kernel_registry, subscript
 
 KERNELS, kernel = kernel_registry()
@@ -153,14 +153,29 @@ def _scatter(r, k, ops) -> None:
     cell, u = subscript(y, at("t")), subscript(upd, at("j"))
     fns = cuda_math.functions(base_var.dtype)
     value = {"set": u, "add": f"{cell} + {u}", "mul": f"{cell} * {u}",
-             "min": f"{fns['minimum']}({cell}, {u})", "max": f"{fns['maximum']}({cell}, {u})"}[mode]
+             "min": f"{fns.get('minimum')}({cell}, {u})", "max": f"{fns.get('maximum')}({cell}, {u})"}[mode]
     kn.emit(3, f"{cell} = {value}", eqn=e)
     _launch(r, kn, f"scatter ({mode}) along axis {axis} -> {out.aval}", m, e)
 
 
+@kernel("fft")
+def _fft(r, k, ops) -> None:
+    """On cuFFT (backends/cufft.py): a host call on the step's stream. Where nvmath-python is missing
+    (and always on the simulator, but for a test's stand-in) this raises, naming what runs it."""
+    e = k.eqn
+    out = e.outputs[0]
+    if cufft.library(cuda_math.SIMULATOR) is None:
+        why = " (Numba's CUDA simulator cannot run it)" if cuda_math.SIMULATOR else ""
+        raise TracekernError(cufft.UNAVAILABLE.format(why=why) + f"\n  (from {e.source})")
+    r.alloc(out)
+    p = e.params
+    r.emit(1, f"R.fft({ops[0]}, {r.names[out]}, {p['kind']!r}, {p['inverse']}, {p['ndim']})  # fft ({p['kind']}) -> "
+              f"{out.aval} on cuFFT", eqn=e)
+
+
 LINALG = {"solve": "np.linalg.solve", "inv": "np.linalg.inv", "slogdet": "np.linalg.slogdet / det",
           "cholesky": "np.linalg.cholesky", "qr": "np.linalg.qr", "eigh": "np.linalg.eigh / eigvalsh",
-          "svd": "np.linalg.svd / norm(ord=2, 'nuc') / pinv"}
+          "svd": "np.linalg.svd / norm(ord=2, 'nuc') / pinv", "eig": "np.linalg.eig / eigvals"}
 
 
 @kernel(*LINALG)

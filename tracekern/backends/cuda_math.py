@@ -13,6 +13,7 @@ from numba import config, cuda
 
 from ..primitives import random as random_primitives
 from ..schedule import actions as schedule_actions  # noqa: F401  (while loops' schedules, on the host)
+from ..schedule import slots as schedule_slots  # noqa: F401
 from . import scalar_rules
 from .render import CASTS  # noqa: F401
 
@@ -81,6 +82,8 @@ for _name, (_gpu_fn, _np_fn) in LIBM.items():   # sinh_f32, sinh_f64, ... (gener
 def functions(dtype: np.dtype) -> dict[str, str]:
     """The names that Elementwise.scalar and Reduce.combine templates refer to, for one dtype."""
     name = np.dtype(dtype).name
+    if name in ("complex64", "complex128"):
+        return complex_functions(name)
     if name in ("float32", "float64"):
         sfx = "f32" if name == "float32" else "f64"
         fns = {f: f"math.{f}" for f in ("exp", "log", "log1p", "expm1", "sin", "cos", "tan", "tanh", "pow", "sqrt")}
@@ -106,7 +109,7 @@ LIBM_UNARY = {"log2": (math.log2, np.log2), "log10": (math.log10, np.log10), "ex
 LIBM_BINARY = {"arctan2": (math.atan2, np.arctan2), "hypot": (math.hypot, np.hypot),
                "copysign": (math.copysign, np.copysign), "nextafter": (math.nextafter, np.nextafter),
                "fmod": (math.fmod, np.fmod)}
-FLOAT_FUNCTIONS = (*LIBM_UNARY, *LIBM_BINARY, "floordiv", "remainder")
+FLOAT_FUNCTIONS = (*LIBM_UNARY, *LIBM_BINARY, "floordiv", "remainder", "logaddexp", "logaddexp2")
 
 
 def _libm_by_dtype(gpu_fn, np_fn, T, nargs: int):
@@ -136,6 +139,9 @@ for _T, _sfx in ((f32, "f32"), (f64, "f64")):
     _floordiv, _remainder = scalar_rules.float_division(globals()[f"fmod_{_sfx}"], globals()[f"floor_{_sfx}"],
                                                         globals()[f"copysign_{_sfx}"], _T)
     globals()[f"floordiv_{_sfx}"], globals()[f"remainder_{_sfx}"] = _device(_floordiv), _device(_remainder)
+    # (issue 25: exp and log1p are only called in their domains here, so Python's math serves the simulator too)
+    globals()[f"logaddexp_{_sfx}"] = _device(scalar_rules.logaddexp(math.exp, math.log1p, _T))
+    globals()[f"logaddexp2_{_sfx}"] = _device(scalar_rules.logaddexp(globals()[f"exp2_{_sfx}"], math.log1p, _T, base2=True))
 
 floordiv_i, remainder_i, fmod_i, gcd_i, lcm_i, take_index = (_device(fn) for fn in (
     scalar_rules.floordiv_i, scalar_rules.remainder_i, scalar_rules.fmod_i, scalar_rules.gcd_i, scalar_rules.lcm_i,
@@ -160,3 +166,62 @@ if SIMULATOR:
     for _name, (_np_fn, _nargs) in SIMULATED.items():
         for _T in (f32, f64):
             globals()[f"simulated_{_name}_{CASTS[np.dtype(_T).name]}"] = _libm_by_dtype(None, _np_fn, _T, _nargs)
+
+
+# -- issue 30: complex64 and complex128 --------------------------------------------------------------------
+# Each complex function is written once from its parts' real functions (scalar_rules.complex_functions:
+# math.* on a GPU, where math.exp of a float32 is expf, so complex64 kernels hold no float64; NumPy's
+# real functions on the simulator, which runs these same formulas)
+ACCUMULATOR.update({"complex64": "complex64", "complex128": "complex128"})
+c64, c128 = np.complex64, np.complex128
+
+
+class _SimulatedMath:
+    """math's names with NumPy's functions (NaN and inf outside the domain, as a GPU, where Python's
+    math raises): what the simulator runs the complex formulas with."""
+
+    def __getattr__(self, name: str):
+        fn = {"atan2": np.arctan2, "hypot": np.hypot, "copysign": np.copysign, "log1p": np.log1p, "expm1": np.expm1,
+              "isinf": np.isinf, "isnan": np.isnan}.get(name) or getattr(np, name)
+
+        if not callable(fn):
+            return fn
+
+        def quiet(*args):
+            with np.errstate(all="ignore"):
+                return fn(*args)
+        return quiet
+
+
+for _C, _R in ((c64, f32), (c128, f64)):
+    for _name, _fn in scalar_rules.complex_functions(_SimulatedMath() if SIMULATOR else math, _C, _R, _device).items():
+        globals()[f"{_name}_{CASTS[np.dtype(_C).name]}"] = _fn
+COMPLEX_FUNCTIONS = tuple(scalar_rules.complex_functions(math, c128, f64))
+
+
+def complex_functions(dtype_name: str) -> dict[str, str]:
+    sfx = CASTS[dtype_name]
+    return {**{f: f"{f}_{sfx}" for f in COMPLEX_FUNCTIONS}, "radd": "radd", "rmul": "rmul"}
+
+
+# -- issue 30: scipy.special's functions (scalar_rules.special_functions), in the operand's type
+class _SimulatedSpecial(_SimulatedMath):
+    """The simulator's math with SciPy's lgamma, gamma, erf and erfc (NumPy has none; Python's raise at poles)."""
+
+    def __getattr__(self, name: str):
+        import scipy.special  # (SciPy is a dependency; only the simulator needs it here)
+
+        fn = {"lgamma": scipy.special.gammaln, "gamma": scipy.special.gamma, "erf": scipy.special.erf,
+              "erfc": scipy.special.erfc, "pow": np.power}.get(name)
+        return fn if fn is not None else super().__getattr__(name)
+
+
+SPECIAL = ("gammaln", "digamma", "polygamma", "erfinv", "log_ndtr", "i0", "i0e", "i1", "i1e", "xlogy", "xlog1py")
+for _R in (f32, f64):
+    _fns = scalar_rules.special_functions(_SimulatedSpecial() if SIMULATOR else math, _R, _device)
+    for _name in SPECIAL:
+        globals()[f"{_name}_{CASTS[np.dtype(_R).name]}"] = _fns[_name]
+    for _name, _gpu_fn in (("erf", math.erf), ("erfc", math.erfc)):
+        globals()[f"{_name}_{CASTS[np.dtype(_R).name]}"] = _libm_by_dtype(
+            _gpu_fn, getattr(_SimulatedSpecial(), _name) if SIMULATOR else None, _R, 1)
+FLOAT_FUNCTIONS = (*FLOAT_FUNCTIONS, *SPECIAL, "erf", "erfc")

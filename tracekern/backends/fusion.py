@@ -15,10 +15,13 @@ import bisect
 import re
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from ..errors import IRError
-from ..ir import Eqn, Graph, Var
+from ..ir import Aval, Eqn, Graph, Var
 from ..primitives.core import literal_value
-from ..primitives.shape import broadcast_index
+from ..primitives.elementwise import mul
+from ..primitives.shape import broadcast_index, broadcast_to, const
 
 # Loops over at least this many elements run in parallel (prange), in chunks of about CHUNK
 # elements split along axis 0. Both depend only on shapes, so results do not depend on threads.
@@ -272,6 +275,13 @@ class _Walker:
             todo = [(e.inputs[0], self._named(e.primitive.view_index(list(idx), e.inputs[0].shape, **e.params)))]
         elif kind == "gather":   # the operand read at an index that is data (its own scalar): indices first
             todo = [(e.inputs[1], idx)]
+        elif kind == "pieces":   # unslice, concatenate: the piece the index falls in (or zero)
+            todo, conds = [], []
+            for cond, k, src in e.primitive.pieces(list(idx), [tuple(a.shape) for a in e.inputs], **e.params):
+                todo.append(self._zero(v) if k is None else (e.inputs[k], self._named(list(src))))
+                conds.append(cond)
+            stack.append([v, idx, e, todo, [], conds])
+            return None
         elif kind == "elementwise":
             todo = [(a, idx if a.shape == v.shape and 1 not in a.shape else tuple(broadcast_index(list(idx), a.shape, v.shape)))
                     for a in e.inputs]
@@ -282,7 +292,12 @@ class _Walker:
 
     def _finish(self, frame: list) -> str:
         """The name of a frame's value once its operands are named."""
-        v, idx, e, _, names = frame
+        v, idx, e, _, names = frame[:5]
+        if e.primitive.fusion == "pieces":
+            template = f"{{{len(names) - 1}}}"
+            for j in reversed(range(len(names) - 1)):
+                template = f"({{{j}}} if {frame[5][j]} else {template})"
+            return self._add((v, idx), Compute(self._name(v), e, tuple(names), template))
         if e.primitive.fusion != "elementwise":   # a view or a gather: the operand's element itself
             self.memo[(v, idx)] = names[-1]
             return names[-1]
@@ -306,6 +321,12 @@ class _Walker:
                 i = name
             out.append(i)
         return tuple(out)
+
+    def _zero(self, v: Var) -> tuple[Var, tuple]:
+        """A zero of v's dtype, as a literal statement: the (value, index) key it is known by."""
+        zero = Var(Aval((), v.dtype))
+        self._add((zero, ()), Literal(self._name(zero), Eqn(const, (), (zero,), {"value": np.zeros((), v.dtype)})))
+        return (zero, ())
 
     def _add(self, key: tuple, stmt) -> str:
         self.body.append(stmt)
@@ -351,8 +372,29 @@ def _size(shape) -> int:
     return n
 
 
+def outer_products(graph: Graph) -> Graph:
+    """The graph with every float matmul that contracts an axis of length 1 written as what it is, an
+    outer product: each output element is one product, so an elementwise mul of the operands
+    broadcast to the output's shape computes it exactly as the GEMM does (one multiply, nothing
+    to add), and it fuses into the loop that reads it instead of being a BLAS call and an array
+    of its own (a weight gradient of a batch of one, accumulated in a loop's carry)."""
+    eqns: list[Eqn] = []
+    for e in graph.eqns:
+        a = e.inputs[0] if e.primitive.name == "matmul" else None
+        if a is None or a.shape[-1] != 1 or a.dtype.kind != "f":
+            eqns.append(e)
+            continue
+        out = e.outputs[0]
+        left, right = Var(out.aval), Var(out.aval)
+        eqns += [Eqn(broadcast_to, (a,), (left,), {"shape": tuple(out.shape)}, e.source),
+                 Eqn(broadcast_to, (e.inputs[1],), (right,), {"shape": tuple(out.shape)}, e.source),
+                 Eqn(mul, (left, right), (out,), {}, e.source)]
+    return graph if len(eqns) == len(graph.eqns) else Graph(graph.inputs, tuple(eqns), graph.outputs, graph.input_notes)
+
+
 def plan(graph: Graph) -> Plan:
     """Group the equations of `graph` into kernels; see the module docstring."""
+    graph = outer_products(graph)
     producer = _Producers((v, e) for e in graph.eqns for v in e.outputs)
     materialized = _initial_materialized(graph, producer)
     cuts, bands = _bands(graph, producer, materialized)
@@ -399,7 +441,7 @@ def _worth_materializing(p: Plan, producer, materialized: set[Var]) -> set[Var]:
                 stack.pop()
                 continue
             e = producer.get(u)
-            if u in materialized or e is None or e.primitive.fusion not in ("elementwise", "view", "gather"):
+            if u in materialized or e is None or e.primitive.fusion not in ("elementwise", "view", "gather", "pieces"):
                 memo[u] = (frozenset([u]) if (u in materialized or e is None) else frozenset(), 0)
                 stack.pop()
                 continue

@@ -42,8 +42,12 @@ def compile_graph(graph: Graph) -> Callable[[Sequence[np.ndarray]], list]:
                 env[v] = o
             for v in free:
                 del env[v]
-        return [env[v] for v in graph.outputs]
+        # results never share memory with the caller's arguments or the graph's constants (a view such
+        # as x[1:] or x.T, or an input returned as it is): copied, as the compiled backends' are
+        return [o if o.flags.owndata and not any(o is a for a in args) and id(o) not in const_ids else np.array(o)
+                for o in (env[v] for v in graph.outputs)]
 
+    const_ids = {id(e.params["value"]) for e in graph.eqns if e.primitive.fusion == "const"}
     run.source = None  # nothing is generated: the IR itself is what runs
     run.peak_bytes = peak
     return run

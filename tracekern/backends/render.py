@@ -6,17 +6,19 @@ cpu renders these into its njit step, cuda into its host launcher; each supplies
 that differ (the hooks below: allocation, copies, reading a flag on the host, the run-time schedule)."""
 from __future__ import annotations
 
+import itertools
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from .. import schedule
-from ..ir import Graph, Var
+from ..ir import Graph, Var, format_graph
 
 CONTROL = ("cond", "scan", "while", "scan_revolve")
 # the names both math modules (cpu_math, cuda_math) give the casts to each dtype
-CASTS = {"float32": "f32", "float64": "f64", "int32": "i32", "int64": "i64", "bool": "boolean"}
+CASTS = {"float32": "f32", "float64": "f64", "int32": "i32", "int64": "i64", "bool": "boolean", "complex64": "c64",
+         "complex128": "c128"}
 
 
 def kernel_registry() -> tuple[dict, Callable]:
@@ -38,12 +40,17 @@ def subscript(array: str, idx: Sequence[str]) -> str:
     return f"{array}[{', '.join(idx)}]" if idx else f"{array}[()]"
 
 
+def _float_text(f: float) -> str:
+    return "np.nan" if f != f else ("np.inf" if f == np.inf else ("-np.inf" if f == -np.inf else repr(f)))
+
+
 def literal(value, dtype: np.dtype) -> str:
     cast = CASTS[dtype.name]
     v = np.asarray(value).astype(dtype)[()]
     if dtype.kind == "f":
-        f = float(v)
-        text = "np.nan" if f != f else ("np.inf" if f == np.inf else ("-np.inf" if f == -np.inf else repr(f)))
+        text = _float_text(float(v))
+    elif dtype.kind == "c":
+        text = f"complex({_float_text(float(v.real))}, {_float_text(float(v.imag))})"
     elif dtype.kind == "b":
         text = repr(bool(v))
     else:
@@ -77,6 +84,8 @@ class ControlRenderer(ABC):
         self.line_eqn: dict[int, object] = {}
         self.names: dict[Var, str] = {}
         self.pool: dict[tuple, list[str]] = {}   # dead buffers by (shape, dtype), ready for reuse
+        self.serial = itertools.count()          # numbers of the function's buffers and loops, in order of first use
+        self.prefix = ""                         # of those names: graphs written into one function each have their own
 
     @abstractmethod
     def emit(self, depth: int, text: str, eqn=None) -> None:
@@ -104,8 +113,9 @@ class ControlRenderer(ABC):
         """A 0-d bool array's value where the loop runs."""
 
     @abstractmethod
-    def h_schedule(self, acts: str, n: str, k: str, depth: int) -> None:
-        """Statements binding `acts` to schedule.actions(n, k) (an int64 array (steps, 2))."""
+    def h_schedule(self, acts: str, k: str, n: str, checkpoint: str, depth: int) -> None:
+        """Statements binding `k` to schedule.slots(n, checkpoint) and `acts` to schedule.actions(n, k)
+        (an int64 array (steps, 2)); `checkpoint` is the param's repr."""
 
     @abstractmethod
     def h_trip(self, name: str, n: str) -> None:
@@ -115,12 +125,32 @@ class ControlRenderer(ABC):
         return x
 
     # -- shared ----------------------------------------------------------------------------
+    def start_function(self) -> None:
+        """Forget the previous function's names: each function numbers its buffers and loops from 0."""
+        self.names, self.pool, self.serial = {}, {}, itertools.count()
+
+    def fresh(self, v: Var) -> str:
+        """A new buffer name for v: b0, b1, ... in order of first use in the function, never the IR's
+        variable numbers, so that the same program renders the same text (and hits the same disk
+        cache entry and compiled driver) however often it is traced."""
+        name = self.names[v] = f"{self.prefix}b{next(self.serial)}"
+        return name
+
+    def tag(self) -> str:
+        """A number for one control-flow construct's local names (its carries, results, sequences)."""
+        return f"{self.prefix}{next(self.serial)}"
+
+    def listing(self) -> str:
+        """The graph as comments at the end of a driver: its values named by first use, without
+        the user's source lines (a driver's text depends only on the program it runs)."""
+        return "\n".join("# " + line for line in format_graph(self.graph, show_source=False).splitlines())
+
     def const_value(self, v: Var) -> np.ndarray:
         return np.ascontiguousarray(next(e for e in self.graph.eqns if v in e.outputs).params["value"])
 
     def alloc(self, v: Var) -> str:
         """Bind v to a buffer: a dead one of its shape and dtype if there is one, else a new one."""
-        name = self.names[v] = f"b{v.id}"
+        name = self.fresh(v)
         free = self.pool.get((v.shape, v.dtype.str))
         if free:
             self.emit(1, f"{name} = {free.pop()}  # reuses a dead buffer")
@@ -157,21 +187,21 @@ class ControlRenderer(ABC):
     def _outputs(self, e, outputs, values: list[str], depth: int = 1) -> None:
         """Bind `outputs` (of equation e) to copies of `values` (fresh arrays: no aliasing of inputs)."""
         for v, val in zip(outputs, values):
-            self.names[v] = f"b{v.id}"
-            self.emit(depth, f"b{v.id} = {self.h_copy(val)}", eqn=e)
+            name = self.names.get(v) or self.fresh(v)    # (a cond's branches bind the same names)
+            self.emit(depth, f"{name} = {self.h_copy(val)}", eqn=e)
 
     @staticmethod
     def _row(seq: str, shape: tuple) -> str:
         return f"{seq}[t:t + 1].reshape({shape})"
 
     def _new(self, v) -> str:
-        self.names[v] = f"b{v.id}"
-        self.emit(1, f"b{v.id} = {self.h_empty(list(v.shape), v.dtype)}")
-        return f"b{v.id}"
+        name = self.fresh(v)
+        self.emit(1, f"{name} = {self.h_empty(list(v.shape), v.dtype)}")
+        return name
 
     def control_cond(self, e, ops: list[str]) -> None:
         p = e.params
-        tag = e.outputs[0].id if e.outputs else 0
+        tag = self.tag()
         self.emit(1, f"if {self.h_truth(ops[0])}:", eqn=e)
         self.emit(2, f"rt{tag} = {self.subcall(p['true'], ops[1:])}", eqn=e)
         self._outputs(e, e.outputs, [f"rt{tag}[{i}]" for i in range(len(e.outputs))], 2)
@@ -183,7 +213,7 @@ class ControlRenderer(ABC):
         p = e.params
         nc, nk, n = p["num_consts"], p["num_carry"], p["length"]
         body = p["body"]
-        tag = e.outputs[0].id
+        tag = self.tag()
         consts, init, xs = ops[:nc], ops[nc:nc + nk], ops[nc + nk:]
         carry = [f"k{tag}_{i}" for i in range(nk)]
         for c, x in zip(carry, init):
@@ -196,21 +226,34 @@ class ControlRenderer(ABC):
         for v in stacked:
             self._new(v)
         rng = f"range({n} - 1, -1, -1)" if p["reverse"] else f"range({n})"
+        recorded = e.outputs[nk + n_y:]
+        snapshots = p["record"] and p.get("checkpoint") is not None   # (the first sweep's: Scan's docstring)
+        slot_at = self.extra(np.ascontiguousarray(schedule.first_sweep(n, p["checkpoint"])[0])) if snapshots else None
         self.emit(1, f"for t in {rng}:", eqn=e)
-        for c, v in zip(carry, e.outputs[nk + n_y:]):
-            self.emit(2, self.h_assign(self._row(f"b{v.id}", tuple(v.shape[1:])), c))
+        if snapshots:
+            pos = f"{n} - 1 - t" if p["reverse"] else "t"
+            self.emit(2, f"if {slot_at}[{pos}] >= 0:")
+            for c, v in zip(carry, recorded[:nk]):
+                slot = f"{slot_at}[{pos}]"
+                self.emit(3, self.h_assign(f"{self.names[v]}[{slot}:{slot} + 1].reshape({tuple(v.shape[1:])})", c))
+            self.emit(2, f"if {pos} == {n} - 1:")
+            for c, v in zip(carry, recorded[nk:]):
+                self.emit(3, self.h_assign(self.names[v], c))
+        else:
+            for c, v in zip(carry, recorded):
+                self.emit(2, self.h_assign(self._row(self.names[v], tuple(v.shape[1:])), c))
         rows = [self._row(q, tuple(x.shape[1:])) for q, x in zip(seqs, e.inputs[nc + nk:])]
         self.emit(2, f"r{tag} = {self.subcall(body, consts + carry + rows)}", eqn=e)
         for i, c in enumerate(carry):
             self.emit(2, f"{c} = r{tag}[{i}]")
         for j, v in enumerate(e.outputs[nk:nk + n_y]):
-            self.emit(2, self.h_assign(self._row(f"b{v.id}", tuple(v.shape[1:])), f"r{tag}[{nk + j}]"))
+            self.emit(2, self.h_assign(self._row(self.names[v], tuple(v.shape[1:])), f"r{tag}[{nk + j}]"))
         self._outputs(e, e.outputs[:nk], carry)
 
     def control_while(self, e, ops: list[str]) -> None:
         p = e.params
         nc = p["num_consts"]
-        tag = e.outputs[0].id
+        tag = self.tag()
         consts, init = ops[:nc], ops[nc:]
         carry = [f"k{tag}_{i}" for i in range(len(init))]
         for c, x in zip(carry, init):
@@ -221,38 +264,42 @@ class ControlRenderer(ABC):
         for i, c in enumerate(carry):
             self.emit(2, f"{c} = r{tag}[{i}]")
         self.emit(2, f"n{tag} += 1")
-        trip = e.outputs[-1]
-        self.names[trip] = f"b{trip.id}"
-        self.h_trip(f"b{trip.id}", f"n{tag}")
+        self.h_trip(self.fresh(e.outputs[-1]), f"n{tag}")
         self._outputs(e, e.outputs[:-1], carry)
 
     def control_scan_revolve(self, e, ops: list[str]) -> None:
         """Runs the checkpoint schedule (tracekern.schedule): a loop over its actions."""
         p = e.params
         body, nc, nk, ns, n = p["body"], p["num_consts"], p["num_carry"], p["num_state"], p["length"]
-        tag = e.outputs[0].id if e.outputs else 0
+        tag = self.tag()
         ins = list(e.inputs)
         if n is None:   # a while loop's: the schedule is made when the trip count is known
             trip = ops[nc + nk]
             ops = ops[:nc + nk] + ops[nc + nk + 1:]
             ins = ins[:nc + nk] + ins[nc + nk + 1:]
-            n, acts = f"n{tag}", f"acts{tag}"
+            n, acts, k = f"n{tag}", f"acts{tag}", f"slots{tag}"
             self.emit(1, f"{n} = {self.h_truth(trip)}", eqn=e)
-            k = f"max({n}, 1)" if p["checkpoint"] is None else str(p["checkpoint"])   # (a slot per iteration)
-            self.h_schedule(acts, n, k, 1)
-        else:   # a scan's: the schedule for its length and checkpoint, made now
-            acts = self.extra(np.ascontiguousarray(schedule.actions(n, p["checkpoint"]), np.int64))
+            self.h_schedule(acts, k, n, repr(p["checkpoint"]), 1)
+        resume = p.get("resume", False)   # (from the snapshots of the first sweep: ScanRevolve's docstring)
+        if isinstance(n, int):   # a scan's: the schedule for its length and checkpoint, made now
+            first = 0
+            if resume:
+                _, positions, first = schedule.first_sweep(n, p["checkpoint"])
+            acts = self.extra(np.ascontiguousarray(schedule.actions(n, p["checkpoint"])[first:], np.int64))
             k = str(p["checkpoint"])
-        n_y = len(body.outputs) - nk
+        snap_ops = ops[nc:nc + nk] if resume else []
+        if resume:   # (then the carry it starts from: the last step's)
+            ops, ins = ops[:nc] + ops[nc + nk:], ins[:nc] + ins[nc + nk:]
+        n_y = p.get("num_ys") if p.get("num_ys") is not None else len(body.outputs) - nk
         n_xs = len(ops) - nc - nk - ns - n_y
         consts, init = ops[:nc], ops[nc:nc + nk]
         xs, state0, ct_ys = ops[nc + nk:nc + nk + n_xs], ops[nc + nk + n_xs:nc + nk + n_xs + ns], ops[nc + nk + n_xs + ns:]
         carry = [f"k{tag}_{i}" for i in range(nk)]
         slots = [f"slot{tag}_{i}" for i in range(nk)]
-        for c, x, sl, v in zip(carry, init, slots, body.outputs):
+        for i, (c, x, sl, v) in enumerate(zip(carry, init, slots, body.outputs)):
             self.emit(1, f"{c} = {self.h_copy(x)}", eqn=e)
-            self.emit(1, f"{sl} = {self.h_empty([k, *v.shape], v.dtype)}")
-        self.emit(1, f"slotpos{tag} = [0] * {k}")
+            self.emit(1, f"{sl} = {self.h_copy(snap_ops[i]) if resume else self.h_empty([k, *v.shape], v.dtype)}")
+        self.emit(1, f"slotpos{tag} = {list(positions.tolist()) if resume else f'[0] * {k}'}")
         state = [f"s{tag}_{i}" for i in range(ns)]
         for st, x in zip(state, state0):
             self.emit(1, f"{st} = {self.h_copy(x)}")
@@ -264,7 +311,7 @@ class ControlRenderer(ABC):
         xs_rows = [self._row(q, tuple(x.shape[1:])) for q, x in zip(xs, ins[nc + nk:nc + nk + n_xs])]
         cy_rows = [self._row(q, tuple(x.shape[1:])) for q, x in zip(ct_ys, ins[nc + nk + n_xs + ns:])]
         tindex = f"{n} - 1 - pos{tag}" if p["reverse"] else f"pos{tag}"
-        self.emit(1, f"pos{tag} = 0")
+        self.emit(1, f"pos{tag} = {f'{n} - 1' if resume else 0}")
         self.emit(1, f"for a in range({acts}.shape[0]):", eqn=e)
         self.emit(2, f"op = {acts}[a, 0]")
         self.emit(2, f"arg = {acts}[a, 1]")
@@ -289,10 +336,9 @@ class ControlRenderer(ABC):
         for i, st in enumerate(state):
             self.emit(3, f"{st} = g{tag}[{i}]")
         for j, v in enumerate(grads):
-            self.emit(3, self.h_assign(self._row(f"b{v.id}", tuple(v.shape[1:])), f"g{tag}[{ns + j}]"))
+            self.emit(3, self.h_assign(self._row(self.names[v], tuple(v.shape[1:])), f"g{tag}[{ns + j}]"))
         for v, st in zip(e.outputs[:ns], state):
-            self.names[v] = f"b{v.id}"
-            self.emit(1, f"b{v.id} = {self.h_copy(st)}")
+            self.emit(1, f"{self.fresh(v)} = {self.h_copy(st)}")
 
     def _contiguous_as(self, x: str, new: str) -> str:
         self.emit(1, f"{new} = {self.h_contiguous(x)}")

@@ -3,11 +3,15 @@ compiles them in this process and in worker processes at once; each compiled uni
 disk cache, and this process loads it from there. Numba compiles under a global lock, so threads
 would not help; processes use every core.
 
-A worker is `python -m tracekern.backends.workers`, started once per process on the first step that
-has enough to compile, and fed one job at a time over a pipe (pickles of sources and Numba
-signatures; it answers "done" or the error). It is a plain subprocess, not multiprocessing's spawn,
-which would import the user's main script again in the worker. TRACEKERN_COMPILE_WORKERS sets how
-many workers (0: none); by default one fewer than the cores, at most 4."""
+A worker is a plain subprocess, `python -I -c _BOOT <this tracekern's package directory>`, started
+once per process on the first step that has enough to compile, and fed one job at a time over a
+pipe (pickles of sources and Numba signatures; it answers "done" or the error). Isolated (-I): it
+imports nothing from its working directory (a private one: the cache directory) nor from
+PYTHONPATH or the user's site-packages, so a numpy.py planted where the user runs Python never
+runs in it; it loads tracekern from the very directory this process did (a checkout, an editable
+or a regular install alike). Not multiprocessing's spawn, which would import the user's main
+script again in the worker. TRACEKERN_COMPILE_WORKERS sets how many workers (0: none); by
+default one fewer than the cores, at most 4."""
 from __future__ import annotations
 
 import atexit
@@ -27,6 +31,19 @@ MIN_UNITS = 6
 _WORKERS: list[_Worker] = []
 _LOCK = threading.Lock()
 
+# What a worker runs first: tracekern's package from the directory given (argv[1]) and nothing else
+# from outside the interpreter's own paths; then the loop of _serve().
+_BOOT = """
+import importlib.util, os, sys
+package = sys.argv[1]
+spec = importlib.util.spec_from_file_location("tracekern", os.path.join(package, "__init__.py"),
+                                              submodule_search_locations=[package])
+module = sys.modules["tracekern"] = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+from tracekern.backends.workers import _serve
+_serve()
+"""
+
 
 def worker_count() -> int:
     env = os.environ.get("TRACEKERN_COMPILE_WORKERS")
@@ -43,10 +60,9 @@ class _Worker:
     """One worker process and its pipes."""
 
     def __init__(self):
-        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        env = dict(os.environ, TRACEKERN_COMPILE_WORKERS="0",
-                   PYTHONPATH=os.pathsep.join([root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
-        self.proc = subprocess.Popen([sys.executable, "-m", "tracekern.backends.workers"], env=env,
+        package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        env = dict(os.environ, TRACEKERN_COMPILE_WORKERS="0")   # (-I: Python ignores its PYTHON* variables)
+        self.proc = subprocess.Popen([sys.executable, "-I", "-c", _BOOT, package], env=env, cwd=cache.cache_dir(),
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
 
     def run(self, job: tuple) -> str | None:

@@ -17,10 +17,11 @@ import numpy as np
 
 from ..errors import with_location
 from ..trace import ArrayOps
-from . import contractions, creation, extras, indexing, linalg, reductions, scans, shapes, sorting, ufuncs
+from . import contractions, creation, extras, fft, indexing, linalg, reductions, scans, shapes, sorting, special, ufuncs
 from ._core import _check_dtype
 from .indexing import at, getitem  # noqa: F401 (tk.at; x[idx] on tracers)
 from .scans import accumulate
+from .special import SCIPY_FUNCTIONS  # noqa: F401 (trace.Tracer's advice for SciPy's Python functions)
 
 # the names each part defines for users (helpers start with "_" or are listed here)
 _PARTS = (ufuncs, creation, shapes, reductions, indexing, contractions, scans, sorting, extras)
@@ -58,6 +59,9 @@ for _name, _fn in NAMES.items():
 for _name in linalg.__all__:
     if hasattr(np.linalg, _name):
         FUNCTIONS[getattr(np.linalg, _name)] = getattr(linalg, _name)
+for _name in fft.__all__:
+    FUNCTIONS[getattr(np.fft, _name)] = getattr(fft, _name)
+FUNCTIONS[np.i0] = special.i0   # (NumPy's own modified Bessel function, as scipy.special.i0)
 
 # Not traceable, and what to write instead (data-dependent shapes, in-place writes, complex results)
 _SHAPE = "its result's shape depends on the data, which tracing cannot know"
@@ -82,30 +86,63 @@ ALTERNATIVES: dict[str, str] = {
     "allclose": "it returns a Python bool, which needs the values: use np.all(np.isclose(a, b)) (a traced bool)",
     "array_equal": "it returns a Python bool, which needs the values: use np.all(a == b) (a traced bool)",
     "frexp": "use np.log2(np.abs(x)) and np.floor for the exponent",
-    "linalg.eig": "complex results are not supported; for symmetric matrices use np.linalg.eigh",
-    "linalg.eigvals": "complex results are not supported; for symmetric matrices use np.linalg.eigvalsh",
     "linalg.lstsq": "use np.linalg.pinv(a) @ b (or np.linalg.solve(a.T @ a, a.T @ b) for full-rank a)",
     "linalg.tensorsolve": "reshape to a matrix and use np.linalg.solve",
     "linalg.tensorinv": "reshape to a matrix and use np.linalg.inv",
 }
 
 
+# advice for a whole module of functions that are not traced (by the public module's name, numpy's as "np")
+MODULE_ADVICE: dict[str, str] = {
+    "np.fft": "tk.numpy.fft traces fft/ifft, rfft/irfft, fft2/ifft2, rfft2/irfft2, fftn/ifftn, rfftn/irfftn, "
+              "fftfreq/rfftfreq and fftshift/ifftshift; write the Hermitian transforms with those (np.fft.hfft(a, n) is "
+              "np.fft.irfft(np.conj(a), n) * n)",
+    "np.random": "draw random numbers with tk.random (counter-based: tk.random.key, split, uniform, normal), or "
+                 "pass NumPy's draws in as arguments",
+    "scipy.special": "tracekern traces scipy.special's " + ", ".join(sorted(special.SCIPY_UFUNCS)) + " (and digamma), and "
+                     "tk.scipy.special has " + ", ".join(special.SCIPY_FUNCTIONS) + " with SciPy's signatures; write "
+                     "others with those and np.log / np.exp / np.tanh",
+}
+
+
+def _public_module(module: str) -> str:
+    """A module's public name (its path up to the first private part), NumPy's written "np"."""
+    parts = []
+    for part in module.split("."):
+        if part.startswith("_"):
+            break
+        parts.append(part)
+    name = ".".join(parts) or module
+    return "np" + name[len("numpy"):] if name == "numpy" or name.startswith("numpy.") else name
+
+
 def _qualname(func) -> str:
-    module = getattr(func, "__module__", "") or ""
+    """The name a user wrote for a NumPy or SciPy function or ufunc: np.unique, np.fft.ifft,
+    np.linalg.eig, scipy.special.psi (a ufunc has no module: found in the modules that may hold it)."""
     name = getattr(func, "__name__", str(func))
-    return f"linalg.{name}" if "linalg" in module else name
+    if isinstance(func, np.ufunc):
+        if getattr(np, name, None) is func:
+            return f"np.{name}"
+        for module in ("scipy.special",):
+            if getattr(sys.modules.get(module), name, None) is func:
+                return f"{module}.{name}"
+        return f"the ufunc {name}"
+    return f"{_public_module(getattr(func, '__module__', '') or 'numpy')}.{name}"
 
 
-def _unsupported(name: str, kind: str) -> NotImplementedError:
-    """The error for np.<name>: what to do instead, or the closest supported names."""
-    advice = ALTERNATIVES.get(name)
-    if advice is None:
+def _unsupported(qualname: str, kind: str) -> NotImplementedError:
+    """The error for a function the user called (its public name, np.fft.ifft): what to do instead,
+    or the closest supported names of the same module."""
+    module, _, name = qualname.rpartition(".")
+    key = name if module == "np" else qualname.removeprefix("np.")
+    advice = ALTERNATIVES.get(key) or MODULE_ADVICE.get(module)
+    if advice is None and module in ("np", "np.linalg"):
         known = sorted(set(NAMES) | {f"linalg.{n}" for n in linalg.__all__} | {u.__name__ for u in UFUNCS})
-        close = difflib.get_close_matches(name, known, n=4, cutoff=0.6)
-        advice = (f"the closest supported: {', '.join('np.' + c for c in close)}" if close else
-                  "see the README's 'What can be traced' for the supported names")
+        close = difflib.get_close_matches(key, known, n=4, cutoff=0.6)
+        advice = f"the closest supported: {', '.join('np.' + c for c in close)}" if close else None
+    advice = advice or "see the README's 'What can be traced' for the supported names"
     return NotImplementedError(with_location(
-        f"np.{name} is not supported on traced arrays ({kind}): {advice}. tk.numpy supports {len(FUNCTIONS)} NumPy "
+        f"{qualname} is not supported on traced arrays ({kind}): {advice}. tk.numpy supports {len(FUNCTIONS)} NumPy "
         f"functions and {len(UFUNCS)} ufuncs (the README's 'What can be traced' lists them), and the extras "
         f"{', '.join(EXTRAS)}"))
 
@@ -115,10 +152,10 @@ def apply_ufunc(ufunc, method: str, inputs, kwargs):
         raise TypeError(with_location(f"np.{ufunc.__name__}(..., out=...) cannot write into a traced array; "
                                       "assign the result instead"))
     extra = {k: v for k, v in kwargs.items() if k != "out"}
-    fn = UFUNCS.get(ufunc)
+    fn = UFUNCS.get(ufunc) or special.scipy_ufunc(ufunc)
     if method == "__call__":
         if fn is None:
-            raise _unsupported(ufunc.__name__, "ufunc")
+            raise _unsupported(_qualname(ufunc), "ufunc")
         dtype = extra.pop("dtype", None)
         if extra:
             raise NotImplementedError(with_location(

@@ -8,9 +8,9 @@ import numpy as np
 
 from .. import primitives
 from ..errors import ShapeError, with_location
-from ..ir import SUPPORTED_DTYPES, is_float
+from ..ir import SUPPORTED_DTYPES, is_complex, is_inexact
 from ..primitives.core import REGISTRY
-from ..trace import ArrayOps, Tracer, bind
+from ..trace import WIDE, ArrayOps, Tracer, bind, refuse_subclass
 
 __all__ = ["P", "ShapeError", "Tracer", "bind", "with_location"]
 
@@ -51,8 +51,9 @@ def traced(x) -> bool:
 
 
 def _check_operand(x, fname: str) -> None:
-    if not isinstance(x, (Tracer, np.ndarray, np.generic, bool, int, float)):
+    if not isinstance(x, (Tracer, np.ndarray, np.generic, bool, int, float, complex)):
         raise TypeError(with_location(f"{fname}: expected an array or a number, got {type(x).__name__}"))
+    refuse_subclass(x, f"an operand of {fname}")
 
 
 def _array(x, fname: str = "tk.numpy"):
@@ -73,12 +74,12 @@ def _token(x):
         if not x.weak:
             return x.dtype
         x_dtype = x.dtype
-        return float if is_float(x_dtype) else (int if x_dtype.kind == "i" else np.dtype(bool))
+        return {"f": float, "c": complex, "i": int}.get(x_dtype.kind, np.dtype(bool))
     if isinstance(x, (np.ndarray, np.generic)):  # before float: np.float64 subclasses float
         return x.dtype
     if isinstance(x, bool):
         return np.dtype(bool)
-    if isinstance(x, (int, float)):
+    if isinstance(x, (int, float, complex)):
         return type(x)
     return _dtype(x)
 
@@ -87,7 +88,20 @@ def _cast(x, dtype: np.dtype):
     """x as `dtype`: a convert equation for traced values, a typed constant otherwise."""
     dtype = np.dtype(dtype)
     if isinstance(x, Tracer):
-        return x if x.dtype == dtype else bind(P.convert, x, dtype=dtype)
+        if x.weak == WIDE and dtype.kind in "iu" and dtype.itemsize < 8:
+            raise OverflowError(with_location(
+                f"a Python integer argument out of bounds for {dtype} meets an {dtype} array: NumPy 2 raises "
+                f"OverflowError here (NEP 50: a Python int takes the array's dtype). Pass np.int64(value), or "
+                f"cast the array first with .astype(np.int64)"))
+        if x.dtype == dtype:
+            return x
+        if is_complex(x.dtype) and not is_complex(dtype):
+            if dtype == np.bool_:   # (NumPy's truth of a complex number: z != 0)
+                return bind(P.ne, x, np.zeros((), x.dtype))
+            raise TypeError(with_location(
+                f"a {x.dtype} value cannot become {dtype} implicitly (its imaginary part would be lost): take "
+                "np.real(z), np.imag(z) or np.abs(z) first"))
+        return bind(P.convert, x, dtype=dtype)
     return np.asarray(x, dtype=dtype)
 
 
@@ -142,9 +156,9 @@ def _promote(fname: str, *xs):
 
 
 def _inexact(x, fname: str):
-    """x as a float: integers and bools become float64 (as NumPy's mean, var, interp...)."""
+    """x as a float (or complex): integers and bools become float64 (as NumPy's mean, var, interp...)."""
     _check_operand(x, fname)
-    return x if is_float(_dtype(x)) else _cast(x, np.float64)
+    return x if is_inexact(_dtype(x)) else _cast(x, np.float64)
 
 
 def _iota(n: int, shape: tuple[int, ...], axis: int, dtype=np.int64) -> np.ndarray:

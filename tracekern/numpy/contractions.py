@@ -17,7 +17,7 @@ import numpy as np
 from ._core import P, ShapeError, _array, _axis, _cast, _promote, _reject, _shape, bind, with_location
 from .reductions import sum as _sum
 from .shapes import broadcast_to, diagonal, moveaxis, ravel, reshape, stack, transpose
-from .ufuncs import multiply, subtract
+from .ufuncs import conj, multiply, subtract
 
 
 def matmul(a, b, /, out=None, **kwargs):
@@ -49,7 +49,7 @@ def matmul(a, b, /, out=None, **kwargs):
 
 def _not_weak(x):
     """np.dot, inner and vdot read a Python number as an array (float64), not as a weak scalar."""
-    return np.asarray(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else x
+    return np.asarray(x) if isinstance(x, (int, float, complex)) and not isinstance(x, bool) else x
 
 
 def dot(a, b, out=None):
@@ -64,7 +64,7 @@ def dot(a, b, out=None):
 
 
 def vdot(a, b, /):
-    return dot(ravel(_array(a, "vdot")), ravel(_array(b, "vdot")))
+    return dot(conj(ravel(_array(a, "vdot"))), ravel(_array(b, "vdot")))
 
 
 def inner(a, b, /):
@@ -146,8 +146,9 @@ def _stack3(c0, c1, c2):
 
 
 def vecdot(x1, x2, /, *, axis=-1):
+    """sum(conj(x1) * x2) over axis (NumPy's conjugates the first vector)."""
     x1, x2 = _promote("vecdot", _array(x1, "vecdot"), _array(x2, "vecdot"))
-    return _sum(multiply(x1, x2), axis=axis)
+    return _sum(multiply(conj(x1), x2), axis=axis)
 
 
 def matvec(x1, x2, /):
@@ -155,6 +156,8 @@ def matvec(x1, x2, /):
 
 
 def vecmat(x1, x2, /):
+    """conj(x1) @ x2 (NumPy's conjugates the vector)."""
+    x1 = conj(_array(x1, "vecmat"))
     return matmul(reshape(x1, _shape(x1)[:-1] + (1,) + _shape(x1)[-1:]), x2)[..., 0, :]
 
 
@@ -264,9 +267,11 @@ def einsum(*operands, out=None, dtype=None, order="K", casting="safe", optimize=
     sizes: dict = {}
     for t, x in zip(ins, arrays):
         for c, s in zip(t, _shape(x)):
-            if sizes.get(c, 1) != 1 and s not in (1, sizes[c]):
+            # a size-1 axis broadcasts against any other size, a zero-size one included (as NumPy)
+            if c not in sizes or sizes[c] == 1:
+                sizes[c] = s
+            elif s not in (1, sizes[c]):
                 raise ShapeError(with_location(f"einsum: operands disagree on the size of {c!r} ({sizes[c]} and {s})"))
-            sizes[c] = builtins.max(sizes.get(c, 1), s)
     if any(c not in sizes for c in out_labels):
         raise ValueError(with_location(f"einsum: output subscript {out_labels!r} names a label no operand has"))
     current = [_diagonal_labels(x, t) for x, t in zip(arrays, ins)]

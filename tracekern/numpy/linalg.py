@@ -1,4 +1,4 @@
-"""tk.numpy.linalg: np.linalg on traced arrays. solve, inv, slogdet, cholesky, qr, eigh and svd are
+"""tk.numpy.linalg: np.linalg on traced arrays. solve, inv, slogdet, cholesky, qr, eigh, svd and eig are
 primitives (LAPACK on cpu, the standard reverse-mode rules); det, norm, pinv, matrix_power,
 multi_dot, matrix_rank, cond and the array-API names are built from them. Results are NumPy's
 own named tuples (EighResult, SVDResult, ...). Stacks of matrices (..., m, n) work throughout."""
@@ -8,25 +8,28 @@ import math
 
 import numpy as np
 
+from ..ir import is_complex
 from ._core import P, ShapeError, Tracer, _array, _axes, _cast, _dtype, _inexact, _promote, _shape, bind, with_location
 from .contractions import cross as _cross
 from .contractions import matmul
 from .contractions import outer as _outer
 from .contractions import tensordot as _tensordot
 from .contractions import vecdot as _vecdot
+from .reductions import _sqrt_or_zero
 from .reductions import max as _max
 from .reductions import min as _min
 from .reductions import sum as _sum
 from .shapes import broadcast_to, matrix_transpose, moveaxis, reshape, squeeze
 from .shapes import diagonal as _diagonal
-from .ufuncs import absolute, divide, exp, greater, multiply, power, sqrt, where
+from .ufuncs import absolute, add, divide, equal, exp, greater, imag, multiply, power, real, where
 
 EighResult = type(np.linalg.eigh(np.eye(1)))
 SVDResult = type(np.linalg.svd(np.eye(1)))
 QRResult = type(np.linalg.qr(np.eye(1)))
 SlogdetResult = type(np.linalg.slogdet(np.eye(1)))
+EigResult = type(np.linalg.eig(np.eye(1)))
 
-__all__ = ["cholesky", "cond", "cross", "det", "diagonal", "eigh", "eigvalsh", "inv", "matmul", "matrix_norm",
+__all__ = ["cholesky", "cond", "cross", "det", "diagonal", "eig", "eigh", "eigvals", "eigvalsh", "inv", "matmul", "matrix_norm",
            "matrix_power", "matrix_rank", "matrix_transpose", "multi_dot", "norm", "outer", "pinv", "qr", "slogdet",
            "solve", "svd", "svdvals", "tensordot", "trace", "vecdot", "vector_norm"]
 
@@ -93,12 +96,24 @@ def eigh(a, UPLO="L"):   # noqa: N803 (NumPy's name)
     a = _matrices(a, "eigh")
     if UPLO not in ("L", "U"):
         raise ValueError(with_location("np.linalg.eigh: UPLO must be 'L' or 'U'"))
-    w, v = bind(P.eigh, a if UPLO == "L" else matrix_transpose(a))
+    w, v = bind(P.eigh, a, uplo=UPLO)
     return EighResult(w, v)
 
 
 def eigvalsh(a, UPLO="L"):   # noqa: N803
     return eigh(a, UPLO).eigenvalues
+
+
+def eig(a):
+    """Eigenvalues and right eigenvectors of general matrices, NumPy's (LAPACK's geev), always complex:
+    NumPy's are real when every eigenvalue of a real matrix is real, a dtype that depends on the values."""
+    w, v = bind(P.eig, _matrices(a, "eig"), vectors=True)
+    return EigResult(w, v)
+
+
+def eigvals(a):
+    (w,) = bind(P.eig, _matrices(a, "eigvals"), vectors=False)
+    return w
 
 
 def svd(a, full_matrices=True, compute_uv=True, hermitian=False):
@@ -122,21 +137,33 @@ def vector_norm(x, /, *, axis=None, keepdims=False, ord=2):
     return _vector_norm(x, ax, ord, keepdims)
 
 
+def _abs2(x):
+    """|x|^2 elementwise, real (for complex x: the sum of its parts' squares)."""
+    if is_complex(_dtype(x)):
+        re, im = real(x), imag(x)
+        return add(multiply(re, re), multiply(im, im))
+    return multiply(x, x)
+
+
 def _vector_norm(x, axes, ord, keepdims):
     a = absolute(x)
     if ord is None or ord == 2:
-        return sqrt(_sum(multiply(x, x), axis=axes, keepdims=keepdims))
+        return _sqrt_or_zero(_sum(_abs2(x), axis=axes, keepdims=keepdims))
     if ord == np.inf:
         return _max(a, axis=axes, keepdims=keepdims)
     if ord == -np.inf:
         return _min(a, axis=axes, keepdims=keepdims)
     if ord == 0:
-        return _cast(_sum(_cast(greater(a, 0), _dtype(x)), axis=axes, keepdims=keepdims), _dtype(x))
+        return _cast(_sum(_cast(greater(a, 0), _dtype(a)), axis=axes, keepdims=keepdims), _dtype(a))
     if ord == 1:
         return _sum(a, axis=axes, keepdims=keepdims)
     if isinstance(ord, str):
         raise ValueError(with_location(f"norm: invalid norm order {ord!r} for vectors"))
-    return power(_sum(power(a, float(ord)), axis=axes, keepdims=keepdims), 1.0 / float(ord))
+    total = _sum(power(a, float(ord)), axis=axes, keepdims=keepdims)
+    if float(ord) < 0:
+        return power(total, 1.0 / float(ord))
+    zero = equal(total, 0)   # (the zero vector: the subgradient 0, as _sqrt_or_zero)
+    return where(zero, 0, power(where(zero, 1, total), 1.0 / float(ord)))
 
 
 def matrix_norm(x, /, *, keepdims=False, ord="fro"):
@@ -149,7 +176,7 @@ def _matrix_norm(x, axes, ord, keepdims):
     r, c = axes
     nd = len(_shape(x))
     if ord in (None, "fro"):
-        return sqrt(_sum(multiply(x, x), axis=axes, keepdims=keepdims))
+        return _sqrt_or_zero(_sum(_abs2(x), axis=axes, keepdims=keepdims))
     a = absolute(x)
     if ord in (1, -1):
         col = _sum(a, axis=r, keepdims=True)
@@ -172,7 +199,7 @@ def norm(x, ord=None, axis=None, keepdims=False):
     nd = len(_shape(x))
     if axis is None:
         if ord is None:
-            y = sqrt(_sum(multiply(x, x)))
+            y = _sqrt_or_zero(_sum(_abs2(x)))
             return reshape(y, (1,) * nd) if keepdims else y
         axis = tuple(range(nd))
     axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)

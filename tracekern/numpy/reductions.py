@@ -7,15 +7,18 @@ import math
 
 import numpy as np
 
-from ..ir import is_float
+from ..ir import is_complex, is_float, is_inexact
 from ._core import P, _array, _axes, _axis, _cast, _dtype, _inexact, _iota, _reject, _shape, bind, with_location
 from .shapes import concatenate, diagonal, expand_dims, ravel, reshape, squeeze, transpose
 from .ufuncs import (
     add,
     astype,
+    conj,
     divide,
     equal,
     greater,
+    imag,
+    isfinite,
     isnan,
     logical_not,
     logical_or,
@@ -23,7 +26,9 @@ from .ufuncs import (
     minimum,
     multiply,
     not_equal,
+    real,
     sqrt,
+    stop_gradient,
     subtract,
     where,
 )
@@ -99,7 +104,7 @@ def mean(a, axis=None, dtype=None, out=None, keepdims=False, *, where=None):
     a = _array(a, "mean")
     if dtype is not None:
         a = astype(a, dtype)
-    elif not is_float(_dtype(a)):
+    elif not is_inexact(_dtype(a)):
         a = _cast(a, np.float64)
     if where is not None:
         ones = np.ones(_shape(a), _dtype(a))
@@ -113,17 +118,53 @@ def _dof(n, ddof, correction):
     return n - ddof
 
 
+def _sqrt_or_zero(v):
+    """sqrt(v) with the subgradient 0 where v == 0: std where a slice's values are all equal, the 2-norm of a
+    zero vector (functions that are 0 there and not differentiable, like hypot at the origin). The untaken branch
+    is evaluated at 1 there (a "double where"), so second derivatives are finite (0) too, not 0 * inf."""
+    zero = equal(v, 0)
+    return where(zero, 0, sqrt(where(zero, 1, v)))
+
+
+def _shifted(a, axis, shift):
+    """a minus a value of each slice along axis (gradient-stopped; 0 where it is not finite), before the mean is
+    taken: the classic shifted-data variance, and a slice of equal values then has deviations exactly 0 (its
+    mean alone may round off them), so that std there is exactly 0 and has the gradient 0."""
+    if _count(a, axis) < 2:
+        return a   # (one value: its mean is itself, and its deviation exactly 0, already)
+    s = stop_gradient(shift)
+    return subtract(a, where(isfinite(s), s, 0))
+
+
+def _first(a, axis):
+    """Each slice's first value along axis, keepdims."""
+    axes = _axes(axis, len(_shape(a)), "var")
+    return a[tuple(slice(0, 1) if i in axes else slice(None) for i in range(len(_shape(a))))]
+
+
 def var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=None, mean=None, correction=None):
-    """Two reductions: the mean, then the sum of squared deviations over (n - ddof)."""
+    """Two reductions: the mean, then the sum of squared deviations over max(n - ddof, 0), as NumPy (inf, or NaN,
+    when ddof >= n). The deviations are taken after shifting each slice by its first value (_shifted)."""
     _reject("var", out=out, where=where, mean=mean)
     a = _inexact(_array(a, "var"), "var") if dtype is None else astype(a, dtype)
+    a = _shifted(a, axis, _first(a, axis))
     m = globals()["mean"](a, axis, keepdims=True)
     d = subtract(a, m)
-    return divide(sum(multiply(d, d), axis, keepdims=keepdims), _dof(_count(a, axis), ddof, correction))
+    dof = _dof(_count(a, axis), ddof, correction)
+    return divide(sum(_abs2(d), axis, keepdims=keepdims), dof if dof > 0 else 0)
+
+
+def _abs2(d):
+    """|d|^2: d * d, or for complex d the sum of its parts' squares (NumPy's var of complex is real)."""
+    if is_complex(_dtype(d)):
+        re, im = real(d), imag(d)
+        return add(multiply(re, re), multiply(im, im))
+    return multiply(d, d)
 
 
 def std(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=None, mean=None, correction=None):
-    return sqrt(var(a, axis, dtype, out, ddof, keepdims, where=where, mean=mean, correction=correction))
+    """sqrt(var), with the gradient 0 where var is 0 (_sqrt_or_zero)."""
+    return _sqrt_or_zero(var(a, axis, dtype, out, ddof, keepdims, where=where, mean=mean, correction=correction))
 
 
 def ptp(a, axis=None, out=None, keepdims=False):
@@ -193,7 +234,7 @@ def nanargmin(a, axis=None, out=None, *, keepdims=False):
 
 def _without_nan(a, fill, fname):
     a = _array(a, fname)
-    if not is_float(_dtype(a)):
+    if not is_inexact(_dtype(a)):
         return a
     return where(isnan(a), fill, a)
 
@@ -236,16 +277,24 @@ def nanmean(a, axis=None, dtype=None, out=None, keepdims=False, *, where=None):
 
 
 def nanvar(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=None, mean=None, correction=None):
+    """var of the values that are not NaN; NaN where the degrees of freedom are <= 0, as NumPy (an integer array
+    has no NaN, and NumPy's np.var rules apply to it). Each slice is shifted by its largest value first."""
     _reject("nanvar", out=out, where=where, mean=mean)
-    a = _inexact(_array(a, "nanvar"), "nanvar") if dtype is None else astype(a, dtype)
+    a = _array(a, "nanvar")
+    if dtype is None and not is_float(_dtype(a)):
+        return var(a, axis, ddof=ddof, keepdims=keepdims, correction=correction)
+    a = _inexact(a, "nanvar") if dtype is None else astype(a, dtype)
+    if not is_complex(_dtype(a)):   # (complex numbers have no order to take a largest value by)
+        a = _shifted(a, axis, max(_where(isnan(a), -np.inf, a), axis, keepdims=True))
     m = nanmean(a, axis, keepdims=True)
     d = _where(isnan(a), 0, subtract(a, m))
-    n = _cast(_valid(a, axis, keepdims), _dtype(a))
-    return divide(sum(multiply(d, d), axis, keepdims=keepdims), subtract(n, ddof if correction is None else correction))
+    sq = _abs2(d)
+    dof = subtract(_cast(_valid(a, axis, keepdims), _dtype(sq)), ddof if correction is None else correction)
+    return divide(sum(sq, axis, keepdims=keepdims), _where(greater(dof, 0), dof, np.nan))
 
 
 def nanstd(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=None, mean=None, correction=None):
-    return sqrt(nanvar(a, axis, dtype, out, ddof, keepdims, where=where, mean=mean, correction=correction))
+    return _sqrt_or_zero(nanvar(a, axis, dtype, out, ddof, keepdims, where=where, mean=mean, correction=correction))
 
 
 def average(a, axis=None, weights=None, returned=False, *, keepdims=False):
@@ -282,7 +331,7 @@ def cov(m, y=None, rowvar=True, bias=False, ddof=None, fweights=None, aweights=N
     n = _shape(x)[1]
     ddof = (0 if bias else 1) if ddof is None else ddof
     d = subtract(x, mean(x, axis=1, keepdims=True))
-    c = divide(bind(P.matmul, d, transpose(d)), n - ddof)
+    c = divide(bind(P.matmul, d, transpose(conj(d))), n - ddof)   # (X X^H: conjugated, as NumPy's)
     return squeeze(c) if _shape(c) == (1, 1) else c
 
 

@@ -10,13 +10,13 @@ import builtins
 
 import numpy as np
 
-from ..ir import is_float
+from ..ir import is_inexact
 from ._core import P, ShapeError, _array, _axis, _cast, _dtype, _inexact, _promote, _shape, bind, with_location
 from .contractions import matmul
 from .indexing import take_along_axis
 from .reductions import sum as _sum
 from .shapes import broadcast_to, concatenate, flip, pad, ravel, reshape
-from .ufuncs import add, astype, divide, isnan, less, maximum, minimum, multiply, subtract, where
+from .ufuncs import add, astype, conj, divide, isnan, less, maximum, minimum, multiply, subtract, where
 
 
 def _cumulative(prim, fname, a, axis, dtype, promote_int=True, reverse=False):
@@ -44,12 +44,12 @@ def cumprod(a, axis=None, dtype=None, out=None):
 
 def nancumsum(a, axis=None, dtype=None, out=None):
     a = _array(a, "nancumsum")
-    return cumsum(where(isnan(a), 0, a) if is_float(_dtype(a)) else a, axis, dtype, out)
+    return cumsum(where(isnan(a), 0, a) if is_inexact(_dtype(a)) else a, axis, dtype, out)
 
 
 def nancumprod(a, axis=None, dtype=None, out=None):
     a = _array(a, "nancumprod")
-    return cumprod(where(isnan(a), 1, a) if is_float(_dtype(a)) else a, axis, dtype, out)
+    return cumprod(where(isnan(a), 1, a) if is_inexact(_dtype(a)) else a, axis, dtype, out)
 
 
 def _with_initial(y, axis, value):
@@ -229,11 +229,11 @@ def convolve(a, v, mode="full"):
 
 
 def correlate(a, v, mode="valid"):
-    """np.correlate(a, v) = np.convolve(a, v[::-1]) (real inputs)."""
+    """np.correlate(a, v) = np.convolve(a, conj(v[::-1]))."""
     a, v = ravel(_array(a, "correlate")), ravel(_array(v, "correlate"))
     if _shape(v)[0] > _shape(a)[0]:   # (NumPy swaps and reverses)
-        return flip(convolve(v, flip(a), mode))
-    return convolve(a, flip(v), mode)
+        return conj(flip(convolve(v, conj(flip(a)), mode)))
+    return convolve(a, conj(flip(v)), mode)
 
 
 def interp(x, xp, fp, left=None, right=None, period=None):

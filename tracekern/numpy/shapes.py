@@ -25,6 +25,7 @@ from ._core import (
     _promote,
     _reject,
     _shape,
+    _size,
     bind,
     with_location,
 )
@@ -243,7 +244,8 @@ def column_stack(tup):
     cols = []
     for x in tup:
         x = _array(x, "column_stack")
-        cols.append(reshape(x, (_shape(x)[0], 1)) if len(_shape(x)) < 2 else x)
+        # (as NumPy: a 1-D array is a column, a 0-d one a 1 x 1 array)
+        cols.append(reshape(x, (_size(x), 1)) if len(_shape(x)) < 2 else x)
     return concatenate(cols, axis=1)
 
 

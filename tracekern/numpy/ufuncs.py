@@ -1,15 +1,17 @@
 """Elementwise functions: every ufunc of the elementwise primitive table (np.add, np.arctan2, ...),
-with NumPy's promotion, and the ones composed from them (logaddexp, fmax, heaviside, sinc,
+with NumPy's promotion, and the ones composed from them (fmax, heaviside, sinc,
 nan_to_num, ...), which fuse into the same loops. Also where, clip, astype, round."""
 from __future__ import annotations
 
 import builtins
 import math
+import warnings
 from collections.abc import Callable
 
 import numpy as np
 
-from ..ir import is_float
+from ..errors import user_stacklevel
+from ..ir import complex_dtype, is_complex, is_float, is_inexact
 from ..primitives.core import REGISTRY
 from ..primitives.elementwise import Elementwise
 from ._core import P, Tracer, _cast, _check_dtype, _check_operand, _dtype, _promote, _reject, _token, bind, with_location
@@ -22,12 +24,19 @@ def _ufunc_op(ufunc, prim, fname: str) -> Callable:
         for a in args:
             _check_operand(a, fname)
         tokens = tuple(_token(a) for a in args)
+        if all(isinstance(t, type) for t in tokens):   # Python scalars only (weak ones traced): their own dtypes
+            tokens = tuple(_dtype(a) for a in args)
         try:
             dtypes = ufunc.resolve_dtypes(tokens + (None,) * ufunc.nout)
         except (TypeError, ValueError, np.exceptions.DTypePromotionError):
             names = ", ".join(getattr(t, "name", getattr(t, "__name__", str(t))) for t in tokens)
             raise TypeError(with_location(f"np.{ufunc.__name__} is not defined for operands of dtype {names}")) from None
         _check_dtype(dtypes[-1], fname)
+        if is_complex(dtypes[0]) and prim.dtypes in ("real", "float"):
+            raise TypeError(with_location(
+                f"np.{ufunc.__name__} of complex numbers ({dtypes[0].name}) is not traced: complex numbers have no "
+                "order (NumPy's is lexicographic) and no rounding or floor; apply it to np.real(z), np.imag(z) or "
+                "np.abs(z)"))
         return bind(prim, *[_cast(a, d) for a, d in zip(args, dtypes[: ufunc.nin])])
 
     op.__name__ = fname
@@ -39,9 +48,9 @@ def _ufunc_op(ufunc, prim, fname: str) -> Callable:
 BY_UFUNC: dict = {p.ufunc: p for p in REGISTRY.values() if isinstance(p, Elementwise) and p.ufunc is not None}
 OPS: dict[str, Callable] = {u.__name__: _ufunc_op(u, p, u.__name__) for u, p in BY_UFUNC.items()}
 
-add, subtract, multiply, divide, power = (OPS[n] for n in ("add", "subtract", "multiply", "divide", "power"))
+add, subtract, multiply, divide = (OPS[n] for n in ("add", "subtract", "multiply", "divide"))
 true_divide = divide
-negative, absolute, sign, floor, ceil, rint = (OPS[n] for n in ("negative", "absolute", "sign", "floor", "ceil", "rint"))
+negative, floor, ceil, rint = (OPS[n] for n in ("negative", "floor", "ceil", "rint"))
 maximum, minimum, exp, log, log1p, expm1, sqrt = (OPS[n] for n in ("maximum", "minimum", "exp", "log", "log1p", "expm1", "sqrt"))
 sin, cos, tan, tanh, arctan = (OPS[n] for n in ("sin", "cos", "tan", "tanh", "arctan"))
 sinh, cosh, arcsin, arccos, arcsinh, arccosh, arctanh = (OPS[n] for n in (
@@ -51,9 +60,24 @@ less, less_equal, greater, greater_equal, equal, not_equal = (OPS[n] for n in (
 arctan2, hypot, cbrt, log2, log10, exp2, trunc, copysign, nextafter = (OPS[n] for n in (
     "arctan2", "hypot", "cbrt", "log2", "log10", "exp2", "trunc", "copysign", "nextafter"))
 floor_divide, remainder, fmod = (OPS[n] for n in ("floor_divide", "remainder", "fmod"))
+logaddexp, logaddexp2 = OPS["logaddexp"], OPS["logaddexp2"]
 bitwise_and, bitwise_or, bitwise_xor, left_shift, right_shift, gcd, lcm = (OPS[n] for n in (
     "bitwise_and", "bitwise_or", "bitwise_xor", "left_shift", "right_shift", "gcd", "lcm"))
-abs = absolute   # noqa: A001
+
+
+def power(x1, x2):
+    """np.power, traced. As NumPy, an integer to a negative integer power raises ValueError: here, at trace time,
+    for a constant exponent; a traced exponent raises from the compiled cpu kernel when it runs (the interpreter
+    raises NumPy's own; a cuda kernel cannot raise, and gives 0, or 1 or -1 for a base of 1 or -1)."""
+    y = OPS["power"](x1, x2)
+    if _dtype(y).kind in "iu" and not isinstance(x2, Tracer) and np.any(np.asarray(x2) < 0):
+        raise ValueError(with_location(
+            f"Integers to negative integer powers are not allowed: np.power (or **) of an integer array "
+            f"(shape {tuple(np.shape(x1))}, {_dtype(x1)}) to {np.asarray(x2).tolist()!r}, as in NumPy. Use a float "
+            f"base, x.astype(np.float64) ** k, or 1.0 / x ** -k"))
+    return y
+
+
 mod = remainder
 fix = trunc
 
@@ -97,7 +121,7 @@ def square(x):
 
 
 def reciprocal(x):
-    if not is_float(_dtype(x)):
+    if not is_inexact(_dtype(x)):
         raise TypeError(with_location("np.reciprocal of an integer array is not supported; use 1.0 / x"))
     return divide(1, x)
 
@@ -132,7 +156,7 @@ def signbit(x):
 def isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
     """|a - b| <= atol + rtol |b| (infinities equal only to themselves; NaNs equal with equal_nan)."""
     a, b = _promote("isclose", a, b)
-    if not is_float(_dtype(a)):
+    if not is_inexact(_dtype(a)):
         a, b = _cast(a, np.float64), _cast(b, np.float64)
     finite = bind(P.logical_and, isfinite(a), isfinite(b))
     close = less_equal(absolute(subtract(a, b)), add(atol, multiply(rtol, absolute(b))))
@@ -149,27 +173,12 @@ def fabs(x):
 
 
 def float_power(x1, x2):
-    return power(_cast(x1, np.float64), _cast(x2, np.float64))
+    dtype = np.complex128 if is_complex(_dtype(x1)) or is_complex(_dtype(x2)) else np.float64
+    return power(_cast(x1, dtype), _cast(x2, dtype))
 
 
 def _pick(c, a, b):
     return bind(P.select, c, *_promote("where", a, b))
-
-
-def logaddexp(x1, x2):
-    """log(exp(x1) + exp(x2)) without overflow: max + log1p(exp(-|x1 - x2|)); equal operands (both
-    infinite included) give x + log 2, and their gradients share 1/2 each (maximum's ties)."""
-    x1, x2 = _promote("logaddexp", x1, x2)
-    same = equal(x1, x2)
-    gap = _pick(same, 0, negative(absolute(subtract(x1, x2))))
-    return add(maximum(x1, x2), log1p(exp(gap)))
-
-
-def logaddexp2(x1, x2):
-    x1, x2 = _promote("logaddexp2", x1, x2)
-    same = equal(x1, x2)
-    gap = _pick(same, 0, negative(absolute(subtract(x1, x2))))
-    return add(maximum(x1, x2), divide(log1p(exp2(gap)), math.log(2.0)))
 
 
 def fmax(x1, x2):
@@ -207,12 +216,22 @@ def rad2deg(x):
 radians, degrees = deg2rad, rad2deg
 
 
+_SINC_TAYLOR = (1.0, -1 / 6, 1 / 120, -1 / 5040, 1 / 362880)   # sinc(x) = sum c_k z**k, z = (pi x)**2
+_SINC_SMALL = 0.03   # below it the polynomial is exact to rounding (the next term is < 1e-17)
+
+
 def sinc(x):
-    """sin(pi x) / (pi x), 1 at 0 (the zero is replaced before dividing, so gradients stay finite)."""
+    """sin(pi x) / (pi x), and its Taylor polynomial near 0, so that the value there is 1 and the derivatives
+    are the true ones (the second is -pi**2 / 3 at 0), not a constant's. Each branch is evaluated at a safe
+    point where it is not taken (a "double where": no 0 / 0 and no 0 * inf in the gradients)."""
     x = x if is_float(_dtype(x)) else _cast(x, np.float64)
-    zero = equal(x, 0)
-    y = multiply(_pick(zero, 1, x), math.pi)
-    return _pick(zero, 1, divide(sin(y), y))
+    small = less(absolute(x), _SINC_SMALL)
+    z = square(multiply(_pick(small, x, 0), math.pi))
+    taylor = _SINC_TAYLOR[-1]
+    for c in reversed(_SINC_TAYLOR[:-1]):
+        taylor = add(multiply(taylor, z), c)
+    y = multiply(_pick(small, 1, x), math.pi)
+    return _pick(small, taylor, divide(sin(y), y))
 
 
 def spacing(x):
@@ -256,6 +275,9 @@ def frexp(x):
 
 def nan_to_num(x, copy=True, nan=0.0, posinf=None, neginf=None):
     """NaN -> nan, +inf -> posinf (default: the largest float), -inf -> neginf (the most negative)."""
+    if is_complex(_dtype(x)):   # (each part, as NumPy)
+        return _make_complex(nan_to_num(real(x), nan=nan, posinf=posinf, neginf=neginf),
+                             nan_to_num(imag(x), nan=nan, posinf=posinf, neginf=neginf))
     if not is_float(_dtype(x)):
         return x
     info = np.finfo(_dtype(x))
@@ -264,23 +286,58 @@ def nan_to_num(x, copy=True, nan=0.0, posinf=None, neginf=None):
     return _pick(equal(x, -np.inf), info.min if neginf is None else neginf, y)
 
 
+def absolute(x):
+    """|x|; for complex x, hypot(x.real, x.imag) (NumPy's, a float of the parts' dtype)."""
+    _check_operand(x, "absolute")
+    if is_complex(_dtype(x)):
+        return hypot(real(x), imag(x))
+    return OPS["absolute"](x)
+
+
+abs = absolute   # noqa: A001
+
+
+def sign(x):
+    """-1, 0, 1; for complex x, x / |x| (0 at 0), as NumPy 2."""
+    _check_operand(x, "sign")
+    if is_complex(_dtype(x)):
+        size = _cast(absolute(x), _dtype(x))
+        zero = equal(size, 0)
+        return _pick(zero, 0, divide(x, _pick(zero, 1, size)))
+    return OPS["sign"](x)
+
+
+def _make_complex(re, im):
+    """re + i im, of the complex dtype of re's float dtype."""
+    dtype = complex_dtype(_dtype(re))
+    return add(_cast(re, dtype), multiply(_cast(im, dtype), dtype.type(1j)))
+
+
 def real(val):
-    return val
+    """The real part: a float view of complex values (a copy, as every traced value), x itself otherwise."""
+    _check_operand(val, "real")
+    return bind(P.real, val) if is_complex(_dtype(val)) else val
 
 
 def conj(x):
-    return x
+    _check_operand(x, "conj")
+    return bind(P.conj, x) if is_complex(_dtype(x)) else x
 
 
 conjugate = conj
 
 
 def imag(val):
-    return zeros_like_of(val)
+    _check_operand(val, "imag")
+    return bind(P.imag, val) if is_complex(_dtype(val)) else zeros_like_of(val)
 
 
 def angle(z, deg=False):
-    """0 for x >= 0, pi for x < 0 (real inputs)."""
+    """arctan2(z.imag, z.real): for real z, 0 for z >= 0 and pi for z < 0."""
+    _check_operand(z, "angle")
+    if is_complex(_dtype(z)):
+        a = arctan2(imag(z), real(z))
+        return multiply(a, 180 / math.pi) if deg else a
     z = z if is_float(_dtype(z)) else _cast(z, np.float64)
     return _pick(less(z, 0), 180.0 if deg else math.pi, multiply(z, 0))
 
@@ -296,6 +353,8 @@ def round(a, decimals=0, out=None):  # noqa: A001 (np.round)
     _reject("round", out=out)
     if not isinstance(decimals, (int, np.integer)):
         raise TypeError(with_location(f"np.round: decimals must be an integer, got {decimals!r}"))
+    if is_complex(_dtype(a)):   # (each part, as NumPy)
+        return _make_complex(round(real(a), decimals), round(imag(a), decimals))
     if not is_float(_dtype(a)):
         if decimals >= 0:
             return a
@@ -342,6 +401,10 @@ def clip(a, a_min=np._NoValue, a_max=np._NoValue, out=None, *, min=np._NoValue, 
 def astype(x, dtype, /, *, copy=True, device=None):
     dtype = _check_dtype(dtype, "astype")
     _check_operand(x, "astype")
+    if is_complex(_dtype(x)) and not is_complex(dtype) and dtype != np.bool_:   # (the real part, as NumPy)
+        warnings.warn("Casting complex values to real discards the imaginary part", np.exceptions.ComplexWarning,
+                      stacklevel=user_stacklevel())
+        return _cast(real(x), dtype)
     return _cast(x, dtype)
 
 
@@ -353,11 +416,12 @@ def stop_gradient(x):
 # ufunc -> traced function, for __array_ufunc__ (np.abs is np.absolute, np.acos is np.arccos...)
 UFUNCS: dict = {u: OPS[u.__name__] for u in BY_UFUNC}
 UFUNCS.update({
+    np.absolute: absolute, np.sign: sign, np.power: power,
     np.positive: positive, np.square: square, np.reciprocal: reciprocal,
     np.isnan: isnan, np.isinf: isinf, np.isfinite: isfinite, np.logical_and: logical_and,
     np.logical_or: logical_or, np.logical_not: logical_not, np.logical_xor: logical_xor, np.invert: invert,
-    np.signbit: signbit, np.fabs: fabs, np.float_power: float_power, np.logaddexp: logaddexp,
-    np.logaddexp2: logaddexp2, np.fmax: fmax, np.fmin: fmin, np.heaviside: heaviside, np.deg2rad: deg2rad,
-    np.rad2deg: rad2deg, np.radians: radians, np.degrees: degrees, np.spacing: spacing, np.ldexp: ldexp,
+    np.signbit: signbit, np.fabs: fabs, np.float_power: float_power, np.fmax: fmax, np.fmin: fmin,
+    np.heaviside: heaviside, np.deg2rad: deg2rad, np.rad2deg: rad2deg, np.radians: radians, np.degrees: degrees,
+    np.spacing: spacing, np.ldexp: ldexp,
     np.divmod: divmod, np.modf: modf, np.frexp: frexp, np.conjugate: conj,
 })

@@ -43,6 +43,7 @@ from .elementwise import (
     tan,
     tanh,
 )
+from .fft import fft
 from .indexing import gather, scatter
 from .linalg import matmul
 from .random import iota, random_bits
@@ -63,4 +64,6 @@ __all__ = [
     "argsort", "cummax", "cummin", "cumprod", "cumsum", "gather", "scatter", "searchsorted", "sort",
     # counter-based random numbers (primitives/random.py)
     "iota", "random_bits",
+    # issue 30: FFTs (primitives/fft.py)
+    "fft",
 ]

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..ir import Aval, Graph
+from . import ops
 from .core import Primitive, eval_graph
 
 
@@ -56,6 +57,9 @@ class RematBarrier(Primitive):
     aliases_input = True
     barrier = True
 
+    def batch(self, args, batched):
+        return [ops.remat_barrier(*args)], [batched[0]]
+
     def abstract_eval(self, x: Aval, token: Aval):
         return (x,)
 
@@ -68,6 +72,10 @@ class RematBarrier(Primitive):
     def vjp(self, cts, ins, outs, active):
         return [cts[0], None]
 
+    def jvp(self, tangents, ins, outs):
+        """The tangent behind the same barrier (the token orders it as it orders the value)."""
+        return [None if tangents[0] is None else ops.remat_barrier(tangents[0], ins[1])]
+
 
 class Print(Primitive):
     """tk.print: prints when the compiled code runs. `parts` is the printed sequence: ("text", str)
@@ -76,6 +84,12 @@ class Print(Primitive):
 
     multiple_results = True
     effectful = True
+
+    def batch(self, args, batched, *, parts, sep):
+        """One print of the batched values (each the stack of its lanes, batch axis first), not one
+        per lane: a run of the batched program prints once, as one run of the program did."""
+        ops.print_(*args, parts=parts, sep=sep)
+        return [], []
 
     def abstract_eval(self, *avals, parts, sep):
         return ()

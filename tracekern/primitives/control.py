@@ -47,9 +47,11 @@ class Cond(Primitive):
 class Scan(Primitive):
     """scan(*consts, *init, *xs; body, num_consts, num_carry, length, reverse, record, checkpoint):
     runs body(consts, carry, x[t]) -> (carry, y) for t in order (reversed if `reverse`), returning
-    the final carry, the stacked ys and, when `record`, the carry at the start of every step (what
-    the backward differentiates the body at: reverse mode turns it on when checkpoint is None, and
-    a plain forward drops it again, passes.dce)."""
+    the final carry, the stacked ys and, when `record`, what the backward needs of the carries
+    (reverse mode turns it on, and a plain forward drops it again, passes.dce): without a
+    checkpoint, the carry at the start of every step; with checkpoint=k, the snapshots of the
+    checkpoint schedule's first sweep (schedule.first_sweep: k slots, then the carry at the start
+    of the last step), from which scan_revolve resumes the schedule instead of running it again."""
 
     multiple_results = True
 
@@ -63,23 +65,36 @@ class Scan(Primitive):
             if not a.shape or a.shape[0] != length:
                 raise TypeError(f"scan: a sequence {a} does not have length {length} on axis 0")
         ys = tuple(Aval((length,) + a.shape, a.dtype) for a in _avals(body, "outputs")[nk:])
-        recs = tuple(Aval((length,) + a.shape, a.dtype) for a in carry) if record else ()
-        return carry + ys + recs
+        if not record:
+            return carry + ys
+        if checkpoint is None:
+            return carry + ys + tuple(Aval((length,) + a.shape, a.dtype) for a in carry)
+        return carry + ys + tuple(Aval((checkpoint,) + a.shape, a.dtype) for a in carry) + carry
 
     def impl(self, *arrays, body, num_consts, num_carry, length, reverse, record, checkpoint=None):
         nc, nk = num_consts, num_carry
         consts, carry, xs = arrays[:nc], list(arrays[nc:nc + nk]), arrays[nc + nk:]
         outs = [v.aval for v in body.outputs]
         ys = [np.empty((length,) + a.shape, a.dtype) for a in outs[nk:]]
-        recs = [np.empty((length,) + a.shape, a.dtype) for a in outs[:nk]] if record else []
-        for t in (reversed(range(length)) if reverse else range(length)):
-            for r, c in zip(recs, carry):
-                r[t] = c
+        recs = [np.empty((length if checkpoint is None else checkpoint,) + a.shape, a.dtype) for a in outs[:nk]] if record else []
+        last = [np.empty(a.shape, a.dtype) for a in outs[:nk]] if record and checkpoint is not None else []
+        slot_at = schedule.first_sweep(length, checkpoint)[0] if last else None
+        for s in range(length):
+            t = length - 1 - s if reverse else s
+            if slot_at is None:
+                for r, c in zip(recs, carry):
+                    r[t] = c
+            elif slot_at[s] >= 0:
+                for r, c in zip(recs, carry):
+                    r[slot_at[s]] = c
+            if last and s == length - 1:
+                for r, c in zip(last, carry):
+                    r[...] = c
             res = [np.asarray(v) for v in _run(body, list(consts) + carry + [x[t] for x in xs])]
             carry = res[:nk]
             for y, v in zip(ys, res[nk:]):
                 y[t] = v
-        return tuple(np.array(c) for c in carry) + tuple(ys) + tuple(recs)
+        return tuple(np.array(c) for c in carry) + tuple(ys) + tuple(recs) + tuple(last)
 
     def has_effects(self, body, **params) -> bool:
         return _graph_effects(body)
@@ -87,9 +102,10 @@ class Scan(Primitive):
     def prune(self, eqn, live):
         """Without its recorded carries when nothing uses them (a plain forward)."""
         p = eqn.params
-        if not p["record"] or any(v in live for v in eqn.outputs[len(eqn.outputs) - p["num_carry"]:]):
+        recorded = p["num_carry"] * (1 if p.get("checkpoint") is None else 2)
+        if not p["record"] or any(v in live for v in eqn.outputs[len(eqn.outputs) - recorded:]):
             return eqn
-        return Eqn(self, eqn.inputs, eqn.outputs[:len(eqn.outputs) - p["num_carry"]], dict(p, record=False), eqn.source)
+        return Eqn(self, eqn.inputs, eqn.outputs[:len(eqn.outputs) - recorded], dict(p, record=False), eqn.source)
 
 
 class ScanRevolve(Primitive):
@@ -97,28 +113,42 @@ class ScanRevolve(Primitive):
     carry, the sequences, the backward state (carry cotangents, then const-cotangent sums), the
     ys' cotangents. It runs tracekern.schedule.actions(length, checkpoint), storing at most
     `checkpoint` carries; outputs the final backward state and the stacked cotangents of the
-    sequences in `dx`. A while loop's (length=None) has the trip count after the carry and no
-    sequences; its schedule is made at run time, with `checkpoint` slots or, without one
-    (checkpoint=None), a slot per iteration."""
+    sequences in `dx`. With `resume` (a scan whose forward recorded the schedule's first sweep:
+    Scan's `record`), the carry operands are those snapshots, the k slots and then the carry at the
+    start of the last step, and the schedule resumes from its first backward step. A while loop's
+    (length=None) has the trip count after the carry and no sequences; its schedule is made at run
+    time, with `checkpoint` slots (or as many as its budget, "auto" or ("within", carries), gives:
+    schedule.slots) or, without one (checkpoint=None), a slot per iteration. `body` re-runs the
+    forward steps: reverse mode gives it only what the carry needs (the ys are pruned: their values
+    are not needed again, only their cotangents, num_ys of them)."""
 
     multiple_results = True
 
-    def abstract_eval(self, *avals, body, back, checkpoint, num_consts, num_carry, num_state, dx, length, reverse):
+    def abstract_eval(self, *avals, body, back, checkpoint, num_consts, num_carry, num_state, dx, length, reverse,
+                      resume=False, num_ys=None):
         if length is None:   # a while loop's: the trip count is an operand, after the carry
             start = num_consts + num_carry + 1
             return tuple(avals[start:start + num_state])
-        n_xs = len(avals) - num_consts - num_carry - num_state - (len(body.outputs) - num_carry)
-        start = num_consts + num_carry + n_xs
-        xs = avals[num_consts + num_carry:start]
+        carries = num_carry * (2 if resume else 1)
+        n_xs = len(avals) - num_consts - carries - num_state - _num_ys(body, num_carry, num_ys)
+        start = num_consts + carries + n_xs
+        xs = avals[num_consts + carries:start]
         return tuple(avals[start:start + num_state]) + tuple(xs[i] for i in dx)
 
-    def impl(self, *arrays, body, back, checkpoint, num_consts, num_carry, num_state, dx, length, reverse):
+    def impl(self, *arrays, body, back, checkpoint, num_consts, num_carry, num_state, dx, length, reverse,
+             resume=False, num_ys=None):
         nc, nk, ns = num_consts, num_carry, num_state
         if length is None:   # a while loop: its schedule is made now that the trip count is known
             length = int(arrays[nc + nk])
             arrays = arrays[:nc + nk] + arrays[nc + nk + 1:]
-        actions = schedule.actions(length, max(length, 1) if checkpoint is None else checkpoint)
-        n_y = len(body.outputs) - nk
+        actions = schedule.schedule_for(length, checkpoint)
+        pos, slots = 0, {}
+        if resume:   # the forward pass ran the first sweep: its slots, and the carry at the last step
+            _, positions, first = schedule.first_sweep(length, checkpoint)
+            slots = {j: ([np.array(a[j]) for a in arrays[nc:nc + nk]], int(positions[j])) for j in range(checkpoint)}
+            arrays = arrays[:nc] + arrays[nc + nk:]
+            actions, pos = actions[first:], length - 1
+        n_y = _num_ys(body, nk, num_ys)
         n_xs = len(arrays) - nc - nk - ns - n_y
         consts = list(arrays[:nc])
         cur = list(arrays[nc:nc + nk])
@@ -126,7 +156,6 @@ class ScanRevolve(Primitive):
         state = list(arrays[nc + nk + n_xs:nc + nk + n_xs + ns])
         ct_ys = arrays[nc + nk + n_xs + ns:]
         ct_xs = [np.zeros_like(xs[i]) for i in dx]
-        pos, slots = 0, {}
         for op, arg in actions:
             if op == schedule.ADVANCE:
                 for _ in range(int(arg)):
@@ -144,6 +173,12 @@ class ScanRevolve(Primitive):
                 for j in range(len(dx)):
                     ct_xs[j][t] = g[ns + j]
         return tuple(state) + tuple(ct_xs)
+
+
+def _num_ys(body: Graph, num_carry: int, num_ys) -> int:
+    """The ys a scan_revolve's operands carry cotangents of: num_ys, or (a body that still returns its
+    ys) the body's outputs beyond the carry."""
+    return len(body.outputs) - num_carry if num_ys is None else num_ys
 
 
 class While(Primitive):

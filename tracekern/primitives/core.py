@@ -1,7 +1,7 @@
 """The Primitive base class and the registry: a primitive is data, the rules of one operation.
 
 Rules: abstract evaluation (shape, dtype), a NumPy implementation, kernel templates for the
-renderers, and (first-order primitives) a VJP rule written with tracekern.primitives.ops."""
+renderers, and (first-order primitives) a VJP rule and a JVP rule written with tracekern.primitives.ops."""
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ..ir import Aval, Graph
+from ..ir import Aval, Graph, is_inexact
 
 REGISTRY: dict[str, Primitive] = {}
 
@@ -21,10 +21,12 @@ class Primitive:
       abstract_eval(*avals, **params) -> tuple[Aval, ...]
       impl(*arrays, **params) -> array (or tuple of arrays when multiple_results)
       vjp(cts, ins, outs, active, **params) -> list of cotangents (None = zero) per input
-    A VJP rule builds IR with tracekern.primitives.ops on the values it is given (they belong to
+      jvp(tangents, ins, outs, **params) -> list of tangents (None = zero) per output
+    A VJP or JVP rule builds IR with tracekern.primitives.ops on the values it is given (they belong to
     the builder reverse mode emits into), so the backward pass is ordinary IR, differentiable again.
     Higher-order primitives (a sub-graph in their params) have their transform rules in
-    tracekern.autodiff instead. Binding a primitive is tracekern.trace's (and ops') job.
+    tracekern.autodiff and tracekern.forward instead. Binding a primitive is tracekern.trace's (and
+    ops') job.
     """
 
     multiple_results = False
@@ -40,6 +42,9 @@ class Primitive:
     # through it is never planned into a kernel that runs before it (backends/fusion.py)
     barrier = False
     scalar = ""  # elementwise primitives: the scalar expression renderers emit (see Elementwise)
+    # True for a primitive that is linear in its float operands (reshape, slice, sum...): forward mode
+    # applies it to the tangents (Primitive.jvp); its other operands (indices) are taken as they are
+    linear = False
 
     def __init__(self, name: str):
         if name in REGISTRY:
@@ -51,6 +56,12 @@ class Primitive:
         return f"<primitive {self.name}>"
 
     # -- rules -------------------------------------------------------------------
+    def batch(self, args: Sequence, batched: Sequence[bool], **params) -> tuple[list, list[bool]]:
+        """The rule of tk.vmap: the equation on operands of which those marked `batched` have a
+        batch axis first (tracekern.primitives.lanes); returns (outputs, whether each is batched).
+        tracekern.batching calls it only when some operand is batched."""
+        raise NotImplementedError(f"{self.name}: no batching rule")
+
     def abstract_eval(self, *avals: Aval, **params) -> tuple[Aval, ...]:
         raise NotImplementedError(f"{self.name}: abstract_eval")
 
@@ -59,6 +70,14 @@ class Primitive:
 
     def vjp(self, cts: Sequence, ins: Sequence, outs: Sequence, active: Sequence[bool], **params) -> list:
         raise NotImplementedError(f"{self.name} is not differentiable")
+
+    def jvp(self, tangents: Sequence, ins: Sequence, outs: Sequence, **params) -> list:
+        """The tangent of each output (None = zero) from one tangent per input (None = zero); `ins`
+        and `outs` are the primal values, in the builder forward mode emits into. A primitive
+        declared `linear` has this one: itself applied to the tangents."""
+        if not self.linear:
+            raise NotImplementedError(f"{self.name} has no forward-mode (JVP) rule")
+        return linear_jvp(self, tangents, ins, **params)
 
     def scalar_for(self, literals: Sequence, **params) -> str:
         """The scalar expression, given the literal value of each operand (None where not literal)
@@ -80,7 +99,23 @@ class Primitive:
         return True
 
 
-def literal_value(v, producer) -> float | None:
+def linear_jvp(prim: Primitive, tangents: Sequence, ins: Sequence, **params) -> list:
+    """The JVP of a primitive linear in its float operands: the primitive applied to their tangents
+    (zeros where an operand has none), its other operands (indices) as they are."""
+    b = next(t.builder for t in tangents if t is not None)
+    args = [t if t is not None else (b.bind(REGISTRY["full"], shape=tuple(x.shape), dtype=x.dtype, value=x.dtype.type(0).item())
+                                     if is_inexact(x.dtype) else x) for t, x in zip(tangents, ins)]
+    out = b.bind(prim, *args, **params)
+    return list(out) if prim.multiple_results else [out]
+
+
+def no_operands(self, args, batched, **params):
+    """The batching rule of a primitive without operands (const, full, iota): it never has a
+    batched one, so tracekern.batching re-emits it as it is and this is never called."""
+    raise AssertionError(f"{self.name} has no operands to batch")
+
+
+def literal_value(v, producer) -> float | complex | None:
     """The value of a one-element constant or fill operand `v` (`producer`: Var -> its Eqn), else
     None: what Primitive.scalar_for receives as a literal (fusion renders it, the memory planner's
     cost model prices what fusion renders)."""
@@ -89,7 +124,8 @@ def literal_value(v, producer) -> float | None:
         v = p.inputs[0]
         p = producer.get(v)
     if p is not None and p.primitive.fusion in ("fill", "const") and int(np.prod(v.shape)) == 1:
-        return float(np.asarray(p.params["value"]).reshape(-1)[0])
+        value = np.asarray(p.params["value"]).reshape(-1)[0]
+        return complex(value) if np.iscomplexobj(value) else float(value)
     return None
 
 

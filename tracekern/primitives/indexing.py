@@ -10,8 +10,8 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..ir import Aval
-from . import ops
-from .core import Primitive
+from . import lanes, ops
+from .core import Primitive, linear_jvp
 
 
 def normalize(idx: np.ndarray, n: int) -> np.ndarray:
@@ -47,6 +47,12 @@ class Gather(Primitive):
     operand element at a computed index (`gather_index`)."""
 
     fusion = "gather"
+    linear = True   # (in x: forward mode gathers the tangent at the same indices)
+
+    def batch(self, args, batched, *, axis):
+        """Operand and indices both get the batch axis (the unbatched one broadcast: a view), which
+        is the gather's batch index."""
+        return [ops.gather(*lanes.all_batched(args, batched), axis=axis + 1)], [True]
 
     def abstract_eval(self, x: Aval, idx: Aval, *, axis: int):
         _check_axis_shapes("gather", x, idx, axis)
@@ -77,6 +83,9 @@ class Scatter(Primitive):
     order of the updates: "add" accumulates repeated indices (np.add.at), "set" keeps the last,
     "mul", "min" and "max" combine them (np.multiply.at, np.minimum.at, np.maximum.at)."""
 
+    def batch(self, args, batched, *, axis, mode):
+        return [ops.scatter(*lanes.all_batched(args, batched), axis=axis + 1, mode=mode)], [True]
+
     def abstract_eval(self, base: Aval, idx: Aval, updates: Aval, *, axis: int, mode: str):
         if mode not in SCATTER_MODES:
             raise ValueError(f"scatter: mode {mode!r} is not one of {SCATTER_MODES}")
@@ -84,6 +93,8 @@ class Scatter(Primitive):
         if updates.shape != idx.shape or updates.dtype != base.dtype:
             raise ShapeError(f"scatter: updates {updates} must have the indices' shape {idx.shape} and the operand's "
                              f"dtype {base.dtype}")
+        if mode in ("min", "max") and base.dtype.kind == "c":
+            raise TypeError(f"scatter ({mode}): complex numbers have no order that tracekern traces ({base.dtype})")
         return (base,)
 
     def impl(self, base, idx, updates, *, axis, mode):
@@ -100,8 +111,6 @@ class Scatter(Primitive):
     def vjp(self, cts, ins, outs, active, *, axis, mode):
         (ct,), (base, idx, upd), (out,) = cts, ins, outs
         gather = lambda v: ops.gather(v, idx, axis=axis)   # noqa: E731
-        count = lambda flags: ops.scatter(ops.zeros_like(base), idx, ops.convert(flags, dtype=base.dtype),   # noqa: E731
-                                          axis=axis, mode="add")
         zero_b, zero_u = ops.zeros_like(base), ops.zeros_like(upd)
         if mode == "add":
             return [ct, None, gather(ct)]
@@ -112,20 +121,62 @@ class Scatter(Primitive):
             wins = ops.eq(ops.gather(last, idx, axis=axis), ids)
             return [ops.scatter(ct, idx, zero_u, axis=axis, mode="set"), None, ops.select(wins, gather(ct), zero_u)]
         if mode == "mul":
-            # the product of the other updates at the same index, without dividing by zero
-            is_zero = ops.eq(upd, zero_u)
-            nonzero = ops.select(is_zero, ops.full_like(upd, 1), upd)
-            prod = gather(ops.scatter(ops.full_like(base, 1), idx, nonzero, axis=axis, mode="mul"))
-            zeros = gather(count(is_zero))
-            others = ops.select(ops.eq(zeros, zero_u), ops.div(prod, nonzero),
-                                ops.select(ops.logical_and(is_zero, ops.eq(zeros, ops.full_like(upd, 1))), prod, zero_u))
-            return [ops.scatter(ct, idx, upd, axis=axis, mode="mul"), None, ops.mul(gather(ops.mul(ct, base)), others)]
+            # (holomorphic in base and upd: for complex values, the conjugate derivatives)
+            return [ops.holomorphic(lambda c: ops.scatter(c, idx, upd, axis=axis, mode="mul"), ct, base), None,
+                    ops.holomorphic(lambda c: ops.mul(gather(ops.mul(c, base)), _other_factors(base, idx, upd, axis)), ct, base)]
         # min / max: the cotangent goes to the values equal to the result, shared equally between ties
-        base_wins = ops.eq(base, out)
-        upd_wins = ops.eq(upd, gather(out))
-        total = ops.add(ops.convert(base_wins, dtype=base.dtype), count(upd_wins))
-        share = ops.div(ct, ops.select(ops.eq(total, zero_b), ops.full_like(base, 1), total))
+        base_wins, upd_wins, total = _extremum_winners(base, idx, upd, out, axis)
+        share = ops.div(ct, total)
         return [ops.select(base_wins, share, zero_b), None, ops.select(upd_wins, gather(share), zero_u)]
+
+    def jvp(self, tangents, ins, outs, *, axis, mode):
+        """"add" and "set" are linear in (base, updates); "mul" is a product rule with the other
+        factors of each update; "min" and "max" take the tangents of the winners, ties averaged."""
+        if mode in ("add", "set"):
+            return linear_jvp(self, tangents, ins, axis=axis, mode=mode)
+        (tb, _, tu), (base, idx, upd), (out,) = tangents, ins, outs
+        scatter_add = lambda v: ops.scatter(ops.zeros_like(base), idx, v, axis=axis, mode="add")   # noqa: E731
+        if mode == "mul":
+            terms = []
+            if tb is not None:
+                terms.append(ops.scatter(tb, idx, upd, axis=axis, mode="mul"))
+            if tu is not None:
+                terms.append(ops.mul(base, scatter_add(ops.mul(tu, _other_factors(base, idx, upd, axis)))))
+            return [terms[0] if len(terms) == 1 else ops.add(*terms)]
+        base_wins, upd_wins, total = _extremum_winners(base, idx, upd, out, axis)
+        terms = []
+        if tb is not None:
+            terms.append(ops.select(base_wins, tb, ops.zeros_like(base)))
+        if tu is not None:
+            terms.append(scatter_add(ops.select(upd_wins, tu, ops.zeros_like(upd))))
+        return [ops.div(terms[0] if len(terms) == 1 else ops.add(*terms), total)]
+
+
+def _count(base, idx, flags, axis):
+    """How many of the flagged updates land on each element of base (in base's dtype)."""
+    return ops.scatter(ops.zeros_like(base), idx, ops.convert(flags, dtype=base.dtype), axis=axis, mode="add")
+
+
+def _other_factors(base, idx, upd, axis):
+    """For each update of a "mul" scatter, the product of the other updates at its index, without
+    dividing by zero."""
+    gather = lambda v: ops.gather(v, idx, axis=axis)   # noqa: E731
+    zero_u = ops.zeros_like(upd)
+    is_zero = ops.eq(upd, zero_u)
+    nonzero = ops.select(is_zero, ops.full_like(upd, 1), upd)
+    prod = gather(ops.scatter(ops.full_like(base, 1), idx, nonzero, axis=axis, mode="mul"))
+    zeros = gather(_count(base, idx, is_zero, axis))
+    return ops.select(ops.eq(zeros, zero_u), ops.div(prod, nonzero),
+                      ops.select(ops.logical_and(is_zero, ops.eq(zeros, ops.full_like(upd, 1))), prod, zero_u))
+
+
+def _extremum_winners(base, idx, upd, out, axis):
+    """For a "min" or "max" scatter: where base holds the result, which updates equal the result at
+    their index, and how many values tie for each result (1 where none does)."""
+    base_wins = ops.eq(base, out)
+    upd_wins = ops.eq(upd, ops.gather(out, idx, axis=axis))
+    total = ops.add(ops.convert(base_wins, dtype=base.dtype), _count(base, idx, upd_wins, axis))
+    return base_wins, upd_wins, ops.select(ops.eq(total, ops.zeros_like(base)), ops.full_like(base, 1), total)
 
 
 gather = Gather("gather")

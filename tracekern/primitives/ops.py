@@ -31,7 +31,7 @@ def emit(prim, *args, **params):
     """Emit `prim` on `args` into their builder; returns its output (a tuple if it has several)."""
     b = _builder(args)
     dtype = next(a.aval.dtype for a in args if hasattr(a, "aval"))
-    args = [np.asarray(a, dtype=dtype) if isinstance(a, (int, float)) and not isinstance(a, bool) else a
+    args = [np.asarray(a, dtype=dtype) if isinstance(a, (int, float, complex)) and not isinstance(a, bool) else a
             for a in args]
     return b.bind(prim, *args, **params)
 
@@ -91,6 +91,16 @@ def swap_last(x):
     """x with its last two axes swapped (matmul's transposes)."""
     n = len(x.shape)
     return emit(REGISTRY["transpose"], x, perm=tuple(range(n - 2)) + (n - 1, n - 2))
+
+
+def holomorphic(rule, ct, x):
+    """The cotangent of x for a holomorphic function whose VJP `rule(ct)` is written as for real
+    values (ct times the derivative): itself for real x, conj(rule(conj(ct))) for complex x, which is
+    ct times the conjugate derivative (the complex convention; the README's "Complex numbers")."""
+    if x.dtype.kind != "c":
+        return rule(ct)
+    conj = REGISTRY["conj"]
+    return emit(conj, rule(emit(conj, ct)))
 
 
 def first_element(x):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Aval
-from .core import Primitive
+from .core import Primitive, no_operands
 from .elementwise import Elementwise, broadcast_shapes
 
 INT64 = np.dtype(np.int64)
@@ -51,6 +51,8 @@ class Iota(Primitive):
     it from the loop indices (fusion kind "index"), so it never becomes an array of its own."""
 
     fusion = "index"
+
+    batch = no_operands
 
     def abstract_eval(self, *, shape):
         return (Aval(tuple(shape), INT64),)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ShapeError
-from ..ir import Aval
-from . import ops
+from ..ir import Aval, is_complex
+from . import lanes, ops
 from .core import Primitive
 
 
@@ -24,6 +24,9 @@ class Reduce(Primitive):
         self.combine = combine
         self.identity = identity  # "0", "1", "-inf", "+inf" (the dtype's lowest/highest for integers)
 
+    def batch(self, args, batched, *, axes):
+        return [ops.emit(self, args[0], axes=lanes.shift(axes))], [True]
+
     def abstract_eval(self, x: Aval, *, axes: tuple[int, ...]):
         if tuple(sorted(set(axes))) != tuple(axes) or any(not 0 <= a < x.ndim for a in axes):
             raise ShapeError(f"{self.name}: axes {axes} are not valid sorted axes of an array of shape {x.shape}")
@@ -36,6 +39,8 @@ class Reduce(Primitive):
 
 
 class ReduceSum(Reduce):
+    linear = True
+
     def vjp(self, cts, ins, outs, active, *, axes):
         return [ops.expand(cts[0], ins[0].shape, axes)]
 
@@ -43,11 +48,18 @@ class ReduceSum(Reduce):
 class ReduceMinMax(Reduce):
     """The cotangent goes to the positions equal to the extremum, shared equally between ties."""
 
+    def abstract_eval(self, x: Aval, *, axes: tuple[int, ...]):
+        if is_complex(x.dtype):
+            raise TypeError(f"{self.name}: complex numbers have no order that tracekern traces ({x.dtype}); NumPy's "
+                            "is lexicographic. Reduce np.abs(z) or z.real instead")
+        return super().abstract_eval(x, axes=axes)
+
     def vjp(self, cts, ins, outs, active, *, axes):
         x = ins[0]
-        mask = ops.convert(ops.eq(x, ops.expand(outs[0], x.shape, axes)), dtype=x.dtype)
-        count = ops.reduce_sum(mask, axes=axes)
-        return [ops.mul(mask, ops.expand(ops.div(cts[0], count), x.shape, axes))]
+        return [ops.mul(_extremum_weights(x, outs[0], axes), ops.expand(cts[0], x.shape, axes))]
+
+    def jvp(self, tangents, ins, outs, *, axes):
+        return [ops.reduce_sum(ops.mul(_extremum_weights(ins[0], outs[0], axes), tangents[0]), axes=axes)]
 
 
 class ReduceProd(Reduce):
@@ -55,16 +67,34 @@ class ReduceProd(Reduce):
 
     def vjp(self, cts, ins, outs, active, *, axes):
         x = ins[0]
-        is_zero = ops.eq(x, ops.full_like(x, 0, shape=()))
-        ones = ops.full_like(x, 1)
-        nonzero_prod = ops.expand(ops.reduce_prod(ops.select(is_zero, ones, x), axes=axes), x.shape, axes)
-        zeros_count = ops.expand(ops.reduce_sum(ops.convert(is_zero, dtype=x.dtype), axes=axes), x.shape, axes)
-        zero = ops.sub(ones, 1)
-        others = ops.select(
-            ops.eq(zeros_count, zero), ops.div(nonzero_prod, ops.select(is_zero, ones, x)),
-            ops.select(ops.logical_and(is_zero, ops.eq(zeros_count, ones)), nonzero_prod, zero),
-        )
-        return [ops.mul(others, ops.expand(cts[0], x.shape, axes))]
+        # (holomorphic: for complex values, the conjugate derivative)
+        return [ops.holomorphic(lambda ct: ops.mul(_other_entries(x, axes), ops.expand(ct, x.shape, axes)), cts[0], x)]
+
+    def jvp(self, tangents, ins, outs, *, axes):
+        return [ops.reduce_sum(ops.mul(_other_entries(ins[0], axes), tangents[0]), axes=axes)]
+
+
+# d out = (sum over the axes of) weights * d x for min, max and prod: the VJP multiplies the expanded
+# cotangent by the weights, the JVP sums the weighted tangent
+
+
+def _extremum_weights(x, out, axes):
+    """1 / (number of ties) where x equals the extremum, 0 elsewhere."""
+    mask = ops.convert(ops.eq(x, ops.expand(out, x.shape, axes)), dtype=x.dtype)
+    return ops.div(mask, ops.expand(ops.reduce_sum(mask, axes=axes), x.shape, axes))
+
+
+def _other_entries(x, axes):
+    """The product of the other entries of each one's slice, without dividing by zero."""
+    is_zero = ops.eq(x, ops.full_like(x, 0, shape=()))
+    ones = ops.full_like(x, 1)
+    nonzero_prod = ops.expand(ops.reduce_prod(ops.select(is_zero, ones, x), axes=axes), x.shape, axes)
+    zeros_count = ops.expand(ops.reduce_sum(ops.convert(is_zero, dtype=x.dtype), axes=axes), x.shape, axes)
+    zero = ops.sub(ones, 1)
+    return ops.select(
+        ops.eq(zeros_count, zero), ops.div(nonzero_prod, ops.select(is_zero, ones, x)),
+        ops.select(ops.logical_and(is_zero, ops.eq(zeros_count, ones)), nonzero_prod, zero),
+    )
 
 
 reduce_sum = ReduceSum("reduce_sum", np.sum, has_identity=True, combine="{radd}({acc}, {x})", identity="0")

@@ -2,15 +2,17 @@
 
 Indexing, expand_dims, squeeze and stack are built from these in tracekern.numpy. The "view"
 primitives also give kernel renderers their index mapping: `view_index(idx, in_shape, **params)`
-turns the index expressions of one output element into those of the operand element it reads."""
+turns the index expressions of one output element into those of the operand element it reads.
+unslice and concatenate are "pieces": `pieces(idx, in_shapes, **params)` says which operand (or a
+zero) an output element is, under which condition on its index, and at which operand index."""
 from __future__ import annotations
 
 import numpy as np
 
 from ..errors import ShapeError
 from ..ir import SUPPORTED_DTYPES, Aval
-from . import ops
-from .core import Primitive
+from . import lanes, ops
+from .core import Primitive, no_operands
 
 
 def broadcast_index(idx: list[str], in_shape: tuple[int, ...], out_shape: tuple[int, ...]) -> list[str]:
@@ -27,10 +29,45 @@ def _strides(shape) -> list[int]:
     return out[::-1]
 
 
+def _split_digits(digits: list, d: int) -> list | None:
+    """Digits (expression, coefficient, extent) of a mixed-radix number, with d made a digit boundary:
+    a digit whose range straddles d (c < d < c * n) is split into its high part (e // r, coefficient
+    c * r = d) and its low part (e % r), r = d / c. None where d does not divide into it evenly."""
+    out = []
+    for e, c, n in digits:
+        if c < d < c * n:
+            if d % c or n % (d // c):
+                return None
+            r = d // c
+            out += [(f"({e} // {r})", d, n // r), (f"({e} % {r})", c, r)]
+        else:
+            out.append((e, c, n))
+    return out
+
+
+def _mixed_radix_digit(digits: list, d: int, m: int) -> str | None:
+    """(sum of e * c over the digits) // d % m without divisions where the radices line up (a reshape
+    that splits or merges axes: (i1 * 9 + i2 * 3 + i3) // 9 % 200 is i1), or None (the general form
+    then stands). Each digit's expression e lies in [0, n), n its extent."""
+    split = _split_digits(digits, d)
+    if split is None or sum(c * (n - 1) for _, c, n in split if c < d) >= d or any(c % d for _, c, _ in split if c >= d):
+        return None
+    high = _split_digits([(e, c // d, n) for e, c, n in split if c >= d], m)
+    if high is None or any(c % m for _, c, _ in high if c >= m):
+        return None
+    kept = [(e, c, n) for e, c, n in high if c < m]
+    if sum(c * (n - 1) for _, c, n in kept) >= m:
+        return None
+    terms = [e if c == 1 else f"{e} * {c}" for e, c, _ in kept]
+    return terms[0] if len(terms) == 1 else (f"({' + '.join(terms)})" if terms else "0")
+
+
 class Const(Primitive):
     """A constant array captured while tracing (NumPy arrays, Python and NumPy scalars)."""
 
     fusion = "const"
+
+    batch = no_operands
 
     def abstract_eval(self, *, value: np.ndarray):
         return (Aval(value.shape, value.dtype),)
@@ -44,6 +81,8 @@ class Full(Primitive):
 
     fusion = "fill"
 
+    batch = no_operands
+
     def abstract_eval(self, *, shape, dtype, value):
         if np.dtype(dtype) not in SUPPORTED_DTYPES:
             raise TypeError(f"full: dtype {dtype} is not supported")
@@ -55,14 +94,23 @@ class Full(Primitive):
 
 class Reshape(Primitive):
     fusion = "view"
+    linear = True
 
     def view_index(self, idx, in_shape, *, new_shape):
         kept_out = [i for i, s in zip(idx, new_shape) if s != 1]
         if [s for s in in_shape if s != 1] == [s for s in new_shape if s != 1]:  # only size-1 axes move
             it = iter(kept_out)
             return ["0" if s == 1 else next(it) for s in in_shape]
-        flat = " + ".join(f"{i} * {st}" for i, st in zip(idx, _strides(new_shape)) if st and i != "0") or "0"
-        return [f"((({flat}) // {st}) % {s})" if s != 1 else "0" for s, st in zip(in_shape, _strides(in_shape))]
+        digits = [(i, st, n) for i, st, n in zip(idx, _strides(new_shape), new_shape) if n != 1 and i != "0"]
+        flat = " + ".join(f"{i} * {st}" for i, st, _ in digits) or "0"
+        out = []
+        for s, st in zip(in_shape, _strides(in_shape)):
+            simple = _mixed_radix_digit(digits, st, s) if s != 1 else "0"
+            out.append(simple if simple is not None else f"((({flat}) // {st}) % {s})")
+        return out
+
+    def batch(self, args, batched, *, new_shape):
+        return [ops.reshape(args[0], new_shape=(args[0].shape[0],) + tuple(new_shape))], [True]
 
     def abstract_eval(self, x: Aval, *, new_shape):
         new_shape = tuple(new_shape)
@@ -79,12 +127,16 @@ class Reshape(Primitive):
 
 class Transpose(Primitive):
     fusion = "view"
+    linear = True
 
     def view_index(self, idx, in_shape, *, perm):
         out = [""] * len(perm)
         for k, p in enumerate(perm):
             out[p] = idx[k]
         return out
+
+    def batch(self, args, batched, *, perm):
+        return [ops.transpose(args[0], perm=(0,) + lanes.shift(perm))], [True]
 
     def abstract_eval(self, x: Aval, *, perm):
         if sorted(perm) != list(range(x.ndim)):
@@ -100,9 +152,14 @@ class Transpose(Primitive):
 
 class BroadcastTo(Primitive):
     fusion = "view"
+    linear = True
 
     def view_index(self, idx, in_shape, *, shape):
         return broadcast_index(idx, in_shape, tuple(shape))
+
+    def batch(self, args, batched, *, shape):
+        x = lanes.with_lane_ndim(args[0], len(shape))
+        return [ops.broadcast_to(x, shape=(x.shape[0],) + tuple(shape))], [True]
 
     def abstract_eval(self, x: Aval, *, shape):
         shape = tuple(shape)
@@ -131,6 +188,7 @@ class Slice(Primitive):
     """x[start:stop:step, ...] with static, normalised (start, stop, step) for every axis."""
 
     fusion = "view"
+    linear = True
 
     def view_index(self, idx, in_shape, *, index):
         out = []
@@ -138,6 +196,9 @@ class Slice(Primitive):
             term = i if step == 1 else f"({step} * {i})"
             out.append(term if start == 0 else f"({start} + {term})")
         return out
+
+    def batch(self, args, batched, *, index):
+        return [ops.slice_(args[0], index=((0, args[0].shape[0], 1),) + tuple(index))], [True]
 
     def abstract_eval(self, x: Aval, *, index):
         if len(index) != x.ndim:
@@ -151,8 +212,40 @@ class Slice(Primitive):
         return [ops.unslice(cts[0], shape=tuple(ins[0].shape), index=index)]
 
 
+def _clamped(expr: str, n: int) -> str:
+    """An operand index that stays in range where its piece is not taken (the read happens anyway)."""
+    return f"min(max({expr}, 0), {n - 1})"
+
+
 class Unslice(Primitive):
     """The transpose of slice: zeros of `shape` with the operand written at `index`."""
+
+    fusion = "pieces"
+
+    def pieces(self, idx, in_shapes, *, shape, index):
+        """[(condition, 0, operand index), (None, None, None)]: the operand where the index is one the
+        slice takes, else zero."""
+        n_in = in_shapes[0]
+        if 0 in n_in:
+            return [(None, None, None)]
+        conds, src = [], []
+        for i, (start, _, step), n, full in zip(idx, index, n_in, shape):
+            if start == 0 and step == 1 and n == full:
+                src.append(i)
+                continue
+            rel = i if start == 0 else f"({i} - {start})"
+            last = start + (n - 1) * step
+            conds.append(f"{start} <= {i} <= {last}" + ("" if step == 1 else f" and {rel} % {step} == 0"))
+            src.append(_clamped(rel if step == 1 else f"{rel} // {step}", n))
+        if not conds:
+            return [(None, 0, src)]
+        return [(" and ".join(f"({c})" for c in conds), 0, src), (None, None, None)]
+
+    linear = True
+
+    def batch(self, args, batched, *, shape, index):
+        n = args[0].shape[0]
+        return [ops.unslice(args[0], shape=(n,) + tuple(shape), index=((0, n, 1),) + tuple(index))], [True]
 
     def abstract_eval(self, x: Aval, *, shape, index):
         if _slice_shape(shape, index) != x.shape:
@@ -169,6 +262,28 @@ class Unslice(Primitive):
 
 
 class Concatenate(Primitive):
+    fusion = "pieces"
+
+    def pieces(self, idx, in_shapes, *, axis):
+        """Operand k where the index along `axis` falls in its part (the last one: otherwise)."""
+        parts, offset, i = [], 0, idx[axis]
+        for k, shape in enumerate(in_shapes):
+            n = shape[axis]
+            if n:
+                src = list(idx)
+                src[axis] = _clamped(i if offset == 0 else f"({i} - {offset})", n)
+                parts.append((f"{i} < {offset + n}", k, src))
+            offset += n
+        if not parts:   # (every operand empty along the axis: so is the result)
+            return [(None, None, None)]
+        parts[-1] = (None,) + parts[-1][1:]
+        return parts
+
+    linear = True
+
+    def batch(self, args, batched, *, axis):
+        return [ops.concatenate(*lanes.all_batched(args, batched), axis=axis + 1)], [True]
+
     def abstract_eval(self, *xs: Aval, axis):
         if not xs:
             raise ShapeError("concatenate: needs at least one array")
@@ -218,12 +333,16 @@ class Roll(Primitive):
     """roll(x, shift, axis): out[..., i, ...] = x[..., (i - shift) mod n, ...]; 0 <= shift < n."""
 
     fusion = "view"
+    linear = True
 
     def view_index(self, idx, in_shape, *, shift, axis):
         out = list(idx)
         n = in_shape[axis]
         out[axis] = f"(({idx[axis]} + {n - shift}) % {n})"
         return out
+
+    def batch(self, args, batched, *, shift, axis):
+        return [ops.roll(args[0], shift=shift, axis=axis + 1)], [True]
 
     def abstract_eval(self, x: Aval, *, shift, axis):
         if not 0 <= axis < x.ndim or not 0 <= shift < max(x.shape[axis], 1):

@@ -1,0 +1,202 @@
+"""tk.jacfwd, tk.jacrev, tk.hessian (issue 28): against JAX's, against central finite differences,
+each other on random programs, pytrees and argnums as JAX's, one compiled program each, on
+interpret, cpu and the cuda simulator."""
+from __future__ import annotations
+
+from unittest import mock
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+import tracekern as tk
+from tests.test_property import instantiate, programs
+
+jax = pytest.importorskip("jax")
+jnp = pytest.importorskip("jax.numpy")
+
+
+@pytest.fixture(autouse=True)
+def _jax_x64():
+    """JAX in float64 for these comparisons only: a global switch would change other files' JAX peers."""
+    was = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", True)
+    yield
+    jax.config.update("jax_enable_x64", was)
+
+BACKENDS = ["interpret", "cpu"]
+HERE = __file__.rsplit("/", 1)[-1]
+RNG = np.random.default_rng(7)
+
+
+def _leaves(tree):
+    leaves, td = tk.tree_flatten(tree)
+    return leaves, td
+
+
+def _close_trees(got, want, rtol=1e-10, atol=1e-12):
+    """Structures first (a tuple/dict layout as JAX's), then shapes, dtypes and values."""
+    g, gt = _leaves(got)
+    w = jax.tree_util.tree_leaves(want)
+    assert jax.tree_util.tree_structure(got) == jax.tree_util.tree_structure(want), (gt,)
+    assert len(g) == len(w) > 0
+    for a, b in zip(g, w):
+        b = np.asarray(b)
+        assert np.shape(a) == b.shape and np.asarray(a).dtype == b.dtype, (np.shape(a), b.shape)
+        np.testing.assert_allclose(a, b, rtol=rtol, atol=atol)
+
+
+# (tracekern function, the same in jax.numpy, arguments)
+def _mix(x, w):
+    return np.tanh(w @ x) * np.sum(x ** 2)
+
+
+def _mix_j(x, w):
+    return jnp.tanh(w @ x) * jnp.sum(x ** 2)
+
+
+def _tree(p):
+    return {"a": p["w"] @ p["b"], "s": np.sum(np.sin(p["w"]))}
+
+
+def _tree_j(p):
+    return {"a": p["w"] @ p["b"], "s": jnp.sum(jnp.sin(p["w"]))}
+
+
+def _solve(a, b):
+    return np.linalg.solve(a + 4 * np.eye(3), b) ** 2
+
+
+def _solve_j(a, b):
+    return jnp.linalg.solve(a + 4 * jnp.eye(3), b) ** 2
+
+
+CASES = {
+    "mix": (_mix, _mix_j, (RNG.normal(size=3), RNG.normal(size=(4, 3)))),
+    "tree": (_tree, _tree_j, ({"w": RNG.normal(size=(2, 3)), "b": RNG.normal(size=3)},)),
+    "solve": (_solve, _solve_j, (RNG.normal(size=(3, 3)), RNG.normal(size=(3, 2)))),
+}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_jacobians_match_jax(backend, name):
+    f, fj, args = CASES[name]
+    for argnums in ([0] if len(args) == 1 else [0, 1, (0, 1)]):
+        want = jax.jacrev(fj, argnums)(*args)
+        for transform in (tk.jacfwd, tk.jacrev):
+            got = tk.jit(transform(f, argnums), backend=backend)(*args)
+            _close_trees(got, want)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_hessian_matches_jax_and_finite_differences(backend):
+    def f(x, y):
+        return np.sum(np.sin(x) * x[::-1]) ** 2 + np.sum(x[:2] * y) ** 3
+
+    def fj(x, y):
+        return jnp.sum(jnp.sin(x) * x[::-1]) ** 2 + jnp.sum(x[:2] * y) ** 3
+
+    x, y = RNG.normal(size=4), RNG.normal(size=2)
+    for argnums in (0, (0, 1)):
+        got = tk.jit(tk.hessian(f, argnums), backend=backend)(x, y)
+        _close_trees(got, jax.hessian(fj, argnums)(x, y), rtol=1e-9)
+    # against central differences of the gradient
+    h = tk.jit(tk.hessian(f), backend=backend)(x, y)
+    g = tk.jit(tk.grad(f), backend=backend)
+    eps = 1e-6
+    fd = np.stack([(g(x + eps * e, y) - g(x - eps * e, y)) / (2 * eps) for e in np.eye(4)], axis=1)
+    np.testing.assert_allclose(h, fd, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(h, h.T, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_jacobian_against_finite_differences_float32(backend):
+    def f(x):
+        return np.stack([np.sum(np.exp(0.3 * x)), np.prod(1 + 0.1 * x), np.max(x)])
+
+    x = np.array([0.1, -0.4, 0.7], np.float32)
+    for transform in (tk.jacfwd, tk.jacrev):
+        jac = tk.jit(transform(f), backend=backend)(x)
+        assert jac.shape == (3, 3) and jac.dtype == np.float32
+        x64 = x.astype(np.float64)
+        eps = 1e-6
+        fd = np.stack([(f(x64 + eps * e) - f(x64 - eps * e)) / (2 * eps) for e in np.eye(3)], axis=1)
+        np.testing.assert_allclose(jac, fd, rtol=2e-5, atol=2e-6)
+
+
+def test_has_aux_and_compositions():
+    x = RNG.normal(size=3)
+
+    def f(x):
+        return x ** 2 * np.sum(x), {"norm": np.sqrt(np.sum(x * x))}
+
+    for transform in (tk.jacfwd, tk.jacrev):
+        jac, aux = transform(f, has_aux=True)(x)
+        np.testing.assert_allclose(jac, jax.jacfwd(lambda x: x ** 2 * jnp.sum(x))(x), rtol=1e-12)
+        assert set(aux) == {"norm"} and np.allclose(aux["norm"], np.linalg.norm(x))
+    # per-example Jacobians: vmap of jacrev; grad of a function of a Jacobian
+    xs = RNG.normal(size=(5, 3))
+    per = tk.vmap(tk.jacrev(lambda x: np.sin(x) * x[0]))(xs)
+    want = jax.vmap(jax.jacrev(lambda x: jnp.sin(x) * x[0]))(xs)
+    np.testing.assert_allclose(per, want, rtol=1e-12)
+    g = tk.grad(lambda x: np.sum(tk.jacfwd(lambda y: np.sin(y) * y)(x) ** 2))(x)
+    gj = jax.grad(lambda x: jnp.sum(jax.jacfwd(lambda y: jnp.sin(y) * y)(x) ** 2))(x)
+    np.testing.assert_allclose(g, gj, rtol=1e-10)
+    # jacfwd of a jitted function, and static arguments through jit
+    np.testing.assert_allclose(tk.jacfwd(tk.jit(lambda x: x * x))(x), np.diag(2 * x), rtol=1e-12)
+    jac = tk.jit(tk.jacrev(lambda x, n: x ** n), static_argnums=1)(x, 3)
+    np.testing.assert_allclose(jac, np.diag(3 * x ** 2), rtol=1e-12)
+
+
+def test_one_compiled_program_per_signature():
+    jf = tk.jacfwd(lambda x: np.tanh(x) * x.sum())
+    x = RNG.normal(size=6)
+    first = jf(x)
+    again = jf(x + 1.0)
+    assert jf.trace_count == 1
+    np.testing.assert_allclose(again, jax.jacfwd(lambda x: jnp.tanh(x) * x.sum())(x + 1.0), rtol=1e-12)
+    assert first.shape == (6, 6)
+    low = jf.lower(x)
+    assert "while" not in str(low.ir) and low.source   # a batched program, not a loop
+
+
+def test_errors_name_the_users_line():
+    with pytest.raises(TypeError, match="dtype int") as err:
+        tk.jacfwd(lambda x: x * 2)(np.arange(3))
+    assert HERE in str(err.value)
+    with pytest.raises(ValueError, match="argnums") as err:
+        tk.jacrev(lambda x: x * 2, argnums=2)(np.ones(3))
+    assert HERE in str(err.value)
+    with pytest.raises(ValueError, match="static"):
+        tk.jit(tk.jacfwd(lambda x, n: x * n, argnums=1), static_argnums=1)(np.ones(2), 2)
+    with pytest.raises(TypeError, match="no derivative") as err:
+        tk.jacrev(lambda x: (x > 0).astype(np.int32))(np.ones(3))
+    assert HERE in str(err.value)
+
+
+def test_cuda_simulator():
+    f, fj, args = CASES["mix"]
+    want = jax.jacfwd(fj, (0, 1))(*args)
+    for transform in (tk.jacfwd, tk.jacrev):
+        got = tk.jit(transform(f, (0, 1)), backend="cuda")(*args)
+        host = [g.copy_to_host() if hasattr(g, "copy_to_host") else np.asarray(g) for g in got]
+        for a, b in zip(host, want):
+            np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(programs())
+def test_random_programs_jacfwd_equals_jacrev(program):
+    """On the random programs of tests/test_property.py (scalar outputs), the Jacobian by forward and by
+    reverse mode agree, and equal tk.grad."""
+    f, args = instantiate(program)
+    argnums = tuple(range(len(args)))
+    with mock.patch("tracekern.backends.default_backend", lambda: "interpret"):
+        fwd = tk.jacfwd(f, argnums)(*args)
+        rev = tk.jacrev(f, argnums)(*args)
+        grads = tk.grad(f, argnums)(*args)
+    for a, b, g in zip(fwd, rev, grads):
+        scale = 1.0 + float(np.max(np.abs(g)))
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-11 * scale)
+        np.testing.assert_allclose(a, g, rtol=1e-10, atol=1e-11 * scale)

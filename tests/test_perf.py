@@ -1,0 +1,220 @@
+"""Issue 26: the thread budget (tk.config.threads, backends/threads.py), loops compiled whole
+(tk.config.compiled_loops), checkpointed scans that resume from their forward's snapshots, and
+checkpoint="auto" or a size in bytes. Never a time: results, structure and what the code runs."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import tracekern as tk
+from tracekern import schedule
+from tracekern.backends import threads
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _same(a, b):
+    """Bit for bit, leaf by leaf (structure first)."""
+    la, lb = tk.tree_flatten(a), tk.tree_flatten(b)
+    assert la[1] == lb[1]
+    for x, y in zip(la[0], lb[0]):
+        x, y = np.asarray(x), np.asarray(y)
+        assert x.shape == y.shape and x.dtype == y.dtype
+        np.testing.assert_array_equal(x, y)
+
+
+# -- tk.config and the thread budget ------------------------------------------------------------------
+def test_config_checks_its_settings_and_override_puts_them_back():
+    before = (tk.config.threads, tk.config.compiled_loops)
+    with tk.config.override(threads=2, compiled_loops=False):
+        assert tk.config.threads == 2 and tk.config.compiled_loops is False
+    assert (tk.config.threads, tk.config.compiled_loops) == before
+    for bad in (0, -1, 1.5, True, "2"):
+        with pytest.raises(ValueError, match="threads"):
+            tk.config.threads = bad
+    with pytest.raises(ValueError, match="compiled_loops"):
+        tk.config.compiled_loops = 1
+    with pytest.raises(AttributeError, match="no setting 'thread'"):
+        tk.config.thread = 1
+    assert "threads=" in repr(tk.config)
+
+
+def test_the_environment_sets_the_defaults():
+    code = "import tracekern as tk; print(tk.config.threads, tk.config.compiled_loops)"
+    env = dict(os.environ, TRACEKERN_NUM_THREADS="1", TRACEKERN_COMPILED_LOOPS="0", PYTHONPATH=ROOT)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=ROOT)
+    assert out.stdout.split() == ["1", "False"], out.stderr
+    env["TRACEKERN_NUM_THREADS"] = "many"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode != 0 and "TRACEKERN_NUM_THREADS must be a positive integer or 'auto'" in out.stderr
+
+
+def test_the_budget_is_at_most_the_setting_and_the_cores_and_shared_by_steps_in_flight():
+    with tk.config.override(threads=1):
+        assert threads.available() == 1
+    assert 1 <= threads.available() <= threads.cores()
+    assert threads._LOAD.busy_cores() >= 0.0
+    threads._IN_FLIGHT[0] += 1000        # (many steps at once: one thread each)
+    try:
+        assert threads.available() == 1
+    finally:
+        threads._IN_FLIGHT[0] -= 1000
+
+
+def _heavy(w, x):
+    """A GEMM large enough for the BLAS pool, and elementwise loops and a sum over 2**17 values (prange)."""
+    h = np.tanh(x @ w)
+    return np.sum(h * h) + np.sum(np.sin(np.linspace(0, 1, 1 << 17, dtype=x.dtype) * np.sum(h)))
+
+
+def test_results_are_identical_whatever_the_thread_count():
+    rng = np.random.default_rng(0)
+    w, x = rng.standard_normal((128, 128)), rng.standard_normal((64, 128))
+    results = []
+    for n in (1, 2, None):
+        with tk.config.override(threads=n):
+            f = tk.jit(tk.value_and_grad(_heavy, argnums=(0, 1)))
+            results.append(f(w, x))
+            if n == 1:
+                assert threads.numba_threads() == 1      # the budget reached Numba's pool
+    step = next(iter(f._cache.values())).run
+    assert step._parallel and step._blas                 # (both pools are in play)
+    for r in results[1:]:
+        _same(results[0], r)
+    want = tk.jit(tk.value_and_grad(_heavy, argnums=(0, 1)), backend="interpret")(w, x)
+    np.testing.assert_allclose(results[0][0], want[0], rtol=1e-9)
+
+
+def test_blas_is_put_back_after_a_step_and_small_steps_leave_the_pools_alone():
+    controllers = threads._BLAS.find()
+    if not controllers:
+        pytest.skip("threadpoolctl found no BLAS library here")
+    before = [c.get_num_threads() for c in controllers]
+    rng = np.random.default_rng(1)
+    with tk.config.override(threads=1):
+        tk.jit(_heavy)(rng.standard_normal((128, 128)), rng.standard_normal((64, 128)))
+    assert [c.get_num_threads() for c in controllers] == before
+    small = tk.jit(lambda x: np.tanh(x) * 2)
+    small(np.ones(8))
+    assert not next(iter(small._cache.values())).run._budgeted
+
+
+# -- loops compiled whole: bit for bit the loops driven from the step ---------------------------------
+def _programs():
+    def scanned(x, xs, ck):
+        def step(h, r):
+            h = np.tanh(h * 0.9 + r) * np.cos(h)
+            return h, np.sum(h * r)
+        h, ys = tk.scan(step, x, xs, checkpoint=ck)
+        return np.sum(h * h) + np.sum(ys)
+
+    def whiled(x, ck):   # a trip count known only at run time
+        return np.sum(tk.while_loop(lambda c: np.sum(c) < 40.0, lambda c: c * 1.3 + np.sin(c) * 0.1, x, checkpoint=ck) ** 2)
+
+    def nested(x, xs):
+        def outer(i, c):
+            return tk.while_loop(lambda s: np.sum(s) < 3.0 * (i + 1), lambda s: s * 1.1 + 0.05, c)
+        return np.sum(tk.fori_loop(0, 3, outer, x) ** 2) + scanned(x, xs, None)
+
+    x, xs = np.linspace(0.1, 0.6, 5), np.sin(np.arange(40.0)).reshape(8, 5) * 0.3
+    return [("scan", lambda a, b: scanned(a, b, None), (x, xs)), ("scan k=3", lambda a, b: scanned(a, b, 3), (x, xs)),
+            ("scan auto", lambda a, b: scanned(a, b, "auto"), (x, xs)), ("while", lambda a: whiled(a, None), (x,)),
+            ("while k=2", lambda a: whiled(a, 2), (x,)), ("while 100B", lambda a: whiled(a, "100B"), (x,)),
+            ("nested", nested, (x, xs))]
+
+
+@pytest.mark.parametrize("backend", ["interpret", "cpu", "cuda"])
+def test_compiled_loops_are_bit_identical_to_loops_driven_from_the_step(backend):
+    for name, f, args in _programs():
+        got = {}
+        for compiled in (True, False):
+            with tk.config.override(compiled_loops=compiled):
+                value = tk.jit(f, backend=backend)(*args)
+                vg = tk.jit(tk.value_and_grad(f), backend=backend)(*args)
+            got[compiled] = (np.asarray(value), tuple(np.asarray(v) for v in vg))
+        _same(got[True], got[False])
+        assert np.isfinite(got[True][0]) and np.any(got[True][1][1] != 0), name   # (not an empty result)
+    if backend == "cpu":   # and compiled whole they are: one njit function a loop
+        with tk.config.override(compiled_loops=True):
+            source = tk.jit(tk.grad(_programs()[1][1])).lower(*_programs()[1][2]).source
+        assert "def loop0(" in source and "for a in range(acts.shape[0]):" in source
+
+
+def test_checkpointed_gradients_equal_the_unchecked_ones_and_match_finite_differences():
+    progs = {name: (f, args) for name, f, args in _programs()}
+    for plain, checked in (("scan", ("scan k=3", "scan auto")), ("while", ("while k=2", "while 100B"))):
+        f, args = progs[plain]
+        want = tk.jit(tk.grad(f))(*args)
+        for name in checked:
+            _same(tk.jit(tk.grad(progs[name][0]))(*args), want)
+        tk.check_grad(f, args, argnums=(0,))
+
+
+def test_a_small_loop_is_never_driven_from_python():
+    """A scan of 20 steps whose body makes 10 kernel calls: from Python into compiled code, one step
+    makes a few calls compiled whole, and at least 20 x 10 driven from the step."""
+    from bench import calls
+
+    def f(ws, h):
+        def body(h, _):
+            for w in ws:
+                h = np.tanh(h @ w)
+            return h, np.sum(h)
+        h, ys = tk.scan(body, h, None, length=20)
+        return np.sum(h) + np.sum(ys)
+
+    rng = np.random.default_rng(2)
+    args = ([rng.standard_normal((4, 4)) * 0.5 for _ in range(5)], rng.standard_normal(4))
+    counts = {}
+    for compiled in (True, False):
+        with tk.config.override(compiled_loops=compiled):
+            counts[compiled] = calls._count(tk.jit(tk.value_and_grad(f)), args)[1]
+    assert counts[True] < 20 <= 20 * 10 <= counts[False]
+
+
+# -- checkpoint budgets ----------------------------------------------------------------------------------
+def test_a_budget_chooses_the_fewest_slots_that_rerun_the_least_it_allows():
+    for n in (2, 3, 10, 30, 100, 1000):
+        for carries in (1, 2, 3, 7, 31, 64, 5000):
+            k = schedule.best_slots(n, carries)
+            assert 1 <= k <= max(min(carries, n), 1)
+            if carries < n:
+                assert schedule.revolve_bound(n, k) == schedule.revolve_bound(n, carries)
+                assert k == 1 or schedule.revolve_bound(n, k - 1) > schedule.revolve_bound(n, k)
+                done, advanced, used = schedule.simulate(n, schedule.actions(n, k))
+                assert done == list(reversed(range(n))) and used <= k
+    assert schedule.slots(100, "auto") == schedule.best_slots(100, 20) and schedule.auto_carries(100) == 20
+    assert schedule.slots(50, ("within", 7)) == schedule.best_slots(50, 7) and schedule.slots(5, None) == 5
+
+
+def test_the_first_sweep_is_the_schedule_up_to_its_first_backward_step():
+    for n, k in ((2, 1), (10, 3), (37, 5), (100, 9)):
+        slot_at, positions, first = schedule.first_sweep(n, k)
+        acts = schedule.actions(n, k)
+        assert acts[first, 0] == schedule.REVERSE and schedule.REVERSE not in acts[:first, 0]
+        _, advanced, _ = schedule.simulate(n, acts[:first])
+        assert advanced == n - 1                                   # the forward pass runs those steps anyway
+        stores = {int(arg) for op, arg in acts[:first] if op == schedule.STORE}
+        assert {int(s) for s in slot_at if s >= 0} == stores and slot_at[n - 1] == -1
+        assert all(positions[slot_at[p]] == p for p in range(n) if slot_at[p] >= 0)
+
+
+def test_checkpoint_budgets_are_parsed_and_checked():
+    x, xs = np.ones(4), np.ones((30, 4))
+    f = lambda ck: (lambda a, b: np.sum(tk.scan(lambda c, r: (c * 0.5 + r, ()), a, b, checkpoint=ck)[0]))  # noqa: E731
+    def k_of(ck):
+        ir = tk.make_ir(f(ck), mode="grad")(x, xs)
+        return [e.params["checkpoint"] for e in ir.eqns if e.primitive.name == "scan_revolve"]
+    assert k_of("auto") == [schedule.slots(30, "auto")] == [11]
+    assert k_of("3.2 KiB") == []                                   # every carry fits: no checkpointing
+    assert k_of("200B") == [schedule.best_slots(30, 200 // 32)]
+    with pytest.raises(ValueError, match="holds no carry: one carry is 32 bytes, so give at least '32B'"):
+        k_of("31B")
+    for bad in ("lots", "12 parsecs", 0, -2, 2.5):
+        with pytest.raises(ValueError, match="checkpoint must be"):
+            k_of(bad)
+    ir = tk.make_ir(lambda a: np.sum(tk.while_loop(lambda c: c.sum() < 9, lambda c: c * 2, a, checkpoint="64B")),
+                    mode="grad")(x)
+    assert [e.params["checkpoint"] for e in ir.eqns if e.primitive.name in ("while", "scan_revolve")] == [("within", 2)] * 2

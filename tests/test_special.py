@@ -1,0 +1,132 @@
+"""scipy.special (issue 30): the scalar routines of both backends against SciPy at hundreds of points over
+each function's domain (cpu: the compiled functions, float64 and the float32 ones that round it; cuda:
+scalar_rules.special_functions in float64 and in float32, run here on NumPy's real functions as the
+simulator runs them), and the behaviour at the edges: gradients at x = 0 and in the tails, SciPy's
+dtypes, and the errors. tests/numpy_cases.py's "special" family checks every traced name's values and
+gradients on every backend. The README's "scipy.special" section quotes these tolerances."""
+import os
+
+import numpy as np
+import pytest
+import scipy.special as sp
+
+import tracekern as tk
+from tracekern.backends import cpu_math, cuda_math, scalar_rules
+
+RNG = np.random.default_rng(30)
+
+
+def _log_uniform(lo, hi, n):
+    return 10.0 ** RNG.uniform(np.log10(lo), np.log10(hi), n)
+
+
+_NEG = -RNG.uniform(0.0, 30.0, 200)
+_NEG = _NEG[np.abs(_NEG - np.round(_NEG)) > 1e-3]   # (not at a pole)
+DOMAINS = {
+    "gammaln": np.concatenate([_log_uniform(1e-8, 1e4, 250), _NEG]),
+    "digamma": np.concatenate([_log_uniform(1e-8, 1e4, 250), _NEG]),
+    "erfinv": np.concatenate([RNG.uniform(-1, 1, 200), 1 - _log_uniform(1e-15, 1e-1, 60), -(1 - _log_uniform(1e-15, 1e-1, 60)),
+                              _log_uniform(1e-300, 1e-3, 30)]),
+    "log_ndtr": np.concatenate([RNG.uniform(-40, 40, 250), -_log_uniform(40, 1e5, 30), _log_uniform(1, 38, 30)]),
+    "i0": np.concatenate([RNG.uniform(-700, 700, 150), RNG.uniform(-25, 25, 150)]),
+    "i1": np.concatenate([RNG.uniform(-700, 700, 150), RNG.uniform(-25, 25, 150)]),
+    "i0e": np.concatenate([RNG.uniform(-1e4, 1e4, 150), RNG.uniform(-25, 25, 150)]),
+    "i1e": np.concatenate([RNG.uniform(-1e4, 1e4, 150), RNG.uniform(-25, 25, 150)]),
+    "polygamma": np.concatenate([_log_uniform(1e-3, 1e3, 250), _NEG]),
+}
+REFERENCE = {"gammaln": sp.gammaln, "digamma": sp.psi, "erfinv": sp.erfinv, "log_ndtr": sp.log_ndtr, "i0": sp.i0, "i1": sp.i1,
+             "i0e": sp.i0e, "i1e": sp.i1e}
+# (relative tolerance, absolute tolerance) against SciPy: float64, then float32. digamma and polygamma have
+# zeros (digamma's at 1.4616; polygamma's for negative x), where only an absolute error is meaningful
+TOLERANCE = {"float64": {"gammaln": (1e-14, 0), "digamma": (2e-14, 1e-14), "erfinv": (2e-15, 0), "log_ndtr": (1e-12, 1e-300),
+                         "i0": (1e-14, 0), "i1": (1e-14, 0), "i0e": (1e-14, 0), "i1e": (1e-14, 0), "polygamma": (1e-14, 1e-14)},
+             "float32": {"gammaln": (1e-6, 1e-7), "digamma": (5e-6, 1e-6), "erfinv": (1e-6, 0), "log_ndtr": (1e-5, 1e-37),
+                         "i0": (2e-6, 0), "i1": (2e-6, 0), "i0e": (2e-6, 0), "i1e": (2e-6, 0), "polygamma": (1e-5, 1e-5)}}
+
+
+def _check(name, got, want, dtype):
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    np.testing.assert_array_equal(np.isfinite(got), np.isfinite(want), err_msg=name)
+    rtol, atol = TOLERANCE[np.dtype(dtype).name][name]
+    finite = np.isfinite(want)
+    np.testing.assert_allclose(got[finite], want[finite], rtol=rtol, atol=atol, err_msg=f"{name} {np.dtype(dtype).name}")
+
+
+def _cases(dtype):
+    for name, x in DOMAINS.items():
+        x = x.astype(dtype)
+        if name == "polygamma":
+            for n in (1, 2, 4):
+                yield name, (lambda f, v, n=n: f(dtype(n), v)), x, sp.polygamma(dtype(n), x)
+        else:
+            with np.errstate(all="ignore"):
+                yield name, (lambda f, v: f(v)), x, REFERENCE[name](x)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_cpu_special_functions_match_scipy_over_their_domains(dtype):
+    sfx = "f64" if dtype == np.float64 else "f32"
+    for name, call, x, want in _cases(dtype):
+        fn = getattr(cpu_math, f"{name}_{sfx}")
+        _check(name, [call(fn, v) for v in x], want, dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_cuda_special_functions_match_scipy_over_their_domains(dtype):
+    """The cuda backend's formulas in the operand's precision (a float32 kernel computes in float32)."""
+    fns = scalar_rules.special_functions(cuda_math._SimulatedSpecial(), dtype)
+    for name, call, x, want in _cases(dtype):
+        with np.errstate(all="ignore"):
+            _check(name, [call(fns[name], v) for v in x], want, dtype)
+
+
+def test_gradients_at_zero_and_in_the_tails():
+    # xlogy's x-gradient at x = 0 is log(y) (central differences of x log y); its y-gradient there is 0
+    gx, gy = tk.grad(lambda x, y: np.sum(sp.xlogy(x, y)), argnums=(0, 1))(np.array([0.0, 2.0]), np.array([3.0, 0.5]))
+    np.testing.assert_allclose(gx, np.log([3.0, 0.5]))
+    np.testing.assert_allclose(gy, [0.0, 4.0])
+    # log_ndtr's gradient far in the lower tail is about -x (pdf / cdf), finite where ndtr underflows
+    g = tk.grad(lambda x: np.sum(sp.log_ndtr(x)))(np.array([-40.0, -1e3, 0.0, 8.0]))
+    np.testing.assert_allclose(g[:2], [40.0249688, 1000.001], rtol=1e-6)
+    np.testing.assert_allclose(g[2], np.sqrt(2 / np.pi), rtol=1e-14)
+    assert 0 < g[3] < 1e-14
+    # i1 and i1e have slope 1/2 at 0; erfinv's slope at 0 is sqrt(pi)/2
+    g = tk.grad(lambda x: sp.i1(x) + sp.i1e(x) + sp.erfinv(x))(0.0)
+    np.testing.assert_allclose(g, 1.0 + np.sqrt(np.pi) / 2, rtol=1e-14)
+    tk.check_grad(lambda x: np.sum(sp.gammaln(x) + sp.psi(x) + tk.scipy.special.polygamma(2, x)), (np.array([0.3, 2.5, -0.4]),))
+
+
+def test_scipy_dtypes():
+    x32 = np.linspace(0.5, 2.0, 4, dtype=np.float32)
+    f = tk.jit(lambda x: (sp.gammaln(x), sp.expit(x), tk.scipy.special.polygamma(1, x), tk.scipy.special.multigammaln(x + 2, 2),
+                          tk.scipy.special.logsumexp(x), sp.erf(np.arange(3))))
+    got = f(x32)
+    want = (sp.gammaln(x32), sp.expit(x32), sp.polygamma(1, x32), sp.multigammaln(x32 + 2, 2), sp.logsumexp(x32), sp.erf(np.arange(3)))
+    assert [g.dtype for g in got] == [np.asarray(w).dtype for w in want] == [np.float32, np.float32, np.float64, np.float64,
+                                                                            np.float32, np.float64]
+
+
+def test_scipys_python_functions_point_to_tk_scipy_special():
+    for fn, name in ((sp.logsumexp, "logsumexp"), (sp.softmax, "softmax"), (sp.log_softmax, "log_softmax"),
+                     (lambda x: sp.polygamma(1, x), "polygamma"), (lambda x: sp.multigammaln(x, 2), "multigammaln")):
+        with pytest.raises(TypeError, match=rf"scipy.special.{name} converts its arguments.*tk.scipy.special.{name}") as err:
+            tk.jit(fn)(np.ones(3) * 2)
+        assert __file__ in str(err.value)
+
+
+def test_multigammaln_raises_for_a_constant_and_gives_nan_for_a_traced_argument_out_of_its_domain():
+    with pytest.raises(ValueError, match="not met"):
+        tk.jit(lambda x: x + tk.scipy.special.multigammaln(np.array([0.5, 3.0]), 3))(np.ones(2))
+    got = tk.jit(lambda a: tk.scipy.special.multigammaln(a, 3))(np.array([0.5, 3.0]))
+    assert np.isnan(got[0]) and got[1] == pytest.approx(sp.multigammaln(3.0, 3), rel=1e-14)
+
+
+def test_complex_arguments_are_refused_naming_the_function():
+    with pytest.raises(TypeError, match="scipy.special.gammaln of complex numbers"):
+        tk.jit(lambda z: sp.gammaln(z))(np.ones(2) + 1j)
+
+
+@pytest.mark.skipif(os.environ.get("NUMBA_ENABLE_CUDASIM") != "1", reason="(the simulator's shim)")
+def test_the_simulator_runs_the_gpu_formulas():
+    assert cuda_math.digamma_f32.py_func.__code__ is scalar_rules.special_functions(
+        cuda_math._SimulatedSpecial(), np.float32)["digamma"].__code__

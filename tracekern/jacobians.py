@@ -1,0 +1,203 @@
+"""tk.jacfwd, tk.jacrev and tk.hessian (SPEC section 10): whole Jacobians from the transforms below
+them, as one program each: jacfwd is tk.vmap of tk.jvp over the input's basis, jacrev tk.vmap of
+tk.vjp's pullback over the output's basis, hessian jacfwd of jacrev.
+
+Shapes are out.shape + in.shape for each (output leaf, input leaf); the result has the output's
+pytree structure outside and the differentiated arguments' inside (a tuple of them for a tuple
+argnums), as JAX's. Called on arrays they compile like tk.jit; inside a trace they emit there."""
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from . import numpy as tnp
+from .api import jvp, vjp
+from .arguments import arg_name, flatten_call, fun_name
+from .errors import with_location
+from .ir import is_float
+from .pytree import Static, call_static, tree_flatten, tree_unflatten
+from .staging import Staged
+from .trace import _read
+from .vectorize import vmap
+
+
+def _argnums(name: str, fun: Callable, argnums, args: tuple) -> tuple[int, ...]:
+    nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+    for i in nums:
+        if not -len(args) <= i < len(args):
+            raise ValueError(with_location(f"{name} of {fun_name(fun)}: argnums={argnums} but it was called with "
+                                           f"{len(args)} positional arguments"))
+        if type(args[i]) is Static:
+            raise ValueError(with_location(f"{name} of {fun_name(fun)}: argnums={argnums} names a static argument "
+                                           "(tk.jit's static_argnums), which has no derivative"))
+    return tuple(i % len(args) for i in nums)
+
+
+def _check_float(name: str, fun: Callable, flat, i: int) -> None:
+    for aval, owner in zip(flat.avals, flat.owner):
+        if owner == i and not is_float(aval.dtype):
+            raise TypeError(with_location(
+                f"{name} of {fun_name(fun)}: {arg_name(fun, i)} has a leaf of dtype {aval.dtype}; derivatives are taken "
+                "with respect to float32/float64 values only (leave integer arguments out of argnums, or .astype(float))"))
+
+
+def _partial(fun: Callable, args: tuple, nums: tuple[int, ...]) -> Callable:
+    """fun as a function of the arguments in `nums` only, the others fixed (closed over)."""
+    def part(*diff):
+        full = list(args)
+        for i, d in zip(nums, diff):
+            full[i] = d
+        return call_static(fun, tuple(full))
+
+    part.__name__ = part.__qualname__ = fun_name(fun)
+    return part
+
+
+def _basis(sizes: Sequence[int], dtype_of: Sequence[np.dtype]) -> list[np.ndarray]:
+    """The rows of the identity of order sum(sizes), split into blocks of columns: block k is
+    (n, sizes[k]) in dtype_of[k]."""
+    n = int(sum(sizes))
+    eye = np.eye(n, dtype=np.float64)
+    out, start = [], 0
+    for s, dt in zip(sizes, dtype_of):
+        out.append(eye[:, start:start + s].astype(dt))
+        start += s
+    return out
+
+
+def _blocks(stacked, sizes: Sequence[int], shapes: Sequence[tuple]) -> list:
+    """A (n, *rest) value cut along axis 0 into blocks of sizes[k] rows, each reshaped to shapes[k] + rest."""
+    out, start = [], 0
+    rest = tuple(stacked.shape[1:])
+    for s, shape in zip(sizes, shapes):
+        out.append(tnp.reshape(stacked[start:start + s], tuple(shape) + rest))
+        start += s
+    return out
+
+
+def _move_front_to_back(x, k: int):
+    """(k axes, *rest) -> (*rest, k axes)."""
+    nd = len(x.shape)
+    return tnp.transpose(x, tuple(range(k, nd)) + tuple(range(k)))
+
+
+def _assemble(out_td, in_tds, nums_is_int: bool, per_out: list) -> Any:
+    """per_out[j][i] is a list of leaf Jacobians (output leaf j, argument i's leaves): the result
+    with the output's structure outside and the arguments' inside."""
+    jac = []
+    for by_arg in per_out:
+        trees = [tree_unflatten(td, leaves) for td, leaves in zip(in_tds, by_arg)]
+        jac.append(trees[0] if nums_is_int else tuple(trees))
+    return tree_unflatten(out_td, jac)
+
+
+def jacfwd(fun: Callable, argnums: int | Sequence[int] = 0, *, has_aux: bool = False) -> Staged:
+    """The Jacobian of fun by forward mode: tk.vmap of tk.jvp over the basis of the inputs in argnums
+    (one JVP per input entry, all in one batched program). Best when inputs are fewer than outputs.
+    Each leaf's Jacobian has shape out.shape + in.shape. has_aux: fun returns (out, aux), and
+    jacfwd (jacobian, aux)."""
+    name = "tk.jacfwd"
+
+    def emit(*args):
+        nums = _argnums(name, fun, argnums, args)
+        part = _partial(fun, args, nums)
+        primals = tuple(args[i] for i in nums)
+        flat = flatten_call(fun, primals)
+        for k in range(len(nums)):
+            _check_float(name, fun, flat, k)
+        avals = list(flat.avals)
+        sizes = [a.size for a in avals]
+        basis = _basis(sizes, [a.dtype for a in avals])
+        primal_leaves = [_read(x) for x in flat.leaves]
+
+        def push(*columns):   # one JVP, along one basis direction (a lane of the vmap)
+            tans = [tnp.reshape(c, a.shape) for c, a in zip(columns, avals)]
+            res = jvp(part, tuple(flat.unflatten(primal_leaves)), tuple(flat.unflatten(tans)), has_aux=has_aux)
+            return (res[1], res[2]) if has_aux else res[1]
+
+        # (n, *out leaf shape) per output leaf; aux is the same in every lane, returned once
+        stacked = vmap(push, out_axes=(0, None) if has_aux else 0)(*basis)
+        stacked, aux = stacked if has_aux else (stacked, None)
+        out_leaves, out_td = tree_flatten(stacked)
+        per_out = []
+        for t in out_leaves:
+            cols = _blocks(t, sizes, [a.shape for a in avals])       # (in shape..., out shape...)
+            leaf_jacs = [_move_front_to_back(c, len(a.shape)) for c, a in zip(cols, avals)]
+            per_out.append(_by_argument(leaf_jacs, flat))
+        jac = _assemble(out_td, flat.treedefs, isinstance(argnums, int), per_out)
+        return (jac, aux) if has_aux else jac
+
+    return _staged(fun, emit)
+
+
+def jacrev(fun: Callable, argnums: int | Sequence[int] = 0, *, has_aux: bool = False) -> Staged:
+    """The Jacobian of fun by reverse mode: one forward pass (tk.vjp), then tk.vmap of its pullback
+    over the basis of the outputs (one VJP per output entry, all in one batched program). Best when
+    outputs are fewer than inputs. Shapes out.shape + in.shape; has_aux as for jacfwd."""
+    name = "tk.jacrev"
+
+    def emit(*args):
+        nums = _argnums(name, fun, argnums, args)
+        part = _partial(fun, args, nums)
+        primals = tuple(args[i] for i in nums)
+        flat = flatten_call(fun, primals)
+        for k in range(len(nums)):
+            _check_float(name, fun, flat, k)
+        res = vjp(part, *primals, has_aux=has_aux)
+        out, pullback = res[0], res[1]
+        out_leaves, out_td = tree_flatten(out)
+        out_leaves = [_read(o) for o in out_leaves]
+        for o in out_leaves:
+            if not is_float(np.dtype(o.dtype)):
+                raise TypeError(with_location(f"{name} of {fun_name(fun)}: an output of dtype {o.dtype} has no "
+                                              "derivative; return float values (or use tk.jacfwd, which gives zeros)"))
+        sizes = [int(np.prod(o.shape, dtype=np.int64)) for o in out_leaves]
+        shapes = [tuple(o.shape) for o in out_leaves]
+        basis = _basis(sizes, [np.dtype(o.dtype) for o in out_leaves])
+
+        def pull(*rows):   # one VJP, along one basis cotangent (a lane of the vmap)
+            cts = [tnp.reshape(r, s) for r, s in zip(rows, shapes)]
+            return pullback(tree_unflatten(out_td, cts))
+
+        stacked = vmap(pull)(*basis)          # per argument: a tree of (m, *in leaf shape)
+        rows_per_leaf = [_read(x) for x in tree_flatten(stacked)[0]]
+        in_avals = list(flat.avals)
+        per_out = []
+        for j in range(len(out_leaves)):
+            leaf_jacs = []
+            for x, a in zip(rows_per_leaf, in_avals):
+                block = _blocks(x, sizes, shapes)[j]                   # (out shape..., in shape...)
+                leaf_jacs.append(tnp.reshape(block, shapes[j] + tuple(a.shape)))
+            per_out.append(_by_argument(leaf_jacs, flat))
+        jac = _assemble(out_td, flat.treedefs, isinstance(argnums, int), per_out)
+        return (jac, res[2]) if has_aux else jac
+
+    return _staged(fun, emit)
+
+
+def hessian(fun: Callable, argnums: int | Sequence[int] = 0, *, has_aux: bool = False) -> Staged:
+    """The Hessian of a scalar-valued fun: tk.jacfwd of tk.jacrev (forward over reverse). Shape
+    in.shape + in.shape per pair of leaves, nested as JAX's."""
+    return jacfwd(jacrev(fun, argnums, has_aux=has_aux), argnums, has_aux=has_aux)
+
+
+def _by_argument(leaf_jacs: list, flat) -> list[list]:
+    """Leaf Jacobians (one per differentiated leaf, in order) grouped by the argument they belong to."""
+    groups: list[list] = [[] for _ in flat.treedefs]
+    for jac, owner in zip(leaf_jacs, flat.owner):
+        groups[owner].append(jac)
+    return groups
+
+
+def _staged(fun: Callable, emit: Callable) -> Staged:
+    emit.takes_static = True
+
+    @functools.wraps(fun)
+    def wrapped(*args, **kwargs):   # (what transforms of the Jacobian function trace)
+        return emit(*args, **kwargs)
+
+    return Staged(wrapped, emit)
+

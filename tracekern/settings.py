@@ -1,0 +1,86 @@
+"""tk.config: the settings a user may change while the process runs (how many threads tracekern's
+kernels and BLAS may use, whether small loops run whole in compiled code), and their environment
+variables. No tracekern imports: every room may read it.
+
+    tk.config.threads = 1                 # at most one thread (None: decided per call, the default)
+    with tk.config.override(compiled_loops=False):
+        ...                               # steps compiled in here drive their loops from the host
+
+`threads` is read on every call of a compiled step; `compiled_loops` when a step is compiled (a
+tk.jit object keeps the steps it compiled). TRACEKERN_NUM_THREADS and TRACEKERN_COMPILED_LOOPS
+set the defaults when tracekern is imported."""
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+
+
+def _threads_from_env() -> int | None:
+    text = os.environ.get("TRACEKERN_NUM_THREADS", "").strip()
+    if text in ("", "auto"):
+        return None
+    try:
+        return _check_threads(int(text))
+    except (ValueError, TypeError):
+        raise ValueError(f"TRACEKERN_NUM_THREADS must be a positive integer or 'auto', got {text!r}") from None
+
+
+def _check_threads(value) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"tk.config.threads must be None (decided per call) or a positive int, got {value!r}")
+    return value
+
+
+def _flag_from_env(name: str, default: bool) -> bool:
+    text = os.environ.get(name, "").strip().lower()
+    if text == "":
+        return default
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"{name} must be 0 or 1, got {text!r}")
+
+
+class Config:
+    """The settings (see the module docstring). Assigning an attribute checks its value."""
+
+    _FIELDS = ("threads", "compiled_loops")
+
+    def __init__(self):
+        # the most threads a compiled step uses, for its parallel loops and for BLAS together;
+        # None: the cores this process may run on, less those other processes keep busy, per call
+        self.threads: int | None = _threads_from_env()
+        # loops whose bodies are small run all their steps inside one compiled function (False: the
+        # loop is driven step by step as before this setting existed; tests compare the two)
+        self.compiled_loops: bool = _flag_from_env("TRACEKERN_COMPILED_LOOPS", True)
+
+    def __setattr__(self, name, value):
+        if name not in self._FIELDS:
+            raise AttributeError(f"tk.config has no setting {name!r}; the settings are {', '.join(self._FIELDS)}")
+        if name == "threads":
+            value = _check_threads(value)
+        elif not isinstance(value, bool):
+            raise ValueError(f"tk.config.{name} must be True or False, got {value!r}")
+        object.__setattr__(self, name, value)
+
+    @contextlib.contextmanager
+    def override(self, **settings) -> Iterator[Config]:
+        """Change settings inside a with block, and put the old values back after it."""
+        old = {name: getattr(self, name) for name in settings}
+        try:
+            for name, value in settings.items():
+                setattr(self, name, value)
+            yield self
+        finally:
+            for name, value in old.items():
+                object.__setattr__(self, name, value)
+
+    def __repr__(self) -> str:
+        return "tk.config(" + ", ".join(f"{n}={getattr(self, n)!r}" for n in self._FIELDS) + ")"
+
+
+config = Config()
