@@ -26,7 +26,7 @@ from ..ir import Graph, Var
 from ..settings import config
 from . import cache, cpu_calls, cpu_math, fusion, render, scalar_rules, threads, units, vmath, workers
 from .fusion import CallKernel, Compute, Index, Literal, LoopKernel, Read
-from .render import CONTROL, ControlRenderer, identity_literal, literal
+from .render import CONTROL, ControlRenderer, flat_loop, identity_literal, literal, loop_nest
 from .units import Unit
 
 _TRIG = ("sin", "cos", "tan")
@@ -236,8 +236,9 @@ class _LoopUnit:
         """The loop nest of one chunk (rows lo .. lo + m0 of axis 0), its body and its reductions."""
         D = self.k.domain
         n = len(D)
-        for axis in range(n):
-            depth = base + axis
+        starts = self.segments(reds)
+        for level, axis in enumerate(starts):
+            depth = base + level
             for r in reds:
                 if r["layout"] == "suffix" and r["first"] == axis:
                     t.emit(depth, f"{r['acc']} = {r['ident']}")
@@ -245,12 +246,14 @@ class _LoopUnit:
                 t.emit(depth, "for j0 in range(m0):")
                 t.emit(depth + 1, "i0 = lo + j0")
             else:
-                t.emit(depth, f"for i{axis} in range({D[axis]}):")
-        self.body(t, reds, base + n, tuple(f"i{a}" for a in range(n)), exact, flag)
+                end = starts[level + 1] if level + 1 < len(starts) else n
+                flat_loop(t, depth, D[axis:end], [f"i{a}" for a in range(axis, end)], f"f{axis}")
+        inner = base + len(starts)
+        self.body(t, reds, inner, tuple(f"i{a}" for a in range(n)), exact, flag)
         if self.k.epilogue and self.k.epilogue_first == n:
-            self.epilogue(t, base + n, exact, flag)
-        for axis in reversed(range(n)):
-            depth = base + axis
+            self.epilogue(t, inner, exact, flag)
+        for level, axis in reversed(list(enumerate(starts))):
+            depth = base + level
             for r in reds:
                 if r["layout"] == "suffix" and r["first"] == axis and axis == 0 and "scratch" not in r:
                     t.emit(depth, f"{r['out']}[()] = {r['cast']}({r['acc']})")
@@ -259,6 +262,18 @@ class _LoopUnit:
                     t.emit(depth, f"{target} = {r['acc']}")
             if self.k.epilogue and 0 < axis == self.k.epilogue_first < n:
                 self.epilogue(t, depth, exact, flag)
+
+    def segments(self, reds: list) -> list[int]:
+        """The first axis of each loop of the nest: every axis up to render.FLAT_ABOVE axes; more,
+        axis 0 (chunked), then one flat loop over the axes from each axis where a reduction's
+        accumulator starts or the epilogue runs to the next (render.flat_loop)."""
+        n = len(self.k.domain)
+        if n <= render.FLAT_ABOVE:
+            return list(range(n))
+        cuts = {r["first"] for r in reds if r["layout"] == "suffix"}
+        if self.k.epilogue:
+            cuts.add(self.k.epilogue_first)
+        return [0] + sorted({1} | {a for a in cuts if 1 < a < n})
 
     def epilogue(self, t: _Text, depth: int, exact: bool, flag: bool) -> None:
         """The epilogue's statements and stores, once the reductions' results at this kept index are
@@ -295,10 +310,8 @@ class _LoopUnit:
     @staticmethod
     def finish(t: _Text, r: dict, chunks: int) -> None:
         shape = r["e"].outputs[0].shape
-        for a, s in enumerate(shape):
-            t.emit(1 + a, f"for q{a} in range({s}):")
-        depth = 1 + len(shape)
         q = [f"q{a}" for a in range(len(shape))]
+        depth = loop_nest(t, 1, shape, q)
         if r["layout"] == "memory":
             t.emit(depth, f"{r['out']}[{_index(q)}] = {r['cast']}({r['scratch']}[{_index(q)}])")
             return
@@ -349,18 +362,15 @@ def _call_unit(k: CallKernel) -> Unit:
 
 def _copy_loops(t: _Text, shape: tuple, statement: str, e) -> None:
     """`statement` inside a loop nest over `shape` (loop variables i0, i1, ...)."""
-    for a, n in enumerate(shape):
-        t.emit(1 + a, f"for i{a} in range({n}):")
-    t.emit(1 + len(shape), statement, eqn=e)
+    depth = loop_nest(t, 1, shape, [f"i{a}" for a in range(len(shape))])
+    t.emit(depth, statement, eqn=e)
 
 
 def _matmul(t: _Text, ops: list[str], C0: str, out: Var, e) -> None:
     """C = A @ B over the batch axes (operands have the output's batch shape), BLAS for floats."""
     batch = out.shape[:-2]
     k_dim = e.inputs[0].shape[-1]
-    for d in range(len(batch)):
-        t.emit(1 + d, f"for q{d} in range({C0}.shape[{d}]):")
-    depth = 1 + len(batch)
+    depth = loop_nest(t, 1, [f"{C0}.shape[{d}]" for d in range(len(batch))], [f"q{d}" for d in range(len(batch))])
     sub = "".join(f"q{d}, " for d in range(len(batch)))
     A, B, C = (f"{x}[{sub[:-2]}]" if batch else x for x in (*ops, C0))
     if out.dtype.kind in "fc" and k_dim > 0 and out.size > 0:
