@@ -491,7 +491,7 @@ def _bands(graph: Graph, producer, materialized: set[Var]) -> tuple[set[Var], di
     for e in graph.eqns:
         kind = e.primitive.fusion
         if kind in _CHAINS:
-            d = max([seen.get(a, 0) for a in e.inputs], default=0) + (kind == "elementwise")
+            d = max([seen.get(a, 0) for a in e.inputs], default=0) + (kind in _STATEMENTS)
         else:
             d = int(kind in ("fill", "const", "index"))
         for v in e.outputs:
@@ -506,7 +506,7 @@ def _bands(graph: Graph, producer, materialized: set[Var]) -> tuple[set[Var], di
             late[v] = late.get(v, depth[v])
         if e.primitive.fusion in _CHAINS:
             r = max(reach[v] for v in e.outputs)
-            at = min(late[v] for v in e.outputs) - (e.primitive.fusion == "elementwise")
+            at = min(late[v] for v in e.outputs) - (e.primitive.fusion in _STATEMENTS)
             for a in e.inputs:
                 if a not in materialized:
                     reach[a] = max(reach.get(a, 0), r)
@@ -524,7 +524,8 @@ def _bands(graph: Graph, producer, materialized: set[Var]) -> tuple[set[Var], di
     return cuts, band
 
 
-_CHAINS = ("elementwise", "view", "gather")   # what a loop computes from its operands' statements
+_CHAINS = ("elementwise", "view", "gather", "pieces")   # what a loop computes from its operands' statements
+_STATEMENTS = ("elementwise", "pieces")                 # (those of them that are a statement of their own)
 
 
 def _under_views(v: Var, producer, materialized: set[Var]) -> Var | None:
@@ -534,7 +535,7 @@ def _under_views(v: Var, producer, materialized: set[Var]) -> Var | None:
         e = producer.get(v)
         if e is None:
             return None
-        if e.primitive.fusion == "elementwise":
+        if e.primitive.fusion in _STATEMENTS:
             return v
         if e.primitive.fusion != "view":
             return None
