@@ -173,6 +173,7 @@ class _NeedMaterialize(Exception):
 
 
 _CONSTANT = re.compile(r"[0-9 ()+*/%-]+")
+_SIMPLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|-?[0-9]+")   # (a loop variable, a name, a number)
 
 
 def pinned(index: tuple[str, ...]) -> tuple[tuple, tuple[str, ...]]:
@@ -276,8 +277,9 @@ class _Walker:
         elif kind == "gather":   # the operand read at an index that is data (its own scalar): indices first
             todo = [(e.inputs[1], idx)]
         elif kind == "pieces":   # unslice, concatenate: the piece the index falls in (or zero)
-            todo, conds = [], []
-            for cond, k, src in e.primitive.pieces(list(idx), [tuple(a.shape) for a in e.inputs], **e.params):
+            todo, conds = [], []   # (its conditions repeat the index: an expression is named first)
+            at = [i if _SIMPLE.fullmatch(i) else self._index(i) for i in idx]
+            for cond, k, src in e.primitive.pieces(at, [tuple(a.shape) for a in e.inputs], **e.params):
                 todo.append(self._zero(v) if k is None else (e.inputs[k], self._named(list(src))))
                 conds.append(cond)
             stack.append([v, idx, e, todo, [], conds])
@@ -315,18 +317,24 @@ class _Walker:
         out = []
         for i in idx:
             if len(i) > MAX_INDEX or (i.count("(") > MAX_NESTING and _nesting(i) > MAX_NESTING):
-                name = self._name(None)
-                self.body.append(Index(name, i))
-                self.keys.append(("index", i))
-                i = name
+                i = self._index(i)
             out.append(i)
         return tuple(out)
 
-    def _zero(self, v: Var) -> tuple[Var, tuple]:
-        """A zero of v's dtype, as a literal statement: the (value, index) key it is known by."""
-        zero = Var(Aval((), v.dtype))
-        self._add((zero, ()), Literal(self._name(zero), Eqn(const, (), (zero,), {"value": np.zeros((), v.dtype)})))
-        return (zero, ())
+    def _index(self, expr: str) -> str:
+        """The name of a statement of its own computing index expression `expr`."""
+        name = self._name(None)
+        self.body.append(Index(name, expr))
+        self.keys.append(("index", expr))
+        return name
+
+    def _zero(self, v: Var) -> tuple[str, str]:
+        """A zero of v's dtype, as a literal statement (one per dtype and loop): the key it is known by."""
+        key = ("zero", v.dtype.str)
+        if key not in self.memo:
+            zero = Var(Aval((), v.dtype))
+            self._add(key, Literal(self._name(zero), Eqn(const, (), (zero,), {"value": np.zeros((), v.dtype)})))
+        return key
 
     def _add(self, key: tuple, stmt) -> str:
         self.body.append(stmt)
@@ -754,7 +762,7 @@ def _cuts(walker: _Walker) -> set[Var]:
     for stmt, (v, idx) in list(zip(walker.body, walker.keys))[:-1]:   # (not the store itself)
         since += 1
         if since >= MAX_BODY // 2 and isinstance(stmt, Compute) and v.shape == walker.domain \
-                and idx == identity_index(walker.domain) and stmt.eqn.primitive.fusion == "elementwise" \
+                and idx == identity_index(walker.domain) and stmt.eqn.primitive.fusion in _STATEMENTS \
                 and v not in walker.materialized:
             cuts.add(v)
             since = 0

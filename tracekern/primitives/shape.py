@@ -234,8 +234,8 @@ class Unslice(Primitive):
                 src.append(i)
                 continue
             rel = i if start == 0 else f"({i} - {start})"
-            last = start + (n - 1) * step
-            conds.append(f"{start} <= {i} <= {last}" + ("" if step == 1 else f" and {rel} % {step} == 0"))
+            last = start + (n - 1) * step     # (below start for a negative step: x[::-1]'s window)
+            conds.append(f"{min(start, last)} <= {i} <= {max(start, last)}" + ("" if step == 1 else f" and {rel} % {step} == 0"))
             src.append(_clamped(rel if step == 1 else f"{rel} // {step}", n))
         if not conds:
             return [(None, 0, src)]
