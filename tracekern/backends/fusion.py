@@ -32,9 +32,10 @@ CHUNK_ELEMENTS = 1 << 15
 # at most this many, storing the value at each cut; a repeated layer then gives a few loops of
 # equal text, compiled once. The largest body of the main job's workloads is 200: none is split.
 MAX_BODY = 256
-# The statements of one band of a chain deeper than MAX_BODY (see _bands): 60 is a multiple of every
-# layer length from 1 to 6 statements, so the bands of a repeated layer have equal text.
-MAX_DEPTH = 60
+# The statements of one band of a chain deeper than MAX_BODY (see _bands): 24 is a multiple of the
+# layer lengths 1, 2, 3, 4, 6, 8 and 12, so the bands of such a repeated layer have equal text. (60 made
+# Numba compile bodies 2.5 times longer: the 10,000-op tests' LSTM took 51 s to compile, against 30.)
+MAX_DEPTH = 24
 # The deepest an index expression nests, and the longest it grows, before it is computed by a
 # statement of its own (Python's parser stops at 200 nested parentheses in a line).
 MAX_NESTING = 24
