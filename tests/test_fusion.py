@@ -114,3 +114,26 @@ def test_reshape_index_expressions_without_divisions_where_radices_line_up():
         assert reshape.view_index([f"i{k}" for k in range(len(b))], a, new_shape=b) == want
     assert reshape.view_index(["i0", "i1", "i2"], (6, 10), new_shape=(3, 4, 5)) == ["(i0 * 2 + (i1 // 2))",
                                                                                    "((i1 % 2) * 5 + i2)"]
+
+
+def test_unslice_pieces_equal_numpy_for_every_step_sign():
+    """Unslice (a slice's gradient) fused as pieces: the operand where the index is one the slice
+    takes, else zero, evaluated at every index against NumPy's own (x[::-1]'s window runs from its
+    start down: a condition start <= i <= last took nothing, and its gradient was zero)."""
+    from tracekern.primitives.core import REGISTRY
+
+    unslice = REGISTRY["unslice"]
+    for n, sl in [(14, slice(None, None, -1)), (14, slice(None, None, -3)), (14, slice(12, 2, -2)),
+                  (14, slice(1, 11, 3)), (14, slice(3, None)), (5, slice(4, 0, -1))]:
+        index = tuple((s.indices(n)) for s in (sl,))
+        full = np.zeros(n)
+        src = np.arange(1.0, 1 + len(range(*sl.indices(n))))
+        full[sl] = src
+        assert np.array_equal(unslice.impl(src, shape=(n,), index=index), full)
+        pieces = unslice.pieces(["i0"], [src.shape], shape=(n,), index=index)
+        for i in range(n):
+            for cond, k, at in pieces:
+                if cond is None or eval(cond, {}, {"i0": i}):
+                    got = 0.0 if k is None else src[eval(at[0], {"min": min, "max": max}, {"i0": i})]
+                    break
+            assert got == full[i], (sl, i, pieces)

@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from .errors import TracerLeakError
-from .ir import SUPPORTED_DTYPES, Aval, Graph, is_inexact
+from .errors import ShapeError, TracerLeakError, with_location
+from .ir import SUPPORTED_DTYPES, Aval, Graph, is_inexact, rank_error
 from .pytree import leaf_paths
 from .trace import FlatArgs, Tracer, flatten_args, refuse_subclass, weak_flag
 
@@ -107,6 +107,9 @@ def leaf_to_array(fun: Callable, x: Any, where: str, device: bool = False) -> tu
     if arr.dtype not in SUPPORTED_DTYPES:
         raise TypeError(f"{where} of {fun_name(fun)} has dtype {arr.dtype}; supported dtypes are "
                         f"{', '.join(d.name for d in SUPPORTED_DTYPES)}. Convert it with .astype().")
+    message = rank_error(arr.shape, f"{where} of {fun_name(fun)}")
+    if message:
+        raise ShapeError(with_location(message))
     return arr, weak
 
 

@@ -15,8 +15,21 @@ from .errors import IRError
 SUPPORTED_DTYPES = tuple(np.dtype(d) for d in ("float32", "float64", "int32", "int64", "bool", "complex64", "complex128"))
 FLOAT_DTYPES = (np.dtype("float32"), np.dtype("float64"))
 COMPLEX_DTYPES = (np.dtype("complex64"), np.dtype("complex128"))
+# The most dimensions an array may have: NumPy's ufuncs (and so the interpreter, and the gradients
+# of the other backends) stop at 32, though an ndarray may have 64.
+MAX_RANK = 32
 _SHORT = {"float32": "f32", "float64": "f64", "int32": "i32", "int64": "i64", "bool": "bool", "complex64": "c64",
           "complex128": "c128"}
+
+
+def rank_error(shape: tuple, what: str) -> str | None:
+    """The message for `what` (an argument, an operation's result) of `shape` when its rank passes
+    MAX_RANK, else None."""
+    if len(shape) <= MAX_RANK:
+        return None
+    return (f"{what} has rank {len(shape)} (shape {tuple(shape)}); tracekern supports arrays of at most {MAX_RANK} "
+            f"dimensions (NumPy's ufuncs stop at {MAX_RANK}). Merge axes with a reshape before this, or keep "
+            f"fewer dimensions of length 1.")
 
 
 def is_float(dtype: np.dtype) -> bool:

@@ -25,7 +25,7 @@ from .errors import (
     user_frame_location,
     with_location,
 )
-from .ir import SUPPORTED_DTYPES, Aval, Eqn, Graph, Var, verify
+from .ir import MAX_RANK, SUPPORTED_DTYPES, Aval, Eqn, Graph, Var, rank_error, verify
 from .primitives.core import eval_graph
 from .primitives.shape import const
 from .pytree import TreeDef, leaf_paths, tree_flatten, tree_unflatten
@@ -139,6 +139,10 @@ class Builder:
             out_avals = prim.abstract_eval(*avals, **params)
         except (ShapeError, TypeError, ValueError, IndexError) as e:
             raise type(e)(with_location(str(e), source)) from None
+        for a in out_avals:
+            if len(a.shape) > MAX_RANK:
+                what = "a constant" if prim is const else f"the result of {prim.name}"
+                raise ShapeError(with_location(rank_error(a.shape, f"{what} ({a.dtype})"), source))
         outs = [Var(a) for a in out_avals]
         self.eqns.append(Eqn(prim, tuple(in_vars), tuple(outs), params, source))
         return [self._value(v) for v in outs]

@@ -75,7 +75,8 @@ class _Loop:
         (kernel,) = plan.kernels
         self.unit = cpu._LoopUnit(kernel).unit()
         given = dict(zip(inputs, args))
-        self.args = [given[v] if v in given else np.empty(v.shape, v.dtype) for v in cpu.loop_params(kernel)]
+        self.args = [cpu.pinned_view(given[v], pins) if v in given else np.empty(v.shape, v.dtype)
+                     for v, pins in cpu.loop_params(kernel)]
         self.signature = tuple(numba.typeof(a) for a in self.args)
 
     def compile(self) -> None:

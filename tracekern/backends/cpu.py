@@ -16,9 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from numba import typeof, types
+from numba import typeof
 from numba.core.errors import NumbaError
-from numba.np.numpy_support import from_dtype
 from numba.np.ufunc.parallel import _launch_threads
 
 from .. import passes, schedule
@@ -26,8 +25,8 @@ from ..errors import TracekernError
 from ..ir import Graph, Var
 from ..settings import config
 from . import cache, cpu_calls, cpu_math, fusion, render, scalar_rules, threads, tiers, units, vmath, workers
-from .fusion import CallKernel, Compute, Literal, LoopKernel, Read
-from .render import CONTROL, ControlRenderer, identity_literal, literal
+from .fusion import CallKernel, Compute, Index, Literal, LoopKernel, Read
+from .render import CONTROL, ControlRenderer, flat_loop, identity_literal, literal, loop_nest
 from .units import Unit
 
 # staging's plan cache keeps this backend's finished steps: their compiled units are on disk
@@ -113,9 +112,26 @@ def _raises(k: LoopKernel) -> bool:
     return False
 
 
-def loop_params(k: LoopKernel) -> list[Var]:
-    """A loop kernel's parameters: the values it reads (in body order), then those it writes."""
-    return k.reads + k.writes
+def loop_params(k: LoopKernel) -> list[tuple[Var, tuple]]:
+    """A loop kernel's parameters: the values it reads (in body order, with their pins: see
+    fusion.pinned), then those it writes."""
+    return k.operands + [(v, ()) for v in k.writes]
+
+
+def view(pins: tuple | bool) -> str:
+    """What the driver appends to an array's name to pass it to a kernel: ".T" for a transposed
+    matmul operand (True), the pinned view for pins (x[:, 5:6] for (None, 5)), else nothing."""
+    if pins is True:
+        return ".T"
+    if not pins:
+        return ""
+    last = max(a for a, c in enumerate(pins) if c is not None)
+    return "[" + ", ".join(":" if c is None else f"{c}:{c + 1}" for c in pins[:last + 1]) + "]"
+
+
+def pinned_view(x: np.ndarray, pins: tuple) -> np.ndarray:
+    """The view of x that view(pins) gives."""
+    return x[tuple(slice(None) if c is None else slice(c, c + 1) for c in pins)] if pins else x
 
 
 class _LoopUnit:
@@ -125,7 +141,7 @@ class _LoopUnit:
     def __init__(self, k: LoopKernel):
         self.k = k
         self.params = loop_params(k)
-        self.names = {v: f"p{j}" for j, v in enumerate(self.params)}
+        self.names = {key: f"p{j}" for j, key in enumerate(self.params)}
         self.flagged = _has_trig(k)
         self.parallel = k.parallel and not _raises(k)
 
@@ -140,7 +156,7 @@ class _LoopUnit:
         k, t = self.k, _Text()
         flag = self.flagged and not exact
         t.emit(0, f"@njit({_FLAGS}{', parallel=True' if self.parallel else ''})")
-        t.emit(0, f"def {name}({', '.join(self.names[v] for v in self.params)}):")
+        t.emit(0, f"def {name}({', '.join(self.names[key] for key in self.params)}):")
         D = k.domain
         n = len(D)
         reds = []
@@ -149,7 +165,7 @@ class _LoopUnit:
             layout, first = fusion.reduction_layout(k, e)
             acc_dtype = np.dtype(cpu_math.ACCUMULATOR[out.dtype.name] if e.primitive.identity in ("0", "1") else out.dtype.name)
             ident = identity_literal(e.primitive.identity, acc_dtype)
-            r = dict(e=e, out=self.names[out], layout=layout, first=first, acc=f"acc{j}", ident=ident,
+            r = dict(e=e, out=self.names[(out, ())], layout=layout, first=first, acc=f"acc{j}", ident=ident,
                      cast=cpu_math.CASTS[out.dtype.name], acc_cast=cpu_math.CASTS[acc_dtype.name],
                      kept=[a for a in range(n) if a not in e.params["axes"]],
                      combine=e.primitive.combine, fns=cpu_math.functions(acc_dtype))
@@ -198,10 +214,15 @@ class _LoopUnit:
 
     def scalar(self, t: _Text, stmt, depth: int, exact: bool = False) -> None:
         if isinstance(stmt, Read):
-            t.emit(depth, f"{stmt.name} = {self.names[stmt.var]}[{_index(stmt.index)}]")
+            pins, index = fusion.pinned(stmt.index)
+            if (stmt.var, pins) not in self.names:   # (a value this loop writes, read back: never pinned)
+                pins, index = (), stmt.index
+            t.emit(depth, f"{stmt.name} = {self.names[(stmt.var, pins)]}[{_index(index)}]")
         elif isinstance(stmt, Literal):
             e = stmt.eqn
             t.emit(depth, f"{stmt.name} = {literal(e.params['value'], e.outputs[0].dtype)}")
+        elif isinstance(stmt, Index):
+            t.emit(depth, f"{stmt.name} = {stmt.expr}")
         else:
             e = stmt.eqn
             dtype = e.inputs[0].dtype if e.inputs else e.outputs[0].dtype
@@ -217,8 +238,9 @@ class _LoopUnit:
         """The loop nest of one chunk (rows lo .. lo + m0 of axis 0), its body and its reductions."""
         D = self.k.domain
         n = len(D)
-        for axis in range(n):
-            depth = base + axis
+        starts = self.segments(reds)
+        for level, axis in enumerate(starts):
+            depth = base + level
             for r in reds:
                 if r["layout"] == "suffix" and r["first"] == axis:
                     t.emit(depth, f"{r['acc']} = {r['ident']}")
@@ -226,12 +248,14 @@ class _LoopUnit:
                 t.emit(depth, "for j0 in range(m0):")
                 t.emit(depth + 1, "i0 = lo + j0")
             else:
-                t.emit(depth, f"for i{axis} in range({D[axis]}):")
-        self.body(t, reds, base + n, tuple(f"i{a}" for a in range(n)), exact, flag)
+                end = starts[level + 1] if level + 1 < len(starts) else n
+                flat_loop(t, depth, D[axis:end], [f"i{a}" for a in range(axis, end)], f"f{axis}")
+        inner = base + len(starts)
+        self.body(t, reds, inner, tuple(f"i{a}" for a in range(n)), exact, flag)
         if self.k.epilogue and self.k.epilogue_first == n:
-            self.epilogue(t, base + n, exact, flag)
-        for axis in reversed(range(n)):
-            depth = base + axis
+            self.epilogue(t, inner, exact, flag)
+        for level, axis in reversed(list(enumerate(starts))):
+            depth = base + level
             for r in reds:
                 if r["layout"] == "suffix" and r["first"] == axis and axis == 0 and "scratch" not in r:
                     t.emit(depth, f"{r['out']}[()] = {r['cast']}({r['acc']})")
@@ -240,6 +264,18 @@ class _LoopUnit:
                     t.emit(depth, f"{target} = {r['acc']}")
             if self.k.epilogue and 0 < axis == self.k.epilogue_first < n:
                 self.epilogue(t, depth, exact, flag)
+
+    def segments(self, reds: list) -> list[int]:
+        """The first axis of each loop of the nest: every axis up to render.FLAT_ABOVE axes; more,
+        axis 0 (chunked), then one flat loop over the axes from each axis where a reduction's
+        accumulator starts or the epilogue runs to the next (render.flat_loop)."""
+        n = len(self.k.domain)
+        if n <= render.FLAT_ABOVE:
+            return list(range(n))
+        cuts = {r["first"] for r in reds if r["layout"] == "suffix"}
+        if self.k.epilogue:
+            cuts.add(self.k.epilogue_first)
+        return [0] + sorted({1} | {a for a in cuts if 1 < a < n})
 
     def epilogue(self, t: _Text, depth: int, exact: bool, flag: bool) -> None:
         """The epilogue's statements and stores, once the reductions' results at this kept index are
@@ -250,7 +286,7 @@ class _LoopUnit:
             if flag and isinstance(stmt, Compute) and stmt.eqn.primitive.name in _TRIG:
                 t.emit(depth, f"big = big | (abs({stmt.args[0]}) >= TRIG_LIMIT)")
         for v in k.epilogue:
-            t.emit(depth, f"{self.names[v]}[{_index(k.epilogue_index(v))}] = {k.epilogue_results[v]}")
+            t.emit(depth, f"{self.names[(v, ())]}[{_index(k.epilogue_index(v))}] = {k.epilogue_results[v]}")
 
     def body(self, t: _Text, reds: list, depth: int, idx: tuple, exact: bool = False, flag: bool = False) -> None:
         k = self.k
@@ -261,7 +297,7 @@ class _LoopUnit:
             if flag and isinstance(stmt, Compute) and stmt.eqn.primitive.name in _TRIG:
                 t.emit(depth, f"big = big | (abs({stmt.args[0]}) >= TRIG_LIMIT)")
         for v in k.stores:
-            t.emit(depth, f"{self.names[v]}[{_index(idx)}] = {k.results[v]}")
+            t.emit(depth, f"{self.names[(v, ())]}[{_index(idx)}] = {k.results[v]}")
         for r in reds:
             x = f"{r['acc_cast']}({k.results[r['e']]})"
             kept = [idx[a] for a in r["kept"]]
@@ -276,10 +312,8 @@ class _LoopUnit:
     @staticmethod
     def finish(t: _Text, r: dict, chunks: int) -> None:
         shape = r["e"].outputs[0].shape
-        for a, s in enumerate(shape):
-            t.emit(1 + a, f"for q{a} in range({s}):")
-        depth = 1 + len(shape)
         q = [f"q{a}" for a in range(len(shape))]
+        depth = loop_nest(t, 1, shape, q)
         if r["layout"] == "memory":
             t.emit(depth, f"{r['out']}[{_index(q)}] = {r['cast']}({r['scratch']}[{_index(q)}])")
             return
@@ -330,18 +364,15 @@ def _call_unit(k: CallKernel) -> Unit:
 
 def _copy_loops(t: _Text, shape: tuple, statement: str, e) -> None:
     """`statement` inside a loop nest over `shape` (loop variables i0, i1, ...)."""
-    for a, n in enumerate(shape):
-        t.emit(1 + a, f"for i{a} in range({n}):")
-    t.emit(1 + len(shape), statement, eqn=e)
+    depth = loop_nest(t, 1, shape, [f"i{a}" for a in range(len(shape))])
+    t.emit(depth, statement, eqn=e)
 
 
 def _matmul(t: _Text, ops: list[str], C0: str, out: Var, e) -> None:
     """C = A @ B over the batch axes (operands have the output's batch shape), BLAS for floats."""
     batch = out.shape[:-2]
     k_dim = e.inputs[0].shape[-1]
-    for d in range(len(batch)):
-        t.emit(1 + d, f"for q{d} in range({C0}.shape[{d}]):")
-    depth = 1 + len(batch)
+    depth = loop_nest(t, 1, [f"{C0}.shape[{d}]" for d in range(len(batch))], [f"q{d}" for d in range(len(batch))])
     sub = "".join(f"q{d}, " for d in range(len(batch)))
     A, B, C = (f"{x}[{sub[:-2]}]" if batch else x for x in (*ops, C0))
     if out.dtype.kind in "fc" and k_dim > 0 and out.size > 0:
@@ -409,11 +440,12 @@ def _has_objmode(graph: Graph) -> bool:
 
 @dataclass
 class _Call:
-    """One kernel of the plan as a call of its unit: args are (value, transposed) in parameter order;
-    `writes` are the buffers it fills (allocated by the caller)."""
+    """One kernel of the plan as a call of its unit: args are (value, view) in parameter order (view:
+    True for a transposed operand, pins, or nothing: see view()); `writes` are the buffers it fills
+    (allocated by the caller)."""
     pos: int
     unit: Unit
-    args: list[tuple[Var, bool]]
+    args: list[tuple[Var, bool | tuple]]
     writes: list[Var]
 
 
@@ -423,7 +455,7 @@ def _calls(plan: fusion.Plan) -> list:
     for pos, k in enumerate(plan.kernels):
         if isinstance(k, LoopKernel):
             lu = _LoopUnit(k)
-            out.append(_Call(pos, lu.unit(), [(v, False) for v in lu.params], k.writes))
+            out.append(_Call(pos, lu.unit(), list(lu.params), k.writes))
         elif k.eqn.primitive.name in CONTROL or k.eqn.primitive.name == "print":
             out.append(k)
         else:
@@ -602,27 +634,33 @@ def compile_graph(graph: Graph) -> CompiledStep:
     return step
 
 
-def _arg_spec(v: Var, transposed: bool, inputs: dict, consts: dict) -> tuple:
-    """How a driver passes v to a kernel: an argument of the step, a constant, or a buffer it made."""
+def _arg_spec(v: Var, how: bool | tuple, inputs: dict, consts: dict) -> tuple:
+    """How a driver passes v to a kernel: an argument of the step, a constant, or a buffer it made
+    (with the view it passes: see view())."""
     if v in inputs:
-        return ("input", inputs[v], transposed)
+        return ("input", inputs[v], how)
     if v in consts:
-        return ("const", consts[v], transposed)
-    return ("buffer", v.dtype.str, len(v.shape), transposed)
+        return ("const", consts[v], how)
+    return ("buffer", v.dtype.str, tuple(v.shape), how)
 
 
 def _arg_type(spec: tuple, args: Sequence, consts: list):
     """The Numba type of a kernel argument, as the driver will pass it."""
-    kind, what = spec[0], spec[1]
+    kind, what, how = spec[0], spec[1], spec[-1]
     if kind == "input":
-        t = typeof(args[what])
+        x = args[what]
     elif kind == "const":
-        t = typeof(consts[what])
-    else:
-        t = types.Array(from_dtype(np.dtype(what)), spec[2], "C")
-    if spec[-1]:   # .T of a 2-D array
-        t = t.copy(layout={"C": "F", "F": "C"}.get(t.layout, "A"))
-    return t
+        x = consts[what]
+    else:   # (a C-contiguous buffer of that shape: its strides, without its memory)
+        shape, dtype = spec[2], np.dtype(what)
+        strides = [dtype.itemsize] * len(shape)
+        for a in range(len(shape) - 2, -1, -1):
+            strides[a] = strides[a + 1] * max(shape[a + 1], 1)
+        x = np.lib.stride_tricks.as_strided(np.zeros(1, dtype), shape, strides)
+    if how is True:   # .T of a 2-D array
+        t = typeof(x)
+        return t.copy(layout={"C": "F", "F": "C"}.get(t.layout, "A"))
+    return typeof(pinned_view(x, how))
 
 
 class _Module:
@@ -864,7 +902,7 @@ class _Renderer(ControlRenderer):
             self.alloc(v)
         self.emit(1, f"# kernel {c.pos}: {_describe(k, self.names)}")
         fn = self.module.aliases[c.unit.digest]
-        args = ", ".join(self.names[v] + (".T" if t else "") for v, t in c.args)
+        args = ", ".join(self.names[v] + view(how) for v, how in c.args)
         eqn = k.eqn if isinstance(k, CallKernel) else None
         if c.unit.flagged and exact:
             self.emit(1, f"{fn}x({args})", eqn=eqn)

@@ -8,7 +8,7 @@ LAPACK's ?syevd on the triangle asked for (cpu_math.eigh_*), as NumPy."""
 from __future__ import annotations
 
 from . import cpu_math
-from .render import kernel_registry, subscript
+from .render import kernel_registry, loop_nest, subscript
 
 KERNELS, kernel = kernel_registry()
 OBJECT_MODE = {"eig"}   # kernels that call NumPy in an objmode block (they hold the GIL: no nogil flag)
@@ -16,12 +16,8 @@ OBJECT_MODE = {"eig"}   # kernels that call NumPy in an objmode block (they hold
 
 def _loops(t, array: str, dims: list[int], depth: int = 1) -> tuple[list[str], int]:
     """Nested loops over the given axes of `array`: (the loop variable of each axis, the body's depth)."""
-    names = []
-    for d in dims:
-        t.emit(depth, f"for q{d} in range({array}.shape[{d}]):")
-        names.append(f"q{d}")
-        depth += 1
-    return names, depth
+    names = [f"q{d}" for d in dims]
+    return names, loop_nest(t, depth, [f"{array}.shape[{d}]" for d in dims], names, "fq")
 
 
 @kernel("cumsum", "cumprod", "cummax", "cummin")

@@ -25,7 +25,7 @@ from ..errors import TracekernError
 from ..ir import Graph, Var
 from ..settings import config
 from . import cache, cublas, cuda_calls, cuda_math, cufft, fusion, render, scalar_rules, units
-from .fusion import CallKernel, Literal, LoopKernel, Read
+from .fusion import CallKernel, Index, Literal, LoopKernel, Read
 from .render import CASTS, CONTROL, ControlRenderer, identity_literal, literal
 from .units import Unit
 
@@ -405,6 +405,8 @@ class _Renderer(ControlRenderer):
             kn.emit(depth, f"{stmt.name} = {kn.param(self.names[stmt.var], stmt.var)}[{_index(stmt.index)}]")
         elif isinstance(stmt, Literal):
             kn.emit(depth, f"{stmt.name} = {literal(stmt.eqn.params['value'], stmt.eqn.outputs[0].dtype)}")
+        elif isinstance(stmt, Index):
+            kn.emit(depth, f"{stmt.name} = {stmt.expr}")
         else:
             e = stmt.eqn
             dtype = e.inputs[0].dtype if e.inputs else e.outputs[0].dtype

@@ -11,6 +11,8 @@ an index that is data. A *call kernel* is one equation that needs whole arrays: 
 unslice, and the primitives the backends' call-kernel registries render (sort, scans, scatter, linalg)."""
 from __future__ import annotations
 
+import bisect
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -30,6 +32,19 @@ CHUNK_ELEMENTS = 1 << 15
 # at most this many, storing the value at each cut; a repeated layer then gives a few loops of
 # equal text, compiled once. The largest body of the main job's workloads is 200: none is split.
 MAX_BODY = 256
+# The statements of one band of a chain deeper than MAX_BODY (see _bands): 24 is a multiple of the
+# layer lengths 1, 2, 3, 4, 6, 8 and 12, so the bands of such a repeated layer have equal text. (60 made
+# Numba compile bodies 2.5 times longer: the 10,000-op tests' LSTM took 51 s to compile, against 30.)
+MAX_DEPTH = 24
+# The deepest an index expression nests, and the longest it grows, before it is computed by a
+# statement of its own (Python's parser stops at 200 nested parentheses in a line).
+MAX_NESTING = 24
+MAX_INDEX = 160
+# The most copies one loop makes (stores that compute nothing: a matmul operand read through a view,
+# such as x[t] of an unrolled loop over t). Each is two parameters, and Numba's compile time grows
+# faster than a function's parameters (about 1.3 s for 60, 11 s for 240): the 1,024 copies of an
+# unrolled LSTM merged into a few loops took minutes to compile.
+MAX_COPIES = 32
 
 
 @dataclass
@@ -54,11 +69,17 @@ class Literal:
 
 
 @dataclass
+class Index:
+    name: str
+    expr: str         # integer index arithmetic, named so that a chain of views does not nest it deeper
+
+
+@dataclass
 class LoopKernel:
     domain: tuple[int, ...]
     stores: list[Var] = field(default_factory=list)
     reductions: list[Eqn] = field(default_factory=list)
-    body: list = field(default_factory=list)          # Read | Compute | Literal, in order
+    body: list = field(default_factory=list)          # Read | Compute | Literal | Index, in order
     results: dict = field(default_factory=dict)       # store Var or reduce Eqn -> scalar name
     parallel: bool = False
     # an epilogue: elementwise stores over the reductions' kept index, computed once each reduction
@@ -73,6 +94,11 @@ class LoopKernel:
     # (planning only: the (value, index) pairs the stores placed so far compute, to keep the body
     # within MAX_BODY)
     computes: set = field(default_factory=set, repr=False)
+    band: int | None = field(default=None, repr=False)   # (planning only: see _bands)
+    # (planning only: the body and result of the one store or reduction placed so far, as _place's
+    # walk found them, which _fill_body then need not walk again)
+    walked: tuple | None = field(default=None, repr=False)
+    copies: int = field(default=0, repr=False)   # (planning only: its stores that compute nothing)
 
     @property
     def writes(self) -> list[Var]:
@@ -87,6 +113,19 @@ class LoopKernel:
         for s in list(self.body) + list(self.epilogue_body):
             if isinstance(s, Read) and s.var not in out and s.var not in writes:
                 out.append(s.var)
+        return out
+
+    @property
+    def operands(self) -> list[tuple[Var, tuple]]:
+        """The reads as a kernel's parameters: (value, pins) in order of first read (see pinned), a
+        value read at several pinned elements once for each."""
+        out: list[tuple[Var, tuple]] = []
+        writes = set(self.writes)
+        for s in list(self.body) + list(self.epilogue_body):
+            if isinstance(s, Read) and s.var not in writes:
+                key = (s.var, pinned(s.index)[0])
+                if key not in out:
+                    out.append(key)
         return out
 
     def epilogue_index(self, v: Var) -> tuple[str, ...]:
@@ -134,6 +173,24 @@ class _NeedMaterialize(Exception):
         self.needs = needs
 
 
+_CONSTANT = re.compile(r"[0-9 ()+*/%-]+")
+_SIMPLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|-?[0-9]+")   # (a loop variable, a name, a number)
+
+
+def pinned(index: tuple[str, ...]) -> tuple[tuple, tuple[str, ...]]:
+    """(pins, index) of a read: each component of its index that is a constant other than 0 (one
+    element along that axis: x[t] in an unrolled loop over t, c[i] in a Horner polynomial) becomes a
+    pin, and 0 in the index; pins is () when there is none. A kernel is passed its operand's pinned
+    view (x[t:t + 1]) and reads it at the same index whatever the constant, so the steps of an
+    unrolled loop have equal text, compiled once."""
+    pins, out = [], []
+    for i in index:
+        c = int(eval(i, {"__builtins__": {}})) if i != "0" and _CONSTANT.fullmatch(i) else None   # (digits and operators only)
+        pins.append(c if c else None)
+        out.append("0" if c else i)
+    return (tuple(pins), tuple(out)) if any(c is not None for c in pins) else ((), tuple(index))
+
+
 def identity_index(shape: tuple[int, ...]) -> tuple[str, ...]:
     return tuple(f"i{k}" for k in range(len(shape)))
 
@@ -147,6 +204,7 @@ class _Walker:
         self.floors = floors or {}
         self.floor = 0                 # the first kernel the work read so far may run in (see _place)
         self.domain = tuple(domain)
+        self.identity = identity_index(self.domain)
         self.size = _size(domain)
         self.producer = producer
         self.materialized = materialized
@@ -161,89 +219,159 @@ class _Walker:
         return f"{self.prefix}{len(self.body)}"   # (by position: kernels of equal content render to equal text)
 
     def value(self, v: Var, idx: tuple[str, ...], root: bool = False) -> str:
-        """The scalar name of v at index idx, adding the statements that compute it. Iterative (each
-        operand a request to a driver loop, not a recursive call): a chain of 10,000 elementwise
-        operations is as deep as the program, and Python's stack is not."""
-        pending = [self._visit(v, idx, root)]
-        result = None
-        while pending:
-            try:
-                request = pending[-1].send(result)
-            except StopIteration as done:
-                pending.pop()
-                result = done.value
+        """The scalar name of v at index idx, adding the statements that compute it (operands first,
+        left to right). Iterative, with a stack of its own: a chain of 10,000 elementwise operations
+        is as deep as the program, and Python's stack is not."""
+        memo = self.memo
+        stack: list = []    # frames [value, index, eqn, operands to name (value, index), their names]
+        name = self._start(v, idx, root, stack)
+        while stack:
+            frame = stack[-1]
+            todo, names = frame[3], frame[4]
+            if len(names) < len(todo):
+                a, at = todo[len(names)]
+                got = memo.get((a, at))
+                if got is None:
+                    got = self._start(a, at, False, stack)
+                if got is not None:
+                    names.append(got)
                 continue
-            hit = self.memo.get(request[:2])
-            if hit is not None:
-                result = hit
-            else:
-                pending.append(self._visit(*request))
-                result = None
-        return result
+            e = frame[2]
+            if e.primitive.fusion == "gather" and len(todo) == 1:   # (the operand, read where the indices say)
+                x = e.inputs[0]
+                todo.append((x, self._named(e.primitive.gather_index(list(frame[1]), names[0], x.shape, **e.params))))
+                continue
+            stack.pop()
+            name = self._finish(frame)
+            if stack:
+                stack[-1][4].append(name)
+        return name
 
-    def _visit(self, v: Var, idx: tuple[str, ...], root: bool = False):
-        """value() of one Var: a generator that yields (operand, index, False) for each operand's
-        name and returns v's."""
+    def _start(self, v: Var, idx: tuple[str, ...], root: bool, stack: list) -> str | None:
+        """v at idx: its name where it is known, read, or a literal (or index arithmetic); else a frame
+        pushed on `stack` for its operands (None)."""
         key = (v, idx)
         if key in self.memo:
             return self.memo[key]
         e = self.producer.get(v)
-        identity = idx == identity_index(self.domain) and v.shape == self.domain
-        broadcast = (v not in self.materialized and e is not None and e.primitive.fusion == "elementwise"
-                     and not root and _size(v.shape) < self.size)   # computed once, not at every index it is read
-        if broadcast:
-            self.needs.add(v)
-        if (v in self.materialized or broadcast) and not root and not (v in self.here and identity):
-            stmt = Read(self._name(v), v, idx)
-            self.reads.add((v, identity))
-        elif e is None:
+        kind = e.primitive.fusion if e is not None else None
+        if not root:
+            stored = v in self.materialized
+            if not stored and kind == "elementwise" and _size(v.aval.shape) < self.size:
+                stored = True            # (broadcast: computed once, not at every index it is read)
+                self.needs.add(v)
+            if stored:
+                identity = idx == self.identity and v.aval.shape == self.domain
+                if not (identity and v in self.here):
+                    self.reads.add((v, identity))
+                    return self._add(key, Read(self._name(v), v, idx))
+        if e is None:
             raise IRError(f"fusion: {v} is neither materialized nor produced by an equation")
-        elif e.primitive.fusion == "fill" or (e.primitive.fusion == "const" and not v.shape):
-            stmt = Literal(self._name(v), e)
-        elif e.primitive.fusion == "view":
+        if kind == "fill" or (kind == "const" and not v.shape):
+            return self._add(key, Literal(self._name(v), e))
+        if kind == "index":   # a value made from its own position (iota): index arithmetic
+            return self._add(key, Compute(self._name(v), e, (), e.primitive.index_scalar(idx, **e.params)))
+        if kind == "view":
             if e.primitive.barrier:
                 self.floor = max(self.floor, self.floors.get(v, 0))
-            name = yield (e.inputs[0], tuple(e.primitive.view_index(list(idx), e.inputs[0].shape, **e.params)), False)
-            self.memo[key] = name
-            return name
-        elif e.primitive.fusion == "gather":   # the operand read at an index that is data (its own scalar)
-            x, indices = e.inputs
-            where = yield (indices, idx, False)
-            name = yield (x, tuple(e.primitive.gather_index(list(idx), where, x.shape, **e.params)), False)
-            self.memo[key] = name
-            return name
-        elif e.primitive.fusion == "elementwise":
-            args = []
-            for a in e.inputs:
-                args.append((yield (a, tuple(broadcast_index(list(idx), a.shape, v.shape)), False)))
-            stmt = Compute(self._name(v), e, tuple(args),
-                           e.primitive.scalar_for([literal_value(a, self.producer) for a in e.inputs], **e.params))
-        elif e.primitive.fusion == "index":   # a value made from its own position (iota): index arithmetic
-            stmt = Compute(self._name(v), e, (), e.primitive.index_scalar(idx, **e.params))
-        elif e.primitive.fusion == "pieces":  # unslice, concatenate: the piece the index falls in (or zero)
-            names, conds = [], []
-            for cond, k, src in e.primitive.pieces(list(idx), [tuple(a.shape) for a in e.inputs], **e.params):
-                names.append(self._zero(v) if k is None else (yield (e.inputs[k], tuple(src), False)))
+            todo = [(e.inputs[0], self._named(e.primitive.view_index(list(idx), e.inputs[0].shape, **e.params)))]
+        elif kind == "gather":   # the operand read at an index that is data (its own scalar): indices first
+            todo = [(e.inputs[1], idx)]
+        elif kind == "pieces":   # unslice, concatenate: the piece the index falls in (or zero)
+            todo, conds = [], []   # (its conditions repeat the index: an expression is named first)
+            at = [i if _SIMPLE.fullmatch(i) else self._index(i) for i in idx]
+            for cond, k, src in e.primitive.pieces(at, [tuple(a.shape) for a in e.inputs], **e.params):
+                todo.append(self._zero(v) if k is None else (e.inputs[k], self._named(list(src))))
                 conds.append(cond)
-            template = f"{{{len(names) - 1}}}"
-            for j in reversed(range(len(names) - 1)):
-                template = f"({{{j}}} if {conds[j]} else {template})"
-            stmt = Compute(self._name(v), e, tuple(names), template)
+            stack.append([v, idx, e, todo, [], conds])
+            return None
+        elif kind == "elementwise":
+            todo = [(a, idx if a.shape == v.shape and 1 not in a.shape else tuple(broadcast_index(list(idx), a.shape, v.shape)))
+                    for a in e.inputs]
         else:
             raise IRError(f"fusion: {e.primitive.name} output {v} should have been materialized")
+        stack.append([v, idx, e, todo, []])
+        return None
+
+    def _finish(self, frame: list) -> str:
+        """The name of a frame's value once its operands are named."""
+        v, idx, e, _, names = frame[:5]
+        if e.primitive.fusion == "pieces":
+            template = f"{{{len(names) - 1}}}"
+            for j in reversed(range(len(names) - 1)):
+                template = f"({{{j}}} if {frame[5][j]} else {template})"
+            return self._add((v, idx), Compute(self._name(v), e, tuple(names), template))
+        if e.primitive.fusion != "elementwise":   # a view or a gather: the operand's element itself
+            self.memo[(v, idx)] = names[-1]
+            return names[-1]
+        templates = getattr(self.producer, "templates", {})
+        template = templates.get(e)
+        if template is None:
+            template = templates[e] = e.primitive.scalar_for([_literal(a, self.producer) for a in e.inputs], **e.params)
+        return self._add((v, idx), Compute(self._name(v), e, tuple(names), template))
+
+    def _named(self, idx: list[str]) -> tuple[str, ...]:
+        """idx, each component longer than MAX_INDEX characters or nested deeper than MAX_NESTING
+        parentheses named by a statement of its own: each view of a chain (a roll, a reshape, a
+        reversing slice) wraps the index of the one it reads, 400 of them passed Python's limit of
+        200 nested parentheses, and a chain of reshapes doubles its length with each."""
+        out = []
+        for i in idx:
+            if len(i) > MAX_INDEX or (i.count("(") > MAX_NESTING and _nesting(i) > MAX_NESTING):
+                i = self._index(i)
+            out.append(i)
+        return tuple(out)
+
+    def _index(self, expr: str) -> str:
+        """The name of a statement of its own computing index expression `expr`."""
+        name = self._name(None)
+        self.body.append(Index(name, expr))
+        self.keys.append(("index", expr))
+        return name
+
+    def _zero(self, v: Var) -> tuple[str, str]:
+        """A zero of v's dtype, as a literal statement (one per dtype and loop): the key it is known by."""
+        key = ("zero", v.dtype.str)
+        if key not in self.memo:
+            zero = Var(Aval((), v.dtype))
+            self._add(key, Literal(self._name(zero), Eqn(const, (), (zero,), {"value": np.zeros((), v.dtype)})))
+        return key
+
+    def _add(self, key: tuple, stmt) -> str:
         self.body.append(stmt)
         self.keys.append(key)
         self.memo[key] = stmt.name
         return stmt.name
 
 
-    def _zero(self, v: Var) -> str:
-        """A zero of v's dtype, as a literal statement."""
-        zero = Var(Aval((), v.dtype))
-        stmt = Literal(self._name(zero), Eqn(const, (), (zero,), {"value": np.zeros((), v.dtype)}))
-        self.body.append(stmt)
-        self.keys.append((zero, ()))
-        return stmt.name
+def _nesting(text: str) -> int:
+    """How deeply parentheses nest in text."""
+    depth = deepest = 0
+    for ch in text:
+        if ch == "(":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch == ")":
+            depth -= 1
+    return deepest
+
+
+def _literal(v: Var, producer) -> float | None:
+    """literal_value(v), quickly where v is plainly none (most operands)."""
+    p = producer.get(v)
+    if p is None or p.primitive.fusion not in ("fill", "const", "view"):
+        return None
+    return literal_value(v, producer)
+
+
+class _Producers(dict):
+    """The equation that makes each value of a graph being planned, and the scalar template of each
+    elementwise equation once it is known (it depends only on which operands are literals: the
+    same in every loop and every round of planning)."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.templates: dict[Eqn, str] = {}
 
 
 def _size(shape) -> int:
@@ -276,11 +404,14 @@ def outer_products(graph: Graph) -> Graph:
 def plan(graph: Graph) -> Plan:
     """Group the equations of `graph` into kernels; see the module docstring."""
     graph = outer_products(graph)
-    producer = {v: e for e in graph.eqns for v in e.outputs}
+    producer = _Producers((v, e) for e in graph.eqns for v in e.outputs)
     materialized = _initial_materialized(graph, producer)
+    cuts, bands = _bands(graph, producer, materialized)
+    materialized |= cuts
+    materialized |= _broadcast(graph, materialized)
     while True:
         try:
-            p = _plan_with(graph, producer, materialized)
+            p = _plan_with(graph, producer, materialized, bands)
         except _NeedMaterialize as need:
             materialized |= need.needs
             continue
@@ -351,6 +482,105 @@ def _worth_materializing(p: Plan, producer, materialized: set[Var]) -> set[Var]:
     return chosen
 
 
+def _bands(graph: Graph, producer, materialized: set[Var]) -> tuple[set[Var], dict[Var, int]]:
+    """How a deep program is cut into loops: (values to store, the band of each value on a deep chain).
+
+    A value's depth is the longest chain of elementwise statements between it and the arrays it is
+    computed from; a chain is deep when it goes on past MAX_BODY statements. The values of a deep
+    chain fall into bands of MAX_DEPTH levels, each band is its own loops (_place) and the values a
+    later band reads are stored. A value's level is the latest it can have, just below its first
+    reader (its depth where nothing reads it in a loop): a value made early and read late (the
+    powers x ** k of a polynomial's gradient, read by its accumulation) is computed in its reader's
+    band, not stored from an early one. A repeated layer whose length divides MAX_DEPTH then
+    gives loops of equal text, compiled once, and each band's loop is planned in one round (a chain of
+    10,000 operations is never walked whole, once for each store placed on it). Values on chains
+    no deeper than MAX_BODY have no band: such programs are planned as before."""
+    depth: dict[Var, int] = {}     # (statements to compute the value, from the arrays it reads)
+    seen: dict[Var, int] = {}      # (what a reader counts on top: 0 for an array)
+    for e in graph.eqns:
+        kind = e.primitive.fusion
+        if kind in _CHAINS:
+            d = max([seen.get(a, 0) for a in e.inputs], default=0) + (kind in _STATEMENTS)
+        else:
+            d = int(kind in ("fill", "const", "index"))
+        for v in e.outputs:
+            depth[v] = d
+            seen[v] = 0 if v in materialized else d
+    if max(depth.values(), default=0) <= MAX_BODY:
+        return set(), {}
+    reach = dict(depth)          # the deepest value a chain through v goes on to (v's own included)
+    late: dict[Var, int] = {}    # the latest level v can be computed at: just before its first reader
+    for e in reversed(graph.eqns):
+        for v in e.outputs:
+            late[v] = late.get(v, depth[v])
+        if e.primitive.fusion in _CHAINS:
+            r = max(reach[v] for v in e.outputs)
+            at = min(late[v] for v in e.outputs) - (e.primitive.fusion in _STATEMENTS)
+            for a in e.inputs:
+                if a not in materialized:
+                    reach[a] = max(reach.get(a, 0), r)
+                    late[a] = min(late.get(a, at), at)
+    band = {v: late[v] // MAX_DEPTH for v, r in reach.items() if r > MAX_BODY}
+    cuts: set[Var] = set()
+    for e in graph.eqns:
+        if e.primitive.fusion not in _CHAINS or e.outputs[0] not in band:
+            continue
+        b = band[e.outputs[0]]
+        for a in e.inputs:
+            u = _under_views(a, producer, materialized)
+            if u is not None and u in band and band[u] < b:
+                cuts.add(u)
+    return cuts, band
+
+
+_CHAINS = ("elementwise", "view", "gather", "pieces")   # what a loop computes from its operands' statements
+_STATEMENTS = ("elementwise", "pieces")                 # (those of them that are a statement of their own)
+
+
+def _under_views(v: Var, producer, materialized: set[Var]) -> Var | None:
+    """The elementwise value that a loop reading v computes (v itself, or the value under v's views),
+    or None where it reads an array."""
+    while v not in materialized:
+        e = producer.get(v)
+        if e is None:
+            return None
+        if e.primitive.fusion in _STATEMENTS:
+            return v
+        if e.primitive.fusion != "view":
+            return None
+        v = e.inputs[0]
+    return None
+
+
+def _broadcast(graph: Graph, materialized: set[Var]) -> set[Var]:
+    """The elementwise values a loop over a larger domain would read (a (rows, 1) value broadcast
+    into (rows, cols)): each is materialized once, not computed at every index it is read. The
+    walker finds each such value too (_NeedMaterialize); found here in one pass, backwards, they cost
+    no planning round. A value's domain is the largest loop that computes it: its own shape where it
+    is stored, else the largest domain of the loops computing its readers."""
+    domain: dict[Var, int] = {}
+    needs: set[Var] = set()
+    for e in reversed(graph.eqns):
+        kind = e.primitive.fusion
+        if kind == "reduce":
+            a = e.inputs[0]
+            domain[a] = max(domain.get(a, 0), a.aval.size)
+        if kind not in _CHAINS:
+            continue
+        for v in e.outputs:
+            if v in materialized:
+                domain[v] = v.aval.size
+            elif kind == "elementwise" and domain.get(v, 0) > v.aval.size:
+                needs.add(v)
+                domain[v] = v.aval.size
+        reach = max(domain.get(v, 0) for v in e.outputs)
+        if reach:
+            for a in e.inputs[:1] if kind == "view" else e.inputs:   # (a view reads its first operand only)
+                if a not in materialized:
+                    domain[a] = max(domain.get(a, 0), reach)
+    return needs
+
+
 def _initial_materialized(graph: Graph, producer) -> set[Var]:
     m: set[Var] = set(graph.inputs) | set(graph.outputs)
     for e in graph.eqns:
@@ -383,7 +613,9 @@ def _operand(v: Var, producer, matmul: bool) -> tuple[Var, bool]:
     return v, False
 
 
-def _plan_with(graph: Graph, producer, materialized: set[Var]) -> Plan:
+def _plan_with(graph: Graph, producer, materialized: set[Var], bands: dict | None = None) -> Plan:
+    bands = bands or {}
+    loops: dict = {}
     kernels: list = []
     kernel_of: dict[Var, int] = {}  # materialized value -> index of the kernel that makes it
     consts: list[Var] = []
@@ -402,10 +634,11 @@ def _plan_with(graph: Graph, producer, materialized: set[Var]) -> Plan:
         elif kind == "const" and e.outputs[0].shape:
             consts.append(e.outputs[0])
         elif kind == "reduce":
-            needs |= _place(kernels, kernel_of, e.inputs[0].shape, None, e, producer, materialized, floors, outputs)
+            needs |= _place(kernels, kernel_of, e.inputs[0].shape, None, e, producer, materialized, floors, outputs,
+                            bands.get(e.inputs[0]), loops)
         elif e.outputs[0] in materialized:
             needs |= _place(kernels, kernel_of, e.outputs[0].shape, e.outputs[0], None, producer, materialized,
-                            floors, outputs)
+                            floors, outputs, bands.get(e.outputs[0]), loops)
     if needs:
         raise _NeedMaterialize(needs)
     for k in kernels:
@@ -470,18 +703,19 @@ def _fuse_epilogues(kernels: list, kernel_of: dict[Var, int], producer, material
 
 
 def _place(kernels, kernel_of, domain, store: Var | None, reduction: Eqn | None, producer, materialized,
-           floors=None, outputs=()) -> set[Var]:
+           floors, outputs, band: int | None, loops: dict) -> set[Var]:
     """Put one store or reduction into the first loop over `domain` that may run it: every value it
     reads comes from an earlier kernel, or is a store of that loop read at the same index; and, when
     it reads through a remat_barrier, a loop planned after that barrier, unless its result is an
     output of the graph anyway (a recomputation merged into a forward loop would keep its result
-    alive from the forward to the backward: the memory the recomputation was to save). Returns the
-    values it found that must be materialized first."""
+    alive from the forward to the backward: the memory the recomputation was to save); and a loop of
+    its band of a deep chain (_bands), or of no band (`loops`: the positions of the loops over each
+    domain and band). Returns the values it found that must be materialized first."""
     walker = _Walker(domain, producer, materialized, floors=floors)
     if store is not None:
-        walker.value(store, identity_index(domain), root=True)
+        name = walker.value(store, identity_index(domain), root=True)
     else:
-        walker.value(reduction.inputs[0], identity_index(domain))
+        name = walker.value(reduction.inputs[0], identity_index(domain))
     cuts = _cuts(walker) if len(walker.body) > MAX_BODY else set()
     if cuts:
         return walker.needs | cuts
@@ -489,22 +723,29 @@ def _place(kernels, kernel_of, domain, store: Var | None, reduction: Eqn | None,
     if (store if store is not None else reduction.outputs[0]) not in outputs:
         start = max(start, walker.floor)
     computes = set(walker.keys)
+    copy = not any(isinstance(s, Compute) for s in walker.body)
     target = None
-    for pos in range(max(start, 0), len(kernels)):
+    candidates = loops.setdefault((tuple(domain), band), [])    # (positions, in order)
+    for pos in candidates[bisect.bisect_left(candidates, start):]:
         k = kernels[pos]
-        if not isinstance(k, LoopKernel) or k.domain != tuple(domain):
+        if len(k.computes) + len(computes - k.computes) > MAX_BODY:   # (full: the store starts a loop of its own)
             continue
-        if len(k.computes | computes) > MAX_BODY:   # (full: the store starts a loop of its own)
+        if copy and k.copies >= MAX_COPIES:
             continue
         if all(kernel_of.get(v, -1) < pos or (kernel_of.get(v) == pos and ident and v in k.stores)
                for v, ident in walker.reads):
             target = pos
             break
     if target is None:
-        kernels.append(LoopKernel(tuple(domain), parallel=_size(domain) >= PARALLEL_MIN_ELEMENTS and domain[0] > 1))
+        kernels.append(LoopKernel(tuple(domain), parallel=_size(domain) >= PARALLEL_MIN_ELEMENTS and domain[0] > 1,
+                                  band=band, walked=(walker.body, name)))
         target = len(kernels) - 1
+        candidates.append(target)
+    else:
+        kernels[target].walked = None
     k = kernels[target]
     k.computes |= computes
+    k.copies += copy
     if store is not None:
         k.stores.append(store)
         kernel_of[store] = target
@@ -522,7 +763,7 @@ def _cuts(walker: _Walker) -> set[Var]:
     for stmt, (v, idx) in list(zip(walker.body, walker.keys))[:-1]:   # (not the store itself)
         since += 1
         if since >= MAX_BODY // 2 and isinstance(stmt, Compute) and v.shape == walker.domain \
-                and idx == identity_index(walker.domain) and stmt.eqn.primitive.fusion == "elementwise" \
+                and idx == identity_index(walker.domain) and stmt.eqn.primitive.fusion in _STATEMENTS \
                 and v not in walker.materialized:
             cuts.add(v)
             since = 0
@@ -530,6 +771,10 @@ def _cuts(walker: _Walker) -> set[Var]:
 
 
 def _fill_body(k: LoopKernel, producer, materialized) -> None:
+    if k.walked is not None:    # (one store or reduction: the walk that placed it)
+        k.body, name = k.walked
+        k.results[k.stores[0] if k.stores else k.reductions[0]] = name
+        return
     walker = _Walker(k.domain, producer, materialized, here=k.stores)
     idx = identity_index(k.domain)
     for v in k.stores:
@@ -555,9 +800,12 @@ def _plan_buffers(graph: Graph, kernels: list, consts: list[Var], kernel_of: dic
     for v, pos in buffers.items():
         if v not in outputs:
             frees.setdefault(max(last_use.get(v, pos), pos), []).append(v)
+    made: dict[int, int] = {}
+    for v, pos in buffers.items():
+        made[pos] = made.get(pos, 0) + v.aval.nbytes
     live, peak = 0, 0
     for pos, k in enumerate(kernels):
-        live += sum(v.aval.nbytes for v, p in buffers.items() if p == pos)
+        live += made.get(pos, 0)
         live += _scratch_bytes(k)
         peak = max(peak, live)
         live -= _scratch_bytes(k)

@@ -35,6 +35,45 @@ def kernel_registry() -> tuple[dict, Callable]:
     return table, kernel
 
 
+# A loop nest over more axes than this is rendered as one flat loop (CPython compiles at most 20
+# statically nested blocks, and arrays have up to ir.MAX_RANK = 32 axes); fewer, one `for` per axis.
+FLAT_ABOVE = 8
+
+
+def loop_nest(t, depth: int, sizes: Sequence, names: Sequence[str], flat: str = "f") -> int:
+    """Loops over `sizes` (ints, or expressions such as p0.shape[3]) with loop variables `names`,
+    emitted into `t` at `depth`; the depth of their body. Up to FLAT_ABOVE axes, one `for` per axis;
+    more, one flat loop (see flat_loop)."""
+    if len(sizes) > FLAT_ABOVE:
+        return flat_loop(t, depth, sizes, names, flat)
+    for n, name in zip(sizes, names):
+        t.emit(depth, f"for {name} in range({n}):")
+        depth += 1
+    return depth
+
+
+def flat_loop(t, depth: int, sizes: Sequence, names: Sequence[str], flat: str) -> int:
+    """One loop over the product of `sizes` (variable `flat`) whose body first computes each axis's
+    variable of `names` from it, in row-major order (the order of the nest it replaces); the depth of
+    the body. One size: a plain `for`."""
+    if len(sizes) == 1:
+        t.emit(depth, f"for {names[0]} in range({sizes[0]}):")
+        return depth + 1
+    t.emit(depth, f"for {flat} in range({' * '.join(f'({n})' if not isinstance(n, int) else str(n) for n in sizes)}):")
+    rest = flat
+    for k in reversed(range(len(sizes))):
+        n, name = sizes[k], names[k]
+        if n == 1:
+            t.emit(depth + 1, f"{name} = 0")
+        elif k == 0:
+            t.emit(depth + 1, f"{name} = {rest}")
+        else:
+            t.emit(depth + 1, f"{name} = {rest} % {n if isinstance(n, int) else f'({n})'}")
+            t.emit(depth + 1, f"{flat}r = {rest} // {n if isinstance(n, int) else f'({n})'}")
+            rest = f"{flat}r"
+    return depth + 1
+
+
 def subscript(array: str, idx: Sequence[str]) -> str:
     """`array[i, j]`, or `array[()]` for a 0-d array."""
     return f"{array}[{', '.join(idx)}]" if idx else f"{array}[()]"
