@@ -45,8 +45,8 @@ def _central_differences(f, x, v, eps=1e-6):
     return g
 
 
-@pytest.mark.parametrize("rank", [1, 8, 20, 32])
-@pytest.mark.parametrize("backend", BACKENDS)
+# (cpu compiles rank 20's flat loops as it does rank 32's, at 40 s of Numba's time: ranks 1, 8 and 32 there)
+@pytest.mark.parametrize("rank, backend", [(r, b) for r in (1, 8, 20, 32) for b in BACKENDS if (r, b) != (20, "cpu")])
 def test_every_rank_up_to_32(rank, backend):
     rng = np.random.default_rng(rank)
     x = rng.uniform(-1, 1, _shape(rank))
