@@ -23,6 +23,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+import tracekern as tk
+
+# Benchmarks time compiled steps: every step compiles before its first call returns (issue 27's tiers
+# would otherwise time the NumPy tier, or a switch mid-round). bench.compile turns them on where it
+# measures them; TRACEKERN_TIERS, when set, wins.
+if "TRACEKERN_TIERS" not in os.environ:
+    tk.config.tiers = False
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 RESULTS = os.path.join(HERE, "results")

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 import warnings
 
 import numpy as np
@@ -14,7 +15,7 @@ import pytest
 
 import tracekern as tk
 from tracekern import staging
-from tracekern.backends import cache, cpu, tiers
+from tracekern.backends import cache, cpu, tiers, workers
 
 RTOL = 1e-12
 
@@ -267,3 +268,27 @@ def test_two_processes_sharing_one_cache_directory_stay_correct(tmp_path):
     third = subprocess.run([sys.executable, str(script)], env=env, cwd=root, capture_output=True, text=True, timeout=300)
     assert third.returncode == 0, third.stderr
     assert third.stdout.strip() == "ok ['compiled'] from the plan cache", third.stdout
+
+
+@pytest.mark.parametrize("after, lines", [(0.0, 1), (30.0, 0)])
+def test_a_compile_waited_for_says_so_on_stderr_once(monkeypatch, capfd, after, lines):
+    """A compile the caller waits for that takes longer than cpu.PROGRESS_AFTER_S prints one line on
+    stderr with the count of kernels (and nothing when it is quicker)."""
+    slow = workers.compile_all
+
+    def compile_all(jobs, here):
+        time.sleep(0.3)
+        return slow(jobs, here)
+
+    monkeypatch.setattr(cpu, "PROGRESS_AFTER_S", after)
+    monkeypatch.setattr(workers, "compile_all", compile_all)
+    monkeypatch.setattr(cache, "compiled_stems", lambda: set())   # (every kernel counts as missing)
+    f = tk.jit(lambda x: np.sum(np.tanh(x) * 3.0), tiers=False)
+    x = np.linspace(0.0, 1.0, 5)
+    assert f(x) == pytest.approx(np.sum(np.tanh(x) * 3.0))
+    time.sleep(0.1)
+    err = capfd.readouterr().err
+    said = [line for line in err.splitlines() if line.startswith("tracekern: compiling")]
+    assert len(said) == lines, err
+    if lines:
+        assert "kernel" in said[0] and "tiers" in said[0]

@@ -12,6 +12,8 @@ so results are the same on any number of threads."""
 from __future__ import annotations
 
 import functools
+import sys
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -549,8 +551,13 @@ class CompiledStep:
         jobs = [(index, sig) for index, sig in self.kernel_jobs(args)
                 if cache.module_path(self.modules[index]).stem not in have]
         if jobs:
-            workers.compile_all([([self.modules[i]], "kernel", [sig]) for i, sig in jobs],
-                                lambda j: modules[jobs[j][0]].kernel.compile(jobs[j][1]))
+            timer = _progress_line(len(jobs))
+            try:
+                workers.compile_all([([self.modules[i]], "kernel", [sig]) for i, sig in jobs],
+                                    lambda j: modules[jobs[j][0]].kernel.compile(jobs[j][1]))
+            finally:
+                if timer is not None:
+                    timer.cancel()
             units.count_compiled(kernels=len(jobs))
         if self.jitted and cache.module_path(self.driver).stem not in have:
             units.count_compiled(drivers=1)
@@ -582,6 +589,22 @@ class CompiledStep:
         if out[0]:  # a sin/cos/tan argument beyond the vectorised range: the libm variant
             return list(module.step_exact(*args, *self._consts))
         return list(out[1:])
+
+
+# A compile the caller waits for (tiers=False, .compile(), a loop step's first call) that takes longer
+# than this says so on stderr, once; a background compile (the tiers') never does.
+PROGRESS_AFTER_S = 1.0
+
+
+def _progress_line(kernels: int) -> threading.Timer | None:
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    message = (f"tracekern: compiling {kernels} kernel{'s' if kernels != 1 else ''} before this call returns "
+               "(with tiers on, the default, a new program runs at once on NumPy while it compiles)")
+    timer = threading.Timer(PROGRESS_AFTER_S, lambda: print(message, file=sys.stderr, flush=True))
+    timer.daemon = True
+    timer.start()
+    return timer
 
 
 def _gemm_macs(graph: Graph) -> int:
