@@ -94,6 +94,16 @@ def _assemble(out_td, in_tds, nums_is_int: bool, per_out: list) -> Any:
     return tree_unflatten(out_td, jac)
 
 
+def _differentiated(name: str, fun: Callable, argnums, args: tuple):
+    """(fun of the arguments in argnums only, those arguments, their flattening), float ones checked."""
+    nums = _argnums(name, fun, argnums, args)
+    primals = tuple(args[i] for i in nums)
+    flat = flatten_call(fun, primals)
+    for k in range(len(nums)):
+        _check_float(name, fun, flat, k)
+    return _partial(fun, args, nums), primals, flat
+
+
 def jacfwd(fun: Callable, argnums: int | Sequence[int] = 0, *, has_aux: bool = False) -> Staged:
     """The Jacobian of fun by forward mode: tk.vmap of tk.jvp over the basis of the inputs in argnums
     (one JVP per input entry, all in one batched program). Best when inputs are fewer than outputs.
@@ -102,12 +112,7 @@ def jacfwd(fun: Callable, argnums: int | Sequence[int] = 0, *, has_aux: bool = F
     name = "tk.jacfwd"
 
     def emit(*args):
-        nums = _argnums(name, fun, argnums, args)
-        part = _partial(fun, args, nums)
-        primals = tuple(args[i] for i in nums)
-        flat = flatten_call(fun, primals)
-        for k in range(len(nums)):
-            _check_float(name, fun, flat, k)
+        part, primals, flat = _differentiated(name, fun, argnums, args)
         avals = list(flat.avals)
         sizes = [a.size for a in avals]
         basis = _basis(sizes, [a.dtype for a in avals])
@@ -140,12 +145,7 @@ def jacrev(fun: Callable, argnums: int | Sequence[int] = 0, *, has_aux: bool = F
     name = "tk.jacrev"
 
     def emit(*args):
-        nums = _argnums(name, fun, argnums, args)
-        part = _partial(fun, args, nums)
-        primals = tuple(args[i] for i in nums)
-        flat = flatten_call(fun, primals)
-        for k in range(len(nums)):
-            _check_float(name, fun, flat, k)
+        part, primals, flat = _differentiated(name, fun, argnums, args)
         res = vjp(part, *primals, has_aux=has_aux)
         out, pullback = res[0], res[1]
         out_leaves, out_td = tree_flatten(out)
