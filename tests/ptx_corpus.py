@@ -8,6 +8,7 @@ no GPU, and unlike the simulator it types the kernels, so a kernel that would no
     python -m tests.ptx_corpus numpy     tk.numpy's coverage table (tests/numpy_cases.py) on cuda
     python -m tests.ptx_corpus numpy64   the same, and its float64 programs
     python -m tests.ptx_corpus planted   one kernel with a float64 constant in float32 (must be caught)
+    python -m tests.ptx_corpus contraction  x * y + z and a scaled uniform draw: their PTX's fma and mul.rn
 
 The corpus is lowered (rendered), never run: no GPU is needed."""
 import json
@@ -213,7 +214,39 @@ def _covering(jobs: list) -> list:
     return kept
 
 
+def _contraction() -> dict:
+    """The PTX of x * y + z (float32, float64) and of uniform draws in [minval, maxval): how many fma
+    and mul.rn instructions each kernel has (NumPy rounds the product first: no fma may appear)."""
+    from numba import cuda
+
+    tkcuda.launch_config = lambda: GPU_LAUNCH
+    report = {}
+    for dtype in (np.float32, np.float64):
+        x = np.linspace(0.0, 1.0, 8).astype(dtype)
+        programs = {"fmadd": (lambda x, y, z: x * y + z, (x, x, x)),
+                    "uniform": (lambda k, lo: tk.random.uniform(k, (8,), dtype, minval=lo, maxval=np.arange(8.0)),
+                                (tk.random.key(0), x - 2))}
+        for name, (fn, args) in programs.items():
+            steps = []
+            compile_graph = tkcuda.compile_graph
+            tkcuda.compile_graph = lambda graph: steps.append(compile_graph(graph)) or steps[-1]
+            try:
+                tk.jit(fn, backend="cuda").lower(*args)
+            finally:
+                tkcuda.compile_graph = compile_graph
+            for source, params in [kp for step in steps for kp in step.kernels]:
+                py_func = cache.load_module(source).kernel.py_func
+                ptx, _ = cuda.compile_ptx(py_func, tkcuda._kernel_signature(params), cc=CC)
+                got = report.setdefault(f"{name} {np.dtype(dtype).name}", {"fma": 0, "mul.rn": 0})
+                got["fma"] += len(re.findall(r"\bfma\.rn\.f(32|64)", ptx))
+                got["mul.rn"] += len(re.findall(r"\bmul\.rn\.f(32|64)", ptx))
+    return report
+
+
 def main(which: str) -> dict:
+    if which == "contraction":
+        _without_a_gpu()
+        return _contraction()
     if which == "planted":
         source = ("from numba import cuda\n"
                   "def k0(p0, p1):\n"

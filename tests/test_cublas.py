@@ -91,10 +91,59 @@ class FakeCublas:
         self._gemm(np.complex128, opa, opb, m, n, k, alpha, a, lda, sa, b, ldb, sb, beta, c, ldc, sc, count)
 
 
+class RecordingCublas(FakeCublas):
+    """On a GPU: the real nvmath.bindings.cublas, each call recorded as FakeCublas records it (the
+    stand-in reads host memory: on a GPU its pointers are device pointers)."""
+
+    _TYPES = {"s": "float32", "d": "float64", "c": "complex64", "z": "complex128"}
+
+    def __init__(self, real):
+        super().__init__()
+        self.real, self.Math = real, real.Math
+
+    def create(self):
+        with self.lock:
+            self.handles.append(threading.get_ident())
+        return self.real.create()
+
+    def set_workspace(self, handle, pointer, nbytes):
+        super().set_workspace(handle, pointer, nbytes)
+        return self.real.set_workspace(handle, pointer, nbytes)
+
+    def set_stream(self, handle, stream):
+        super().set_stream(handle, stream)
+        return self.real.set_stream(handle, stream)
+
+    def set_math_mode(self, handle, mode):
+        super().set_math_mode(handle, mode)
+        return self.real.set_math_mode(handle, mode)
+
+    def _gemm(self, *args):
+        raise AssertionError("on a GPU every gemm goes to cuBLAS")
+
+    def __getattribute__(self, name):
+        if name[:1] in "sdcz" and name[1:5] == "gemm":
+            real = getattr(object.__getattribute__(self, "real"), name)
+            calls, kind = object.__getattribute__(self, "calls"), RecordingCublas._TYPES[name[0]]
+
+            def call(h, opa, opb, m, n, k, *rest):
+                calls.append(("gemm", kind, opa, opb, m, n, k, rest[-1] if name.endswith("batched") else 1))
+                return real(h, opa, opb, m, n, k, *rest)
+            return call
+        return object.__getattribute__(self, name)
+
+
 @pytest.fixture
 def fake(monkeypatch):
-    """The cuda backend with matmuls on the stand-in (on the simulator: cuBLAS cannot run there)."""
-    lib = FakeCublas()
+    """The cuda backend with matmuls on the stand-in (on the simulator: cuBLAS cannot run there), or
+    on a GPU on the real cuBLAS with its calls recorded."""
+    if tkcuda.launch_config().simulator:
+        lib = FakeCublas()
+    else:
+        real = cublas.library()
+        if real is None:
+            pytest.skip("a GPU without nvmath-python: no cuBLAS to record")
+        lib = RecordingCublas(real)
     cublas.use_library(lib)
     launch = tkcuda.launch_config()
     monkeypatch.setattr(tkcuda, "launch_config", lambda: tkcuda.Launch(**{**launch.__dict__, "cublas": True}))
@@ -167,10 +216,10 @@ def test_tf32_is_asked_for_float32_only_and_only_when_chosen(fake):
     tk.jit(lambda a: a @ a, backend="cuda")(a)
     assert not [c for c in fake.calls if c[0] == "math"], "the default is full float32"
     tk.jit(lambda a: a @ a, backend="cuda", matmul_precision="tf32")(a)
-    assert [c for c in fake.calls if c[0] == "math"][-1][2] == FakeCublas.Math.TF32_TENSOR_OP_MATH
+    assert [c for c in fake.calls if c[0] == "math"][-1][2] == fake.Math.TF32_TENSOR_OP_MATH
     tk.jit(lambda a: a @ a, backend="cuda", matmul_precision="tf32")(a.astype(np.float64))
     tk.jit(lambda a: a @ a, backend="cuda")(a)
-    assert [c for c in fake.calls if c[0] == "math"][-1][2] == FakeCublas.Math.DEFAULT_MATH
+    assert [c for c in fake.calls if c[0] == "math"][-1][2] == fake.Math.DEFAULT_MATH
     with pytest.raises(ValueError, match="applies to backend 'cuda'"):
         tk.jit(lambda a: a @ a, matmul_precision="tf32")
     with pytest.raises(ValueError, match="'highest' or 'tf32'"):

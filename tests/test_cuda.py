@@ -292,6 +292,28 @@ def test_every_kernel_compiles_to_ptx_without_float64_in_float32_kernels():
     assert report["problems"] == [], "\n".join(report["problems"])
 
 
+def test_float_products_are_not_contracted_into_fma_on_a_gpu():
+    """A GPU's compiler fuses x * y + z into one fma (one rounding) unless the product is mul.rn:
+    NumPy rounds twice. Found on an H100: uniform draws in [minval, maxval) differed from the
+    interpreter's in the last bit. The kernels' PTX has mul.rn and no fma."""
+    report = _ptx_report("contraction")
+    assert sorted(report) == ["fmadd float32", "fmadd float64", "uniform float32", "uniform float64"], report
+    for name, counts in report.items():
+        assert counts["fma"] == 0 and counts["mul.rn"] >= 1, (name, counts)
+
+
+def test_running_scans_read_their_trip_count_from_the_array():
+    """On an H100 a constant-trip loop carrying a complex product lost its last store (cumprod of
+    complex128 along a 3-row axis ended in a row of zeros; the simulator cannot show it): the scan
+    kernels' loops take their bound from the array's shape."""
+    z = (np.arange(12.0) + 1j).reshape(3, 4)
+    for axis in (0, 1):
+        lowered = tk.jit(lambda z: np.cumprod(z, axis=axis), backend="cuda").lower(z)
+        assert f".shape[{axis}]):" in lowered.source and "for j in range(1, " in lowered.source
+        np.testing.assert_allclose(to_host(tk.jit(lambda z: np.cumprod(z, axis=axis), backend="cuda")(z)),
+                                   np.cumprod(z, axis=axis), rtol=1e-14)
+
+
 def test_the_ptx_check_catches_a_float64_constant():
     report = _ptx_report("planted")
     assert len(report["problems"]) == 1 and "f64" in report["problems"][0], report

@@ -410,7 +410,8 @@ class _Renderer(ControlRenderer):
         else:
             e = stmt.eqn
             dtype = e.inputs[0].dtype if e.inputs else e.outputs[0].dtype
-            expr = stmt.template.format(*stmt.args, **cuda_math.functions(dtype))
+            template = cuda_math.UNCONTRACTED.get(stmt.template, stmt.template) if dtype.kind == "f" else stmt.template
+            expr = template.format(*stmt.args, **cuda_math.functions(dtype))
             out = e.outputs[0].dtype
             if not (out.kind == "f" and all(v.dtype == out for v in e.inputs)):
                 expr = f"{CASTS[out.name]}({expr})"

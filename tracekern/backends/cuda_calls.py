@@ -56,7 +56,10 @@ def _cumulative(r, k, ops) -> None:
     first = str(n - 1) if reverse else "0"
     kn.emit(2, f"acc = {subscript(x, idx(first))}")
     kn.emit(2, f"{subscript(y, idx(first))} = acc")
-    kn.emit(2, f"for j in range(1, {n}):")
+    # The trip count is read from the array, not written as a literal: on an H100 (CUDA 13, numba-cuda
+    # 0.30) a constant-trip loop carrying a complex product lost its last store (cumprod along a
+    # 3-row axis ended in zeros); a run-time bound compiles correctly.
+    kn.emit(2, f"for j in range(1, {x}.shape[{axis}]):")
     kn.emit(3, f"jj = {f'{n - 1} - j' if reverse else 'j'}")
     combine = e.primitive.combine.format(acc="acc", x=subscript(x, idx("jj")), **cuda_math.functions(x_var.dtype))
     kn.emit(3, f"acc = {combine}", eqn=e)

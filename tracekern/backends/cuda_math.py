@@ -108,8 +108,14 @@ LIBM_UNARY = {"log2": (math.log2, np.log2), "log10": (math.log10, np.log10), "ex
               "trunc": (math.trunc, np.trunc), "cbrt": ({"f32": "cbrtf", "f64": "cbrt"}, np.cbrt)}
 LIBM_BINARY = {"arctan2": (math.atan2, np.arctan2), "hypot": (math.hypot, np.hypot),
                "copysign": (math.copysign, np.copysign), "nextafter": (math.nextafter, np.nextafter),
-               "fmod": (math.fmod, np.fmod)}
+               "fmod": (math.fmod, np.fmod),
+               "mul_rn": ({"f32": "fmul_rn", "f64": "dmul_rn"}, np.multiply)}
 FLOAT_FUNCTIONS = (*LIBM_UNARY, *LIBM_BINARY, "floordiv", "remainder", "logaddexp", "logaddexp2")
+# NumPy rounds a product before it is added; NVVM contracts x * y + z into one fma (one rounding)
+# unless the product is a mul.rn, which it never fuses. Float products render so: the same bits as
+# NumPy and the cpu backend for + - * chains, and random draws (minval + u * (maxval - minval)) bit
+# for bit the same on every backend. (Products inside other templates, and matmuls, may still fuse.)
+UNCONTRACTED = {"({0} * {1})": "{mul_rn}({0}, {1})"}
 
 
 def _libm_by_dtype(gpu_fn, np_fn, T, nargs: int):
