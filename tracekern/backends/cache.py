@@ -522,15 +522,15 @@ def _guard_numba() -> None:
             if module is None and name == _CACHING[0]:
                 module = importlib.import_module(name)
             if module is not None and name not in _GUARDED:
-                _guard_caching_module(module)
-                if name == _CACHING[0]:
+                if _guard_caching_module(module) and name == _CACHING[0]:
                     _lazy_linking_modules()
+                    _refresh_once(module)
                 _GUARDED.add(name)
 
 
 _NUMBA_PARTS = ("CacheImpl._locator_classes", "IndexDataCacheFile._open_for_write", "IndexDataCacheFile._load_index",
                 "IndexDataCacheFile._load_data", "IndexDataCacheFile._data_path", "Cache._load_overload",
-                "Cache._save_overload")
+                "Cache._save_overload", "Cache.load_overload", "Cache._guard_against_spurious_io_errors")
 
 
 class _Damaged(Exception):
@@ -541,7 +541,7 @@ class _Damaged(Exception):
         self.path, self.err = path, err
 
 
-def _guard_caching_module(caching: ModuleType) -> None:
+def _guard_caching_module(caching: ModuleType) -> bool:
     in_tree = getattr(caching, "InTreeCacheLocator", None) or getattr(caching, "_InTreeCacheLocator", None)
     missing = [p for p in _NUMBA_PARTS if not hasattr(getattr(caching, p.split(".")[0], None), p.split(".")[1])]
     if in_tree is None or missing:     # another Numba than the one this was written for: never fail the call
@@ -550,7 +550,7 @@ def _guard_caching_module(caching: ModuleType) -> None:
             "Numba's cache files of generated modules follow Numba's own rules (NUMBA_CACHE_DIR, the umask) "
             "and are read without tracekern's per-file check. The cache directory itself is still checked."),
             stacklevel=user_stacklevel())
-        return
+        return False
 
     class TracekernLocator(in_tree):
         """<directory in use>/__pycache__ for the functions of a generated module."""
@@ -666,6 +666,7 @@ def _guard_caching_module(caching: ModuleType) -> None:
         return None
 
     caching.Cache._load_overload, caching.Cache._save_overload = load_overload, save_overload
+    return True
 
 
 # ----------------------------------------------------------------------------- the library format
@@ -694,8 +695,11 @@ def _saving_ours():
 def _lazy_linking_modules() -> None:
     """Install LIBRARY_FORMAT in Numba's CPU code libraries (once, with the cache guard)."""
     codegen = importlib.import_module("numba.core.codegen")   # (Numba is loaded: its caching module is)
-
     library, ll = codegen.CPUCodeLibrary, codegen.ll
+    parts = ("serialize_using_object_code", "_unserialize", "_get_module_for_linking", "enable_object_caching",
+             "_set_compiled_object", "_finalize_final_module")
+    if not all(hasattr(library, p) for p in parts) or not hasattr(codegen.JitEngine(None), "_defined_symbols"):
+        return     # (another Numba than the one this was written for: its own format, parsed at each load)
     numba_serialize, numba_unserialize = library.serialize_using_object_code, library._unserialize.__func__
     numba_linking = library._get_module_for_linking
 
@@ -730,6 +734,26 @@ def _lazy_linking_modules() -> None:
     library.serialize_using_object_code = serialize_using_object_code
     library._unserialize = classmethod(_unserialize)
     library._get_module_for_linking = _get_module_for_linking
+
+
+def _refresh_once(caching: ModuleType) -> None:
+    """Numba refreshes its target context's registries before every cache load (about 1 ms, 2.3 ms
+    profiled, a kernel: most of a warm kernel load after LIBRARY_FORMAT). Loading machine code
+    needs them installed, not re-read: a generated module's function refreshes the context at its
+    first load in a process; compiling refreshes it anyway (Numba's compiler does, before typing)."""
+    numba_load = caching.Cache.load_overload
+    refreshed: set[int] = set()
+
+    def load_overload(self, sig, target_context):
+        if in_use(self._cache_path) is None or id(target_context) not in refreshed:
+            data = numba_load(self, sig, target_context)
+            if in_use(self._cache_path) is not None:
+                refreshed.add(id(target_context))   # (Numba's target contexts live as long as the process)
+            return data
+        with self._guard_against_spurious_io_errors():
+            return self._load_overload(sig, target_context)
+
+    caching.Cache.load_overload = load_overload
 
 
 def _arg_types(sig) -> tuple | None:
