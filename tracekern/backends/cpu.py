@@ -378,7 +378,7 @@ def _matmul(t: _Text, ops: list[str], C0: str, out: Var, e) -> None:
     sub = "".join(f"q{d}, " for d in range(len(batch)))
     A, B, C = (f"{x}[{sub[:-2]}]" if batch else x for x in (*ops, C0))
     if out.dtype.kind in "fc" and k_dim > 0 and out.size > 0:
-        t.emit(depth, f"np.dot({A}, {B}, {C})", eqn=e)
+        t.emit(depth, f"gemm({A}, {B}, {C})", eqn=e)   # (cpu_math.gemm: np.dot, cached once per machine)
         return
     # integer and bool matmul (no BLAS), and empty products
     acc_dtype = cpu_math.ACCUMULATOR[out.dtype.name] if out.dtype.kind != "f" else out.dtype.name
