@@ -6,6 +6,8 @@ new cpu step (backends/tiers.py): kernel_function evaluates one fused kernel's e
 from __future__ import annotations
 
 import math
+import os
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
@@ -75,7 +77,7 @@ def compile_graph(graph: Graph, threads: Callable[[], int] | None = None) -> Cal
 # 16 MB for W1's value and gradient); in blocks, a run's temporaries stay in the CPU's cache
 BLOCKED_MIN = 1 << 18
 BLOCK = 1 << 15
-_POOL: list[ThreadPoolExecutor] = []
+_POOL: list[ThreadPoolExecutor] = []   # the blocked runs' threads, one a core (a run submits threads() tasks)
 
 
 def _blockable(e: Eqn) -> bool:
@@ -122,17 +124,21 @@ class _Run:
 
         n = min(self.threads(), len(starts))
         if n > 1:
-            list(_pool(n).map(blocks, [starts[k::n] for k in range(n)]))
+            list(_pool().map(blocks, [starts[k::n] for k in range(n)]))
         else:
             blocks(starts)
         for v, a in outs.items():
             env[v] = a
 
 
-def _pool(n: int) -> ThreadPoolExecutor:
-    if not _POOL or _POOL[0]._max_workers < n:
-        _POOL[:] = [ThreadPoolExecutor(max_workers=n, thread_name_prefix="tracekern-numpy")]
+def _pool() -> ThreadPoolExecutor:
+    with _POOL_LOCK:
+        if not _POOL:
+            _POOL.append(ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="tracekern-numpy"))
     return _POOL[0]
+
+
+_POOL_LOCK = threading.Lock()
 
 
 def _blocked(plan: list, keep: set, last_use: dict, threads: Callable[[], int]) -> list:
