@@ -21,6 +21,9 @@ first call to the end of the first call that ran fully compiled (the program cal
 the default rule), and JAX jit's first call (its compile and one run). The warm start runs on the
 plan cache (a finished step found by the digest of the traced function: no differentiation, no plan).
 
+With --stages [LABEL ...] (e.g. --stages "MLP 2 layers"): each kernel's cold compile by stage instead
+(child_stages), one fresh process a program; nothing else runs.
+
 Section "programs": N small distinct differentiated programs in the style of a unit-test suite
 (elementwise expressions, reductions, small matmuls, grads of grads; 200, 40 with --quick), each
 traced and called once, in one fresh process per mode on an empty cache: the total on interpret,
@@ -274,8 +277,99 @@ def markdown_programs(result: dict) -> str:
 PROGRAMS = Section("programs", run_programs, table_programs, markdown=markdown_programs)
 
 
+# -- one kernel's cold compile, by stages --------------------------------------------------------------
+STAGES = ("type inference", "other passes", "lowering", "LLVM")
+
+
+def child_stages(name: str, sizes: tuple) -> dict:
+    """Each kernel signature of the program's value_and_grad step compiled here, one at a time (its
+    cache empty, the math library warm), timed in thread CPU seconds by Numba's compiler events:
+    type inference, its other passes, lowering to LLVM IR, and the time the LLVM lock is held
+    (optimisation and code generation; it runs inside the lowering, which is given without it).
+    A pass that compiles another function (an overload Numba implements) counts that compile too."""
+    import collections
+
+    import numpy as np
+    from numba.core import event
+
+    import tracekern as tk
+    from tracekern import passes
+    from tracekern.backends import cache, cpu
+
+    tk.config.tiers = False
+    tk.value_and_grad(lambda x: np.sum(np.tanh(x)))(np.ones(8, np.float32))   # the math library, warm
+    loss, args = _workload(name, sizes)
+    f = tk.jit(tk.value_and_grad(loss))
+    sig = f._signature(args, {})
+    step = cpu.compile_graph(passes.inline_calls(sig.make_graph()[0]))
+
+    class Timer(event.Listener):
+        def __init__(self):
+            self.spent, self.open, self.locks = collections.Counter(), [], 0
+
+        def on_start(self, ev):
+            if ev.kind == "numba:llvm_lock":
+                self.locks += 1
+                if self.locks > 1:
+                    return
+            self.open.append(("LLVM" if ev.kind == "numba:llvm_lock" else ev.data["name"], time.thread_time()))
+
+        def on_end(self, ev):
+            if ev.kind == "numba:llvm_lock":
+                self.locks -= 1
+                if self.locks:
+                    return
+            what, t = self.open.pop()
+            self.spent[what] += time.thread_time() - t
+
+    rows = []
+    for index, types in step.kernel_jobs(list(sig.arrays)):
+        source = step.modules[index]
+        module = cache.load_module(source)
+        timer = Timer()
+        t0, c0 = time.perf_counter(), time.thread_time()
+        with event.install_listener("numba:run_pass", timer), event.install_listener("numba:llvm_lock", timer):
+            module.kernel.compile(types)
+        row = dict.fromkeys(STAGES, 0.0)
+        for what, t in timer.spent.items():
+            low = what.lower()
+            stage = ("LLVM" if what == "LLVM" else "type inference" if "type_inference" in low
+                     else "lowering" if "lowering" in low else "other passes")
+            row[stage] += t
+        row["lowering"] -= row["LLVM"]
+        rows.append(dict(row, kernel=source.split("\n")[0].split(": ", 1)[1].split(";")[0], lines=source.count("\n"),
+                         wall_s=time.perf_counter() - t0, cpu_s=time.thread_time() - c0))
+    return {"rows": rows}
+
+
+def run_stages(labels: list[str]) -> None:
+    """python -m bench.compile --stages [LABEL ...]: each program (default MLP 2 layers and the
+    1-block transformer) in a fresh process on an empty cache, its kernels' cold compiles by stage."""
+    configs = {label: (name, sizes) for name, sizes, label in CONFIGS["full"]}
+    for label in labels or ["MLP 2 layers", "transformer 1 block"]:
+        name, sizes = configs[label]
+        with tempfile.TemporaryDirectory() as cache:
+            got = in_process("bench.compile", "--stages-child", name, json.dumps(sizes),
+                             env={"TRACEKERN_CACHE_DIR": cache, "TRACEKERN_COMPILE_WORKERS": "0"})
+        print(f"{label}: each kernel signature's cold compile, thread CPU s by stage (wall s beside)")
+        print(f"  {'kernel':28s} {'lines':>5s} {'wall':>6s} {'CPU':>6s} " + " ".join(f"{k:>14s}" for k in STAGES))
+        total = dict.fromkeys(("wall_s", "cpu_s", *STAGES), 0.0)
+        for r in got["rows"]:
+            print(f"  {r['kernel'][:28]:28s} {r['lines']:5d} {r['wall_s']:6.3f} {r['cpu_s']:6.3f} "
+                  + " ".join(f"{r[k]:14.3f}" for k in STAGES))
+            for k in total:
+                total[k] += r[k]
+        print(f"  {'total, ' + str(len(got['rows'])) + ' kernels':28s} {'':5s} {total['wall_s']:6.3f} {total['cpu_s']:6.3f} "
+              + " ".join(f"{total[k]:14.3f}" for k in STAGES))
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--stages-child"]:
+        print(json.dumps(child_stages(argv[1], tuple(json.loads(argv[2])))))
+        return None
+    if argv[:1] == ["--stages"]:
+        return run_stages(argv[1:])
     if argv[:1] == ["--child"]:
         kind, name, sizes = argv[1], argv[2], tuple(json.loads(argv[3]))
         result = (child_tracekern(name, sizes, argv[4] or None, argv[5:6] == ["tiers"]) if kind == "tracekern"

@@ -7,6 +7,7 @@ another user or writable by others in your own), what the cache creates is 0o700
 import hashlib
 import importlib.util
 import json
+import marshal
 import os
 import pickle
 import shutil
@@ -405,7 +406,8 @@ def test_a_fresh_directory_and_its_files_are_private(fresh):
     assert cache.cache_dir() == path and not _cache_warnings(caught)
     mod = cache.load_module("VALUE = 'fresh'\n")
     assert mod.VALUE == "fresh" and Path(mod.__file__).parent == path
-    assert _modes(path) == {".": 0o700, "__pycache__": 0o700, Path(mod.__file__).name: 0o600}
+    code = f"__pycache__/{Path(mod.__file__).stem}.{sys.implementation.cache_tag}.tkc"   # (its code object)
+    assert _modes(path) == {".": 0o700, "__pycache__": 0o700, Path(mod.__file__).name: 0o600, code: 0o600}
     # the hooks on Numba's files know the directory, and subdirectories a layout might add
     assert cache.in_use(str(path)) is True and cache.in_use(str(path / "sub" / "dir")) is True
     assert cache.in_use(str(path.parent)) is None
@@ -595,9 +597,10 @@ def test_numba_cache_files_of_a_generated_module_stay_in_it_and_are_private(cach
     files = caching.IndexDataCacheFile(impl.locator.get_cache_path(), impl.filename_base, impl.locator.get_source_stamp())
     files.save(("sig",), b"machine code")
     assert files.load(("sig",)) == b"machine code"
-    written = sorted(p.name for p in (path / "__pycache__").iterdir())
+    written = sorted(p.name for p in (path / "__pycache__").iterdir() if not p.name.endswith(".tkc"))   # (Numba's)
     assert len(written) == 2 and written[0].endswith(".1.nbc") and written[1].endswith(".nbi")
-    assert {p.name: stat.S_IMODE(p.stat().st_mode) for p in (path / "__pycache__").iterdir()} == dict.fromkeys(written, 0o600)
+    assert {p.name: stat.S_IMODE(p.stat().st_mode) for p in (path / "__pycache__").iterdir()} == dict.fromkeys(
+        written + [f"{Path(mod.__file__).stem}.{sys.implementation.cache_tag}.tkc"], 0o600)
     assert not (tmp_path / "numba").exists()
     # a file others can write is not read (nor one of another user, tested across processes above)
     for suffix in (".nbi", ".1.nbc"):
@@ -761,3 +764,97 @@ def test_transforms_through_the_plan_cache_give_the_oracles_results(monkeypatch)
             for o, r in zip(tk.tree_flatten(out)[0], tk.tree_flatten(ref)[0]):
                 np.testing.assert_allclose(o, r, rtol=1e-12, atol=1e-14)
     assert sum(entry is not None for entry in loaded) == len(cases), loaded   # (every second jit: found)
+
+
+@posix_only
+def test_the_code_cache_serves_only_the_code_of_this_text_at_this_path(fresh, monkeypatch):
+    """A module's code object is kept beside Numba's files (cache._code: a large driver's compile
+    was 20-60 ms of a warm start) and used again only for the very text and path it was compiled
+    from, only from a sealed file that passes refused_file(); anything else is compiled again."""
+    path, caught = fresh
+    source = "VALUE = 'genuine'\n"
+
+    def reload():
+        cache._MODULES.clear()
+        sys.modules.pop(cache.module_name(cache.source_digest(source)), None)
+        return cache.load_module(source)
+
+    assert reload().VALUE == "genuine"
+    (code_file,) = (path / "__pycache__").glob("*.tkc")
+    genuine = code_file.read_bytes()
+    with monkeypatch.context() as m:   # (a warm load compiles nothing)
+        m.setattr(cache, "compile", lambda *a: pytest.fail("compiled, not loaded from the code cache"), raising=False)
+        assert reload().VALUE == "genuine"
+
+    planted = marshal.dumps(compile("VALUE = 'planted'\n", str(cache.module_path(source)), "exec"))
+
+    def plant(header: bytes, body: bytes = planted, seal: bool = True) -> None:
+        data = header + body
+        code_file.write_bytes(data + (cache._SEAL + hashlib.sha256(data).digest() if seal else b""))
+
+    origin = genuine[:32]
+    other = hashlib.sha256(f"{cache.module_path(source)}\0VALUE = 'other'\n".encode()).digest()
+    for header, seal in ((other, True), (origin, False)):   # another text's code; a file without its seal
+        plant(header, seal=seal)
+        assert reload().VALUE == "genuine"
+        assert code_file.read_bytes() == genuine            # compiled and written again
+    plant(origin)
+    os.chmod(code_file, 0o666)                               # writable by everyone: ignored, with a warning
+    assert reload().VALUE == "genuine"
+    assert any(f"ignores the cache file {code_file}" in w for w in _cache_warnings(caught))
+    plant(origin)                                            # the control: this plant is live
+    assert reload().VALUE == "planted"
+
+
+_LINKED = """
+import json, sys, numpy as np, tracekern as tk
+from tracekern.backends import cache, units
+x = np.linspace(0.1, 1.2, 8)
+straight = tk.jit(tk.value_and_grad(lambda x: np.sum(np.tanh(x) * np.cos(x))))                       # a Python driver
+looped = tk.jit(tk.value_and_grad(lambda x: np.sum(tk.fori_loop(0, 5, lambda i, v: np.sin(v) * 0.9, x) * x)))  # njit
+out, libraries = [], []
+for f in (straight, looped):
+    v, g = f(x)
+    step = next(iter(f._cache.values())).run
+    out.append([v.hex(), [float(a).hex() for a in g]])
+    libraries.append([o.library for s in step.modules[:-1]
+                      for o in sys.modules[cache.module_name(cache.source_digest(s))].kernel.overloads.values()])
+print(json.dumps(dict(units.compiled(), out=out, jitted=[straight_step.jitted for straight_step in
+                      (next(iter(f._cache.values())).run for f in (straight, looped))], driver=step._module.__file__,
+                      libraries=[len(libs) for libs in libraries],
+                      unparsed=[sum("_tk_bitcode" in vars(lib) for lib in libs) for libs in libraries])))
+"""
+
+
+@posix_only
+def test_kernels_load_without_their_bitcode_and_link_when_a_driver_needs_them(tmp_path):
+    """cache.LIBRARY_FORMAT: a kernel's machine code loads without parsing the bitcode Numba keeps
+    for linking, which is parsed when an njit driver compiled afterwards links the kernel. Cold, warm,
+    and warm kernels linked into a driver compiled again: the same bits, nothing compiled but that driver."""
+    def run():
+        env = dict(os.environ, TRACEKERN_CACHE_DIR=str(tmp_path))
+        env.pop("TRACEKERN_CACHE_SHARED", None)
+        out = subprocess.run([sys.executable, "-c", _LINKED], env=env, capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    cold = run()
+    assert cold["jitted"] == [False, True] and cold["kernels"] >= 2 and cold["drivers"] == 1
+    x = np.linspace(0.1, 1.2, 8)
+    assert float.fromhex(cold["out"][0][0]) == pytest.approx(np.sum(np.tanh(x) * np.cos(x)), rel=1e-12)
+    assert float.fromhex(cold["out"][1][0]) == pytest.approx(np.sum(_fori_value(x) * x), rel=1e-12)
+    warm = run()
+    assert (warm["kernels"], warm["drivers"]) == (0, 0) and warm["out"] == cold["out"]
+    assert warm["unparsed"][0] == warm["libraries"][0] >= 1       # (the Python driver's kernels: loaded unparsed)
+    driver = Path(cold["driver"])
+    for f in (tmp_path / "__pycache__").glob(f"{driver.stem}.*.nb*"):   # the njit driver's machine code only
+        f.unlink()
+    relinked = run()
+    assert (relinked["kernels"], relinked["drivers"]) == (0, 1) and relinked["out"] == cold["out"]
+    assert relinked["libraries"][1] >= 1 and relinked["unparsed"][1] == 0    # (linked into the driver: parsed)
+
+
+def _fori_value(x):
+    for _ in range(5):
+        x = np.sin(x) * 0.9
+    return x

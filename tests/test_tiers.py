@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import tracekern as tk
-from tracekern import staging
+from tracekern import passes, staging
 from tracekern.backends import cache, cpu, tiers, workers
 
 RTOL = 1e-12
@@ -292,3 +292,58 @@ def test_a_compile_waited_for_says_so_on_stderr_once(monkeypatch, capfd, after, 
     assert len(said) == lines, err
     if lines:
         assert "kernel" in said[0] and "tiers" in said[0]
+
+
+def test_the_numpy_tier_runs_large_elementwise_chains_in_blocks_on_threads(monkeypatch):
+    """interpret._Run: the NumPy tier evaluates runs of elementwise equations over large arrays a block
+    of rows at a time on threads (W1's first result). The same values as the oracle, whole-array NumPy
+    (the interpreter unblocked) and central differences; a broadcast row and a scalar operand; the
+    tier's silenced floating-point warnings reach the threads; nothing is compiled."""
+    from tracekern.backends import interpret
+
+    monkeypatch.setattr(tiers, "COMPILE_AFTER_SECONDS", 1e9)
+    monkeypatch.setattr(tiers.threads, "available", lambda: 2)   # (two threads, however busy the machine)
+    rows, cols = 600, 512                                     # 307,200 values: above interpret.BLOCKED_MIN
+    rng = np.random.default_rng(5)
+    x, b = rng.uniform(-1, 1, (rows, cols)), rng.uniform(-1, 1, cols)
+
+    def fn(x, b):
+        y = np.tanh(x * 0.9 + 0.1) * np.sin(x)
+        return np.sum(np.exp(-y * y) + np.log(x + 1.0) * (y + b) / x)   # (log(0), x/0 nowhere: x != 0, -1)
+
+    def terms(x, b):   # (each value's term of the sum, in plain NumPy)
+        y = np.tanh(x * 0.9 + 0.1) * np.sin(x)
+        return np.exp(-y * y) + np.log(x + 1.0) * (y + b) / x
+
+    graph = passes.inline_calls(tk.make_ir(tk.value_and_grad(fn, argnums=(0, 1)))(x, b))
+    f = tk.jit(tk.value_and_grad(fn, argnums=(0, 1)), tiers=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        x0 = x.copy()
+        x0[0, :3] = (0.0, -1.0, 0.0)                          # 0/0, log(0): nan and inf, silently
+        bad = f(x0, b)
+        assert np.isnan(bad[0]) and _step(f).tier == "numpy"
+        out = f(x, b)
+    step = _step(f)
+    assert step.tier == "numpy" and not step._started
+    plan = [item for item, _ in step._interp.plan]
+    blocked = [item for item in plan if isinstance(item, interpret._Run)]
+    assert blocked and sum(len(r.eqns) for r in blocked) >= 10, "the chain runs in blocks"
+    ref = tk.jit(tk.value_and_grad(fn, argnums=(0, 1)), backend="interpret")(x, b)
+    assert tk.tree_flatten(out)[1] == tk.tree_flatten(ref)[1]
+    for o, r in zip(tk.tree_flatten(out)[0], tk.tree_flatten(ref)[0]):
+        np.testing.assert_allclose(o, r, rtol=1e-13, atol=1e-13)
+    np.testing.assert_allclose(out[0], np.sum(terms(x, b)), rtol=1e-12)
+    eps = 1e-6   # central differences of plain NumPy, of the terms a value enters (the sum's rounding aside)
+    for i in [(0, 0), (17, 3), (rows - 1, cols - 1)]:
+        d = np.zeros_like(x)
+        d[i] = eps
+        np.testing.assert_allclose(out[1][0][i], (terms(x + d, b)[i] - terms(x - d, b)[i]) / (2 * eps), rtol=1e-6)
+    d = np.zeros_like(b)
+    d[7] = eps
+    fd = (np.sum(terms(x, b + d)[:, 7]) - np.sum(terms(x, b - d)[:, 7])) / (2 * eps)
+    np.testing.assert_allclose(out[1][1][7], fd, rtol=1e-6)
+    for threads in (1, 3):                                    # (any thread count: the same values)
+        again = interpret.compile_graph(graph, threads=lambda n=threads: n)([x, b])
+        for o, r in zip(again, tk.tree_flatten(out)[0]):
+            np.testing.assert_array_equal(o, r)

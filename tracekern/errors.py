@@ -80,8 +80,18 @@ def _is_internal(frame) -> bool:
         return False
     if _library(frame):
         return True
-    path = os.path.abspath(filename)
-    return path.startswith(_PKG_DIR) or path.startswith(os.path.join(_NUMPY_DIR, "numpy"))
+    internal = _INTERNAL_FILES.get(filename)
+    if internal is None:
+        path = os.path.abspath(filename)
+        internal = path.startswith(_PKG_DIR) or path.startswith(os.path.join(_NUMPY_DIR, "numpy"))
+        if os.path.isabs(filename):   # (a relative name depends on the working directory: not kept)
+            _INTERNAL_FILES[filename] = internal
+    return internal
+
+
+# absolute file name -> whether it is tracekern's or NumPy's: every traced operation walks the stack
+# to the user's line, and abspath per frame was a third of the tracing time (a warm start traces)
+_INTERNAL_FILES: dict[str, bool] = {}
 
 
 def library_call() -> str | None:

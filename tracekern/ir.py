@@ -215,12 +215,13 @@ def graph_digest(graph: Graph) -> str | None:
     structure, the users' source lines its errors name), or None when a param is a value whose
     meaning its text may not carry (a function, an object): such a graph is never keyed."""
     h = hashlib.sha256()
-    names: dict[Var, int] = {}
+    names: dict[Var, str] = {}
 
     def name(v: Var) -> str:
-        if v not in names:
-            names[v] = len(names)
-        return f"v{names[v]}:{v.aval}"
+        text = names.get(v)
+        if text is None:   # (formatted once a Var: a warm start's key digests the whole trace)
+            text = names[v] = f"v{len(names)}:{v.aval}"
+        return text
 
     def param(p) -> str | None:
         if isinstance(p, _PLAIN):

@@ -29,6 +29,7 @@ import hashlib
 import importlib
 import importlib.util
 import io
+import marshal
 import os
 import re
 import shutil
@@ -459,11 +460,42 @@ def _import(path: Path, source: str, digest: str) -> ModuleType:
     mod.__file__ = str(path)
     sys.modules[name] = mod  # Numba's cache finds the function's module by name when it loads
     try:
-        exec(compile(source, str(path), "exec"), mod.__dict__)
+        exec(_code(path, source), mod.__dict__)
     except BaseException:
         sys.modules.pop(name, None)
         raise
     return mod
+
+
+def _code(path: Path, source: str):
+    """compile(source, path): from the code cache beside Numba's files when it holds the code of this
+    very text at this very path (a large driver's compile was 20 to 60 ms of a warm start), else
+    compiled and saved there. The file is sealed like Numba's and begins with the SHA-256 of the
+    path and the text it was compiled from; it is checked by refused_file() before it is read."""
+    code_path = path.parent / "__pycache__" / f"{path.stem}.{sys.implementation.cache_tag}.tkc"
+    origin = hashlib.sha256(f"{path}\0{source}".encode()).digest()
+    payload = None if refused_file(str(code_path)) else _read_sealed(str(code_path))
+    if payload is not None and payload[:32] == origin:
+        with contextlib.suppress(Exception):   # (anything else: compiled and written again)
+            return marshal.loads(payload[32:])
+    code = compile(source, str(path), "exec")
+    data = origin + marshal.dumps(code)
+    with contextlib.suppress(OSError):   # (not cached: compiled again next time)
+        _write_file(str(code_path), data + _SEAL + hashlib.sha256(data).digest(), in_use(str(path.parent)) is not False)
+    return code
+
+
+def _read_sealed(path: str) -> bytes | None:
+    """The content of a file written with _SEAL and its checksum, or None (missing, or not matching)."""
+    try:
+        with open(path, "rb") as f:
+            blob = f.read()
+    except OSError:
+        return None
+    n = len(_SEAL) + 32
+    if len(blob) < n or blob[-n:-32] != _SEAL or hashlib.sha256(blob[:-n]).digest() != blob[-32:]:
+        return None
+    return blob[:-n]
 
 
 # ----------------------------------------------------------------------------- Numba's cache files
@@ -490,13 +522,15 @@ def _guard_numba() -> None:
             if module is None and name == _CACHING[0]:
                 module = importlib.import_module(name)
             if module is not None and name not in _GUARDED:
-                _guard_caching_module(module)
+                if _guard_caching_module(module) and name == _CACHING[0]:
+                    _lazy_linking_modules()
+                    _refresh_once(module)
                 _GUARDED.add(name)
 
 
 _NUMBA_PARTS = ("CacheImpl._locator_classes", "IndexDataCacheFile._open_for_write", "IndexDataCacheFile._load_index",
                 "IndexDataCacheFile._load_data", "IndexDataCacheFile._data_path", "Cache._load_overload",
-                "Cache._save_overload")
+                "Cache._save_overload", "Cache.load_overload", "Cache._guard_against_spurious_io_errors")
 
 
 class _Damaged(Exception):
@@ -507,7 +541,7 @@ class _Damaged(Exception):
         self.path, self.err = path, err
 
 
-def _guard_caching_module(caching: ModuleType) -> None:
+def _guard_caching_module(caching: ModuleType) -> bool:
     in_tree = getattr(caching, "InTreeCacheLocator", None) or getattr(caching, "_InTreeCacheLocator", None)
     missing = [p for p in _NUMBA_PARTS if not hasattr(getattr(caching, p.split(".")[0], None), p.split(".")[1])]
     if in_tree is None or missing:     # another Numba than the one this was written for: never fail the call
@@ -516,7 +550,7 @@ def _guard_caching_module(caching: ModuleType) -> None:
             "Numba's cache files of generated modules follow Numba's own rules (NUMBA_CACHE_DIR, the umask) "
             "and are read without tracekern's per-file check. The cache directory itself is still checked."),
             stacklevel=user_stacklevel())
-        return
+        return False
 
     class TracekernLocator(in_tree):
         """<directory in use>/__pycache__ for the functions of a generated module."""
@@ -619,7 +653,8 @@ def _guard_caching_module(caching: ModuleType) -> None:
             return numba_save_overload(self, sig, data)
         for _ in range(_ATTEMPTS):
             try:
-                return numba_save_overload(self, sig, data)   # (its ensure_cache_path makes the directories)
+                with _saving_ours():
+                    return numba_save_overload(self, sig, data)   # (its ensure_cache_path makes the directories)
             except FileNotFoundError:
                 continue
             except _Damaged as err:
@@ -631,6 +666,94 @@ def _guard_caching_module(caching: ModuleType) -> None:
         return None
 
     caching.Cache._load_overload, caching.Cache._save_overload = load_overload, save_overload
+    return True
+
+
+# ----------------------------------------------------------------------------- the library format
+
+# Numba caches a function's machine code with the LLVM bitcode of everything linked into it (the
+# kernel and every math helper it calls), which it parses and walks on each load so that another
+# function could link it in: 2.7 ms of a kernel's 5 ms load, the larger part of a warm start. Nothing
+# links a kernel but an njit driver or loop function compiled later, so the machine code of the
+# generated modules is saved in a format of its own (LIBRARY_FORMAT, part of every unit's salt) that
+# also lists the symbols the bitcode defines: a load registers those names and keeps the bitcode as
+# bytes, parsed only when something links the library. Other functions keep Numba's format.
+LIBRARY_FORMAT = "tracekern-object-1"
+_SAVING = threading.local()
+
+
+@contextlib.contextmanager
+def _saving_ours():
+    """Numba saves a generated module's function inside: its library is serialized in LIBRARY_FORMAT."""
+    _SAVING.ours = True
+    try:
+        yield
+    finally:
+        _SAVING.ours = False
+
+
+def _lazy_linking_modules() -> None:
+    """Install LIBRARY_FORMAT in Numba's CPU code libraries (once, with the cache guard)."""
+    codegen = importlib.import_module("numba.core.codegen")   # (Numba is loaded: its caching module is)
+    library, ll = codegen.CPUCodeLibrary, codegen.ll
+    parts = ("serialize_using_object_code", "_unserialize", "_get_module_for_linking", "enable_object_caching",
+             "_set_compiled_object", "_finalize_final_module")
+    if not all(hasattr(library, p) for p in parts) or not hasattr(codegen.JitEngine(None), "_defined_symbols"):
+        return     # (another Numba than the one this was written for: its own format, parsed at each load)
+    numba_serialize, numba_unserialize = library.serialize_using_object_code, library._unserialize.__func__
+    numba_linking = library._get_module_for_linking
+
+    def serialize_using_object_code(self):
+        if not getattr(_SAVING, "ours", False):
+            return numba_serialize(self)
+        name, kind, (obj, bitcode) = numba_serialize(self)
+        shared = self._get_module_for_linking()
+        symbols = tuple(sorted({g.name for gs in (shared.functions, shared.global_variables) for g in gs
+                                if not g.is_declaration}))
+        return name, LIBRARY_FORMAT, (obj, bitcode, symbols)
+
+    def _unserialize(cls, codegen_, state):
+        name, kind, data = state
+        if kind != LIBRARY_FORMAT:
+            return numba_unserialize(cls, codegen_, state)
+        obj, bitcode, symbols = data
+        self = codegen_.create_library(name)   # (what Numba does for its 'object' kind, less the parse)
+        self.enable_object_caching()
+        self._set_compiled_object(obj)
+        self._tk_bitcode = bitcode
+        self._finalize_final_module()
+        codegen_._engine._defined_symbols.update(symbols)
+        return self
+
+    def _get_module_for_linking(self):
+        bitcode = self.__dict__.pop("_tk_bitcode", None)
+        if bitcode is not None and self._shared_module is None:
+            self._shared_module = ll.parse_bitcode(bitcode)
+        return numba_linking(self)
+
+    library.serialize_using_object_code = serialize_using_object_code
+    library._unserialize = classmethod(_unserialize)
+    library._get_module_for_linking = _get_module_for_linking
+
+
+def _refresh_once(caching: ModuleType) -> None:
+    """Numba refreshes its target context's registries before every cache load (about 1 ms, 2.3 ms
+    profiled, a kernel: most of a warm kernel load after LIBRARY_FORMAT). Loading machine code
+    needs them installed, not re-read: a generated module's function refreshes the context at its
+    first load in a process; compiling refreshes it anyway (Numba's compiler does, before typing)."""
+    numba_load = caching.Cache.load_overload
+    refreshed: set[int] = set()
+
+    def load_overload(self, sig, target_context):
+        if in_use(self._cache_path) is None or id(target_context) not in refreshed:
+            data = numba_load(self, sig, target_context)
+            if in_use(self._cache_path) is not None:
+                refreshed.add(id(target_context))   # (Numba's target contexts live as long as the process)
+            return data
+        with self._guard_against_spurious_io_errors():
+            return self._load_overload(sig, target_context)
+
+    caching.Cache.load_overload = load_overload
 
 
 def _arg_types(sig) -> tuple | None:

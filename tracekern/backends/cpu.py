@@ -378,7 +378,7 @@ def _matmul(t: _Text, ops: list[str], C0: str, out: Var, e) -> None:
     sub = "".join(f"q{d}, " for d in range(len(batch)))
     A, B, C = (f"{x}[{sub[:-2]}]" if batch else x for x in (*ops, C0))
     if out.dtype.kind in "fc" and k_dim > 0 and out.size > 0:
-        t.emit(depth, f"np.dot({A}, {B}, {C})", eqn=e)
+        t.emit(depth, f"gemm({A}, {B}, {C})", eqn=e)   # (cpu_math.gemm: np.dot, cached once per machine)
         return
     # integer and bool matmul (no BLAS), and empty products
     acc_dtype = cpu_math.ACCUMULATOR[out.dtype.name] if out.dtype.kind != "f" else out.dtype.name
@@ -548,8 +548,9 @@ class CompiledStep:
         """Compile the kernels that the disk cache lacks before the first run, in parallel when
         there are many (backends/workers.py), for the argument types this call will pass."""
         have = cache.compiled_stems()
-        jobs = [(index, sig) for index, sig in self.kernel_jobs(args)
-                if cache.module_path(self.modules[index]).stem not in have]
+        missing = {i for i, s in enumerate(self.modules[:-1]) if cache.module_path(s).stem not in have}
+        # (typing every call's arguments costs about 50 us a call: a warm start, every kernel on disk, skips it)
+        jobs = [(index, sig) for index, sig in self.kernel_jobs(args) if index in missing] if missing else []
         if jobs:
             timer = _progress_line(len(jobs))
             try:

@@ -5,15 +5,23 @@ dtype against the IR and frees each intermediate after its last use. It is also 
 new cpu step (backends/tiers.py): kernel_function evaluates one fused kernel's equations with NumPy."""
 from __future__ import annotations
 
+import math
+import os
+import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from ..errors import IRError
 from ..ir import Eqn, Graph, Var
+from ..primitives.elementwise import Elementwise
 
 
-def compile_graph(graph: Graph) -> Callable[[Sequence[np.ndarray]], list]:
+def compile_graph(graph: Graph, threads: Callable[[], int] | None = None) -> Callable[[Sequence[np.ndarray]], list]:
+    """run(arrays) -> arrays: the graph, equation by equation. With `threads` (the cpu tiers' NumPy
+    tier; never the oracle), each run of elementwise equations over large arrays is evaluated a
+    block of rows at a time, on up to threads() threads (_Run)."""
     last_use: dict[Var, int] = {}
     for i, e in enumerate(graph.eqns):
         for v in e.inputs:
@@ -29,10 +37,17 @@ def compile_graph(graph: Graph) -> Callable[[Sequence[np.ndarray]], list]:
         live += sum(v.aval.nbytes for v in e.outputs)
         peak = max(peak, live)
         live -= sum(v.aval.nbytes for v in free if v not in graph.inputs)
+    if threads is not None:
+        plan = _blocked(plan, keep, last_use, threads)
 
     def run(args: Sequence[np.ndarray]) -> list:
         env: dict[Var, np.ndarray] = dict(zip(graph.inputs, args))
         for e, free in plan:
+            if type(e) is _Run:
+                e(env)
+                for v in free:
+                    del env[v]
+                continue
             out = e.primitive.impl(*[env[v] for v in e.inputs], **e.params)
             outs = out if e.primitive.multiple_results else (out,)
             for v, o in zip(e.outputs, outs):
@@ -51,7 +66,103 @@ def compile_graph(graph: Graph) -> Callable[[Sequence[np.ndarray]], list]:
     const_ids = {id(e.params["value"]) for e in graph.eqns if e.primitive.fusion == "const"}
     run.source = None  # nothing is generated: the IR itself is what runs
     run.peak_bytes = peak
+    run.plan = plan    # (equations and their frees; with threads, the blocked runs among them)
     return run
+
+
+# -- blocked runs (the NumPy tier) -----------------------------------------------------------------------
+
+# an elementwise equation whose output has at least this many values is evaluated in blocks of about
+# BLOCK values (rows of its first axis): unblocked, each equation is a pass over memory (74 passes over
+# 16 MB for W1's value and gradient); in blocks, a run's temporaries stay in the CPU's cache
+BLOCKED_MIN = 1 << 18
+BLOCK = 1 << 15
+_POOL: list[ThreadPoolExecutor] = []   # the blocked runs' threads, one a core (a run submits threads() tasks)
+
+
+def _blockable(e: Eqn) -> bool:
+    """A NumPy ufunc of its operands alone (no position, no parameters) with a large output, whose
+    operands are arrays of the output's shape or scalars."""
+    p = e.primitive
+    if type(p).impl is not Elementwise.impl or p.ufunc is None or p.numpy_impl is not None or len(e.outputs) != 1:
+        return False
+    shape = e.outputs[0].aval.shape
+    return e.outputs[0].aval.size >= BLOCKED_MIN and all(v.aval.shape in (shape, ()) for v in e.inputs)
+
+
+class _Run:
+    """Consecutive blockable equations of one output shape, evaluated a block of rows at a time on up
+    to threads() threads: the values read from before the run come in whole and are sliced, the
+    values used after it (`outputs`) are written into whole arrays, the others live one block at a
+    time. Each element is computed by the same ufunc from the same operands as unblocked (NumPy's
+    SIMD loops may round an element at a block's edge as their scalar tail does: within an ulp)."""
+
+    def __init__(self, eqns: list[Eqn], outputs: list[Var], threads: Callable[[], int]):
+        self.eqns = eqns
+        self.shape = eqns[0].outputs[0].aval.shape
+        made = {e.outputs[0] for e in eqns}
+        self.reads = list(dict.fromkeys(v for e in eqns for v in e.inputs if v not in made))
+        self.outputs = outputs
+        self.threads = threads
+        self.rows = max(1, BLOCK // max(1, math.prod(self.shape[1:])))
+
+    def __call__(self, env: dict) -> None:
+        outs = {v: np.empty(self.shape, v.aval.dtype) for v in self.outputs}
+        whole = [(v, env[v], env[v].shape == self.shape) for v in self.reads]
+        eqns = [(e.primitive.ufunc, e.inputs, e.outputs[0], outs.get(e.outputs[0])) for e in self.eqns]
+        errors = np.geterr()   # (the caller's: NumPy keeps them per thread)
+        starts = list(range(0, self.shape[0], self.rows))
+
+        def blocks(mine: list[int]) -> None:
+            with np.errstate(**errors):
+                for lo in mine:
+                    hi = min(lo + self.rows, self.shape[0])
+                    local = {v: a[lo:hi] if sliced else a for v, a, sliced in whole}
+                    for ufunc, ins, out, kept in eqns:
+                        args = [local[v] for v in ins]
+                        local[out] = ufunc(*args) if kept is None else ufunc(*args, out=kept[lo:hi])
+
+        n = min(self.threads(), len(starts))
+        if n > 1:
+            list(_pool().map(blocks, [starts[k::n] for k in range(n)]))
+        else:
+            blocks(starts)
+        for v, a in outs.items():
+            env[v] = a
+
+
+def _pool() -> ThreadPoolExecutor:
+    with _POOL_LOCK:
+        if not _POOL:
+            _POOL.append(ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="tracekern-numpy"))
+    return _POOL[0]
+
+
+_POOL_LOCK = threading.Lock()
+
+
+def _blocked(plan: list, keep: set, last_use: dict, threads: Callable[[], int]) -> list:
+    """The interpreter's plan with each run of at least two blockable equations of one shape as a _Run."""
+    out: list = []
+    i = 0
+    while i < len(plan):
+        e, free = plan[i]
+        j = i
+        if _blockable(e):
+            shape = e.outputs[0].aval.shape
+            while j + 1 < len(plan) and _blockable(plan[j + 1][0]) and plan[j + 1][0].outputs[0].aval.shape == shape:
+                j += 1
+        if j == i:
+            out.append((e, free))
+            i += 1
+            continue
+        made = {plan[k][0].outputs[0] for k in range(i, j + 1)}
+        # made here and needed after the run: by a later equation, or as the graph's output
+        outputs = [v for v in made if v in keep or last_use.get(v, -1) > j]
+        frees = tuple(v for k in range(i, j + 1) for v in plan[k][1] if v not in made)
+        out.append((_Run([plan[k][0] for k in range(i, j + 1)], outputs, threads), frees))
+        i = j + 1
+    return out
 
 
 def kernel_function(producer: dict[Var, Eqn], reads: Sequence[Var], writes: Sequence[Var]) -> Callable[..., bool]:

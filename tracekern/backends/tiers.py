@@ -128,7 +128,9 @@ class TieredStep:
         self._done = threading.Event()
         self._errors: list[str] = []
         self._switched: set[int] = set()
-        self._interp = interpret.compile_graph(graph)   # (the first calls: the graph on the interpreter)
+        # (the first calls: the graph on the interpreter, runs of elementwise equations over large arrays
+        # in blocks on the threads the machine can give: interpret._Run)
+        self._interp = interpret.compile_graph(graph, threads=threads.available)
         self._slow: ModuleType | None = None            # (then the driver, kernel by kernel)
         self.on_compiled: Callable[[], None] | None = None   # called once every unit is compiled
 

@@ -43,7 +43,8 @@ def salt(*modules) -> str:
     NumPy and Numba, and the source of the modules the generated code calls (a change there must
     never serve stale machine code from the cache)."""
     text = "".join(inspect.getsource(m) for m in modules)
-    versions = f"{platform.python_version()} {sys.implementation.cache_tag} numpy {np.__version__} numba {numba.__version__}"
+    versions = (f"{platform.python_version()} {sys.implementation.cache_tag} numpy {np.__version__} numba {numba.__version__}"
+                f" {cache.LIBRARY_FORMAT}")
     return cache.source_digest(versions + "\n" + text)
 
 
