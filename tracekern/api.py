@@ -18,10 +18,11 @@ import numpy as np
 from . import autodiff, backends, forward, passes, remat
 from . import numpy as tnp
 from .arguments import arg_name, device_view, differentiated, flatten_call, fun_name, host, on_device, output_location, to_user
+from .budget import plan_split
 from .errors import TracerLeakError, with_location
 from .ir import Aval, Graph, is_complex, is_float, is_inexact
 from .pytree import Static, TreeDef, leaf_paths, takes_static, tree_flatten, tree_unflatten
-from .staging import Staged, plan_split, primal_trace, split_aux, stage_vjp, trace_call
+from .staging import Staged, Transform, primal_trace, split_aux, stage_vjp, trace_call
 from .trace import FlatArgs, Tracer, Variable, _read, aval_of, current_builder
 from .vectorize import make_vmap_ir
 
@@ -130,21 +131,17 @@ def _check_output(fun: Callable, graph: Graph, holomorphic: bool) -> None:
 
 
 def _grad_emit(fun: Callable, argnums, has_aux: bool, unconnected: str, with_value: bool, wrt=None,
-               memory_budget=None, holomorphic: bool = False) -> Callable:
+               memory_budget=None, holomorphic: bool = False) -> Transform:
+    """The gradient transform: run(*args, **kwargs) emits it and returns (outputs, its memory plan under
+    a budget, else None)."""
     if unconnected not in ("zero", "none"):
         raise ValueError(f"unconnected must be 'zero' or 'none', got {unconnected!r}")
     wrt = _check_wrt(fun, wrt)
     memory_budget = remat.check_budget(memory_budget)
 
-    def emit(*args, **kwargs):
+    def run(*args, **kwargs):
         # keyword arguments are closed over: traced (captured) but never differentiated
         return emit_positional(_bind_keywords(fun, kwargs), args)
-
-    emit.plan = None   # the memory plan of the last trace (a remat.SplitVJP), under a budget
-    # what this transform adds to the traced function, for staging's plan cache (None: not cached)
-    emit.plan_key = None if wrt is not None or memory_budget is not None else (
-        "grad", argnums if isinstance(argnums, int) else tuple(argnums), has_aux, unconnected, with_value, holomorphic)
-    emit.takes_static = True   # (static arguments pass through to fun untraced)
 
     def emit_positional(bound, args):
         # `bound` is traced; errors name the user's `fun`
@@ -167,7 +164,7 @@ def _grad_emit(fun: Callable, argnums, has_aux: bool, unconnected: str, with_val
                         f"{arg_name(fun, flat.owner[j])} is {aval} (pass z.astype(np.complex128))"))
         var_active = [any(c is v for v in wrt or ()) for c in captured]
         joint = autodiff.vjp(graph, active + var_active, seeded=[i == 0 for i in range(len(graph.outputs))])
-        joint, emit.plan = _budgeted(fun, joint, memory_budget)   # (lower() reports the plan)
+        joint, plan = _budgeted(fun, joint, memory_budget)   # (returned: lower() reports it)
         seed = np.ones((), out_var.aval.dtype)
         outs, cts = _inline_joint(joint, list(flat.leaves) + list(captured), [seed])
         if holomorphic:   # f'(z): the conjugate of the convention's cotangent for a seed of 1
@@ -179,10 +176,12 @@ def _grad_emit(fun: Callable, argnums, has_aux: bool, unconnected: str, with_val
         value = outs[0]
         if has_aux:
             aux = tree_unflatten(aux_td, outs[1:])
-            return ((value, aux), grads) if with_value else (grads, aux)
-        return (value, grads) if with_value else grads
+            return (((value, aux), grads) if with_value else (grads, aux)), plan
+        return ((value, grads) if with_value else grads), plan
 
-    return emit
+    # what this transform adds to the traced function, for staging's plan cache (None: not cached)
+    return Transform(run, plan_key=None if wrt is not None or memory_budget is not None else (
+        "grad", argnums if isinstance(argnums, int) else tuple(argnums), has_aux, unconnected, with_value, holomorphic))
 
 
 def _bind_keywords(fun: Callable, kwargs: dict) -> Callable:
@@ -229,9 +228,8 @@ def grad(fun: Callable, argnums: int | Sequence[int] = 0, *, has_aux: bool = Fal
 
     Complex inputs: the gradient of a real loss is dL/dx + i dL/dy (PyTorch's convention; z -= lr *
     grad descends). A complex output is an error unless holomorphic=True, which gives f'(z) (JAX's)."""
-    memory_budget = remat.check_budget(memory_budget)
     return Staged(fun, _grad_emit(fun, argnums, has_aux, unconnected, with_value=False, wrt=wrt,
-                                  memory_budget=memory_budget, holomorphic=holomorphic), memory_budget=memory_budget,
+                                  memory_budget=memory_budget, holomorphic=holomorphic),
                   rebudget=lambda b: _grad_emit(fun, argnums, has_aux, unconnected, with_value=False, wrt=wrt, memory_budget=b,
                                                 holomorphic=holomorphic))
 
@@ -240,9 +238,8 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, *, has_aux: 
                    unconnected: str = "zero", wrt: Sequence[Variable] | None = None,
                    memory_budget: int | float | None = None, holomorphic: bool = False):
     """(fun(*args), grad(fun)(*args)) from one joint pass (memory_budget, holomorphic: as for grad)."""
-    memory_budget = remat.check_budget(memory_budget)
     return Staged(fun, _grad_emit(fun, argnums, has_aux, unconnected, with_value=True, wrt=wrt,
-                                  memory_budget=memory_budget, holomorphic=holomorphic), memory_budget=memory_budget,
+                                  memory_budget=memory_budget, holomorphic=holomorphic),
                   rebudget=lambda b: _grad_emit(fun, argnums, has_aux, unconnected, with_value=True, wrt=wrt, memory_budget=b,
                                                 holomorphic=holomorphic))
 
