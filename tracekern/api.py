@@ -322,7 +322,7 @@ def vjp(fun: Callable, *args, has_aux: bool = False, backend: str | None = None,
     outs = [to_user(o) for o in results[:n_out]]
     aux = [to_user(o) for o in results[n_out:n_all]]
     active_idx = [j for j, a in enumerate(staged.active) if a]
-    device = backend == "cuda"
+    device = backends.on_device(backend)
 
     def run_backward(cts):
         if current_builder() is not None:
@@ -561,7 +561,7 @@ def linearize(fun: Callable, *primals, has_aux: bool = False, backend: str | Non
     if backend is None and isinstance(fun, Staged):
         backend, options = fun.backend, fun.options
     backend = backend or backends.default_backend()
-    flat = flatten_call(fun, primals, device=backend == "cuda")
+    flat = flatten_call(fun, primals, device=backends.on_device(backend))
     key = (flat.treedefs, flat.avals, flat.weak, has_aux, backend, tuple(sorted(options.items())))
     try:
         per_fun = _LINEARIZE_CACHE.setdefault(fun, {})
@@ -580,7 +580,7 @@ def linearize(fun: Callable, *primals, has_aux: bool = False, backend: str | Non
     results = staged.primal(list(flat.leaves) + [v._value for v in staged.variables])
     n_out, n_all = staged.value_treedef.num_leaves, staged.split.num_outputs
     residuals = list(results[n_all:])
-    device = backend == "cuda"
+    device = backends.on_device(backend)
 
     def run_linear(tangents):
         arrays = [t if device and on_device(t) else host(t) for t in tangents]

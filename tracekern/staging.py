@@ -212,7 +212,7 @@ class Staged:
         self.rebudget = rebudget
         self.backend = backend
         self.options = dict(options or {})   # the backend's options (backends.OPTIONS)
-        self._device = (backend or backends.default_backend()) == "cuda"
+        self._device = backends.on_device(backend or backends.default_backend())
         self.static_argnums = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
         self._cache: dict[Any, CompiledEntry] = {}
         # positional plain ndarrays only: (shape, dtype) per argument -> entry, checked before the
@@ -580,7 +580,7 @@ def stage_vjp(fun: Callable, args: tuple, has_aux: bool, backend: str | None = N
     """The tk.vjp of fun for the signature of args (traced, split and compiled once per signature),
     and args flattened (leaves as arrays). With memory_budget, the residuals are planned to fit it."""
     backend = backend or backends.default_backend()
-    flat = flatten_call(fun, args, device=backend == "cuda")
+    flat = flatten_call(fun, args, device=backends.on_device(backend))
     options = dict(options or {})
     # (1 and 1.0 are equal keys, but one byte and the whole budget: the type is part of the key)
     key = (flat.treedefs, flat.avals, flat.weak, has_aux, backend, tuple(sorted(options.items())),
