@@ -6,7 +6,6 @@ result. Staged (tracekern.staging) wraps one so that a call on concrete arrays t
 signature, compiles the graph and runs it."""
 from __future__ import annotations
 
-import dataclasses
 import functools
 import weakref
 from collections.abc import Callable, Sequence
@@ -18,7 +17,7 @@ import numpy as np
 from . import autodiff, backends, forward, passes, remat
 from . import numpy as tnp
 from .arguments import arg_name, device_view, differentiated, flatten_call, fun_name, host, on_device, output_location, to_user
-from .budget import plan_split
+from .budget import budgeted
 from .errors import TracerLeakError, with_location
 from .ir import Aval, Graph, is_complex, is_float, is_inexact
 from .pytree import Static, TreeDef, leaf_paths, takes_static, tree_flatten, tree_unflatten
@@ -97,16 +96,6 @@ def _inline(graph: Graph, args: list) -> list:
     return [env[v] for v in graph.outputs]
 
 
-def _budgeted(fun: Callable, joint: autodiff.JointVJP, memory_budget) -> tuple[autodiff.JointVJP, remat.SplitVJP | None]:
-    """The joint graph run as the planner's forward then backward (remat.rejoin) when there is a
-    memory budget (the residuals the backward reads are the plan's), and the plan."""
-    if memory_budget is None:
-        return joint, None
-    split = plan_split(fun, passes.simplify(joint.graph), joint.num_primals, joint.num_outputs, memory_budget,
-                       fused=True)
-    return dataclasses.replace(joint, graph=remat.rejoin(split), num_forward=len(split.forward.eqns)), split
-
-
 def _check_output(fun: Callable, graph: Graph, holomorphic: bool) -> None:
     """grad's output: a float scalar (a complex one with holomorphic=True), else an error saying what to do."""
     aval = graph.outputs[0].aval
@@ -164,7 +153,7 @@ def _grad_emit(fun: Callable, argnums, has_aux: bool, unconnected: str, with_val
                         f"{arg_name(fun, flat.owner[j])} is {aval} (pass z.astype(np.complex128))"))
         var_active = [any(c is v for v in wrt or ()) for c in captured]
         joint = autodiff.vjp(graph, active + var_active, seeded=[i == 0 for i in range(len(graph.outputs))])
-        joint, plan = _budgeted(fun, joint, memory_budget)   # (returned: lower() reports it)
+        joint, plan = budgeted(fun, joint, memory_budget)   # (returned: lower() reports it)
         seed = np.ones((), out_var.aval.dtype)
         outs, cts = _inline_joint(joint, list(flat.leaves) + list(captured), [seed])
         if holomorphic:   # f'(z): the conjugate of the convention's cotangent for a seed of 1
@@ -180,8 +169,10 @@ def _grad_emit(fun: Callable, argnums, has_aux: bool, unconnected: str, with_val
         return ((value, grads) if with_value else grads), plan
 
     # what this transform adds to the traced function, for staging's plan cache (None: not cached)
-    return Transform(run, plan_key=None if wrt is not None or memory_budget is not None else (
-        "grad", argnums if isinstance(argnums, int) else tuple(argnums), has_aux, unconnected, with_value, holomorphic))
+    key = None if wrt is not None or memory_budget is not None else (
+        "grad", argnums if isinstance(argnums, int) else tuple(argnums), has_aux, unconnected, with_value, holomorphic)
+    return Transform(run, plan_key=key, rebudget=lambda b: _grad_emit(fun, argnums, has_aux, unconnected, with_value,
+                                                                      wrt, b, holomorphic))
 
 
 def _bind_keywords(fun: Callable, kwargs: dict) -> Callable:
@@ -229,9 +220,7 @@ def grad(fun: Callable, argnums: int | Sequence[int] = 0, *, has_aux: bool = Fal
     Complex inputs: the gradient of a real loss is dL/dx + i dL/dy (PyTorch's convention; z -= lr *
     grad descends). A complex output is an error unless holomorphic=True, which gives f'(z) (JAX's)."""
     return Staged(fun, _grad_emit(fun, argnums, has_aux, unconnected, with_value=False, wrt=wrt,
-                                  memory_budget=memory_budget, holomorphic=holomorphic),
-                  rebudget=lambda b: _grad_emit(fun, argnums, has_aux, unconnected, with_value=False, wrt=wrt, memory_budget=b,
-                                                holomorphic=holomorphic))
+                                  memory_budget=memory_budget, holomorphic=holomorphic))
 
 
 def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, *, has_aux: bool = False,
@@ -239,9 +228,7 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, *, has_aux: 
                    memory_budget: int | float | None = None, holomorphic: bool = False):
     """(fun(*args), grad(fun)(*args)) from one joint pass (memory_budget, holomorphic: as for grad)."""
     return Staged(fun, _grad_emit(fun, argnums, has_aux, unconnected, with_value=True, wrt=wrt,
-                                  memory_budget=memory_budget, holomorphic=holomorphic),
-                  rebudget=lambda b: _grad_emit(fun, argnums, has_aux, unconnected, with_value=True, wrt=wrt, memory_budget=b,
-                                                holomorphic=holomorphic))
+                                  memory_budget=memory_budget, holomorphic=holomorphic))
 
 
 # ----------------------------------------------------------------------------- vjp
@@ -357,7 +344,7 @@ def _vjp_in_trace(fun: Callable, args: tuple, has_aux: bool, memory_budget=None)
     n_out = value_td.num_leaves
     builder = current_builder()
     joint = autodiff.vjp(graph, active + [False] * len(captured), seeded=[i < n_out for i in range(len(graph.outputs))])
-    joint, _ = _budgeted(fun, joint, memory_budget)
+    joint, _ = budgeted(fun, joint, memory_budget)
     jg = joint.graph
     primals = [_read(a) for a in list(flat.leaves) + list(captured)]
     env = builder.inline(jg, None, env=dict(zip(jg.inputs, primals)), eqns=jg.eqns[:joint.num_forward])

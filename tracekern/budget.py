@@ -1,14 +1,15 @@
 """Memory budgets on this machine: the memory planner (remat) given the machine's cost model and the
-arrays a fused step makes, and plan_split, a joint graph split under a budget, with the user's error.
+arrays a fused step makes; plan_split and budgeted, a joint graph split or rejoined under a budget.
 
 It sits beside remat.py, not in it: the cost figures and the fused arrays come from the backends
 (backends.cost_table, fusion.plan), which remat, a transform, never imports."""
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
 
-from . import backends, passes, remat
+from . import autodiff, backends, passes, remat
 from .arguments import fun_name
 from .backends import fusion
 from .errors import MemoryBudgetError, with_location
@@ -44,3 +45,14 @@ def plan_split(fun: Callable, joint: Graph, num_primals: int, num_outputs: int,
     except MemoryBudgetError as err:
         asked = f"memory_budget={memory_budget!r}" + (f" ({err.requested} bytes)" if isinstance(memory_budget, float) else "")
         raise MemoryBudgetError(with_location(f"{fun_name(fun)}: {asked}: {err}"), err.smallest, err.requested) from None
+
+
+def budgeted(fun: Callable, joint: autodiff.JointVJP,
+             memory_budget: int | float | None) -> tuple[autodiff.JointVJP, remat.SplitVJP | None]:
+    """The joint graph run as the planner's forward then backward (remat.rejoin) when there is a
+    memory budget (the residuals the backward reads are the plan's), and the plan."""
+    if memory_budget is None:
+        return joint, None
+    split = plan_split(fun, passes.simplify(joint.graph), joint.num_primals, joint.num_outputs, memory_budget,
+                       fused=True)
+    return dataclasses.replace(joint, graph=remat.rejoin(split), num_forward=len(split.forward.eqns)), split

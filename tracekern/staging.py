@@ -84,10 +84,13 @@ class Transform:
     """A transform as Staged runs it: run(*args, **kwargs) emits it into the running trace and returns
     (its outputs, its memory plan: a remat.SplitVJP under a memory_budget, else None); called, it
     returns the outputs alone. plan_key: what it adds to the traced function, for the plan cache
-    (None: a step of it is not cached)."""
+    (None: a step of it is not cached). rebudget(b): a gradient transform, the same transform under
+    memory budget b (lower() reports what the step keeps without a budget from rebudget(1.0)'s plan,
+    the number a fractional budget scales)."""
 
     run: Callable[..., tuple[Any, remat.SplitVJP | None]]
     plan_key: tuple | None = None
+    rebudget: Callable[[int | float], Transform] | None = None
     takes_static = True   # (static arguments pass through to the function untraced)
 
     def __call__(self, *args, **kwargs):
@@ -203,13 +206,10 @@ class Staged:
 
     def __init__(self, fun: Callable, emit: Callable, *, backend: str | None = None,
                  static_argnums: Sequence[int] | int = (), options: dict | None = None,
-                 rebudget: Callable | None = None, tiers: bool | None = None):
+                 tiers: bool | None = None):
         self.fun = fun
         self.tiers = tiers   # (None: tk.config.tiers when a signature is compiled)
         self.emit = emit
-        # a gradient transform's emit for another memory budget (rebudget(b)): lower() reports what the
-        # step keeps without a budget from rebudget(1.0)'s plan, the number a fractional budget scales
-        self.rebudget = rebudget
         self.backend = backend
         self.options = dict(options or {})   # the backend's options (backends.OPTIONS)
         self._device = backends.on_device(backend or backends.default_backend())
@@ -347,7 +347,7 @@ class Staged:
         elif (grad := self._gradient()) is not None:
             # a gradient transform without a budget: what its fused step keeps for its backward (the
             # arrays behind the residuals), the basis memory_budget=<fraction> scales: one number, not two
-            probe = Staged(grad.fun, grad.rebudget(1.0), backend=self.backend, options=self.options,
+            probe = Staged(grad.fun, grad.emit.rebudget(1.0), backend=self.backend, options=self.options,
                            static_argnums=self.static_argnums)
             basis = probe._signature(args, kwargs).make_graph().plan   # (traced and planned, not compiled)
             residual, saved = basis.unconstrained_bytes, basis.saved_bytes
@@ -371,9 +371,9 @@ class Staged:
     def _gradient(self) -> Staged | None:
         """The gradient transform this function runs (itself, or the one tk.jit wraps), or None."""
         s = self
-        while s.rebudget is None and isinstance(s.fun, Staged) and s.emit is s.fun:
-            s = s.fun
-        return s if s.rebudget is not None else None
+        while isinstance(s.emit, Staged):   # (tk.jit of a transform)
+            s = s.emit
+        return s if isinstance(s.emit, Transform) and s.emit.rebudget is not None else None
 
     def export(self, *args) -> Exported:
         """This function compiled for the signature of `args` (arrays, or anything with .shape and
