@@ -71,15 +71,6 @@ class _Layout:
             out += part
         return out
 
-    def start(self, name: str, total: int) -> int:
-        """Where group `name` begins in a list of `total` operands."""
-        at = 0
-        for group, n in self._sizes(total):
-            if group == name:
-                return at
-            at += n
-        raise TypeError(f"{type(self).__name__}: no group {name}")
-
 
 @dataclass(frozen=True)
 class ScanLayout(_Layout):
