@@ -309,3 +309,43 @@ def test_variables_in_loop_bodies_and_nested_loops(backend):
     close(on(backend, nested)(x), ref(nested)(x))
     close(on(backend, tk.grad(nested))(x), ref(tk.grad(nested))(x))
     fd(backend, nested, (x,))
+
+
+# ----------------------------------------------------------------------------- operand layouts
+
+
+def test_loop_layouts_split_and_join_operands_by_name():
+    """Each loop primitive's operand layout (primitives/control.py) splits an operand list into its
+    named groups and joins them back in the same order; a list that does not fit is an error."""
+    from tracekern.ir import Aval, Graph, Var
+    from tracekern.primitives.control import RevolveLayout, ScanLayout, WhileLayout
+
+    scan = ScanLayout(num_consts=1, num_carry=2)
+    ops = ["c", "k0", "k1", "x0", "x1"]
+    parts = scan.split(ops)
+    assert (parts.consts, parts.carry, parts.xs) == (["c"], ["k0", "k1"], ["x0", "x1"])
+    assert scan.join(consts=parts.consts, carry=parts.carry, xs=parts.xs) == ops
+    assert ScanLayout.of({"num_consts": 1, "num_carry": 2}) == scan
+    with pytest.raises(TypeError, match="group carry has 1 operands, not 2"):
+        scan.join(consts=["c"], carry=["k0"])
+    with pytest.raises(TypeError, match="2 operands do not fit"):
+        scan.split(["c", "k0"])
+    assert WhileLayout(0).split(["k0", "k1"]).carry == ["k0", "k1"]
+
+    # a checkpointed scan's backward resuming from its first sweep: snapshots, then the carry
+    resumed = RevolveLayout(num_consts=1, num_carry=1, num_state=2, num_ys=1, resume=True)
+    ops = ["c", "snap", "k", "x0", "x1", "s0", "s1", "cy"]
+    parts = resumed.split(ops)
+    assert (parts.consts, parts.snaps, parts.carry, parts.trip, parts.xs, parts.state, parts.ct_ys) == (
+        ["c"], ["snap"], ["k"], [], ["x0", "x1"], ["s0", "s1"], ["cy"])
+    assert resumed.join(consts=["c"], snaps=["snap"], carry=["k"], xs=["x0", "x1"], state=["s0", "s1"],
+                        ct_ys=["cy"]) == ops
+    # a while loop's (length=None): the trip count after the carry, no sequences, no ys
+    v = Var(Aval((), np.dtype(np.float64)))
+    params = dict(body=Graph((v,), (), (v,)), num_consts=0, num_carry=1, num_state=1, length=None)
+    loop = RevolveLayout.of(params)
+    assert loop.while_loop and not loop.resume and loop.num_ys == 0
+    parts = loop.split(["k", "n", "s"])
+    assert (parts.carry, parts.trip, parts.xs, parts.state, parts.ct_ys) == (["k"], ["n"], [], ["s"], [])
+    with pytest.raises(TypeError, match="do not fit"):
+        loop.split(["k", "n", "x", "s"])

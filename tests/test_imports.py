@@ -3,7 +3,8 @@ tracekern module inside a function (where a cycle would hide), and the layers po
 
 Optional dependencies (numba.cuda, dask, distributed, matplotlib) may be imported in functions: they
 are not tracekern modules. The backend registry loads a backend's module when it is first used; its
-module names count as edges of the graph."""
+module names count as edges of the graph. Nothing outside backends/ compares a backend's name with
+"cuda": it asks the backends (backends.on_device)."""
 import ast
 import pathlib
 import textwrap
@@ -181,3 +182,54 @@ def test_the_checks_catch_a_cycle_a_hidden_import_and_a_cycle_through_a_package(
     assert find_cycle(edges) is None
     edges["tracekern.a"].add("tracekern.g")
     assert find_cycle(edges) == ["tracekern.a", "tracekern.g", "tracekern.a"]
+
+
+# ----------------------------------------------------------------------------- backend names
+
+
+def _is_cuda(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and node.value == "cuda"
+
+
+def cuda_comparisons(tree: ast.AST) -> list[int]:
+    """The lines that compare something with the string "cuda": ==, !=, `in`/`not in` a tuple, list or
+    set that holds it (or the string itself), and a match case on it."""
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+            for op, left, right in zip(node.ops, operands, operands[1:]):
+                if isinstance(op, (ast.Eq, ast.NotEq, ast.Is, ast.IsNot)) and (_is_cuda(left) or _is_cuda(right)):
+                    lines.append(node.lineno)
+                elif isinstance(op, (ast.In, ast.NotIn)) and (_is_cuda(right) or (
+                        isinstance(right, (ast.Tuple, ast.List, ast.Set)) and any(_is_cuda(e) for e in right.elts))):
+                    lines.append(node.lineno)
+        elif isinstance(node, ast.MatchValue) and _is_cuda(node.value):
+            lines.append(node.lineno)
+    return sorted(set(lines))
+
+
+def test_no_cuda_string_comparison_outside_the_backends():
+    """api.py, staging.py and the rest ask the backends (backends.on_device), never `backend == "cuda"`."""
+    package = ROOT / "tracekern"
+    outside = [path for path in sorted(package.rglob("*.py")) if (package / "backends") not in path.parents]
+    assert len(outside) > 20   # (the walk found the package)
+    found = [f"{path.relative_to(ROOT)}:{line}" for path in outside
+             for line in cuda_comparisons(ast.parse(path.read_text(), str(path)))]
+    assert not found, "comparisons with \"cuda\" outside tracekern/backends/ (ask backends.on_device): " + ", ".join(found)
+
+
+def test_the_cuda_check_catches_each_form():
+    source = textwrap.dedent("""
+        device = backend == "cuda"
+        if "cuda" != name:
+            pass
+        ok = name in ("cpu", "cuda")
+        ok = name not in ["cuda"]
+        ok = name in {"cuda"}
+        match name:
+            case "cuda":
+                pass
+        fine = name == "cpu" or "cuda" in names or label == f"{name}"
+    """)
+    assert cuda_comparisons(ast.parse(source)) == [2, 3, 5, 6, 7, 9]

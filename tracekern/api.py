@@ -6,7 +6,6 @@ result. Staged (tracekern.staging) wraps one so that a call on concrete arrays t
 signature, compiles the graph and runs it."""
 from __future__ import annotations
 
-import dataclasses
 import functools
 import weakref
 from collections.abc import Callable, Sequence
@@ -18,10 +17,11 @@ import numpy as np
 from . import autodiff, backends, forward, passes, remat
 from . import numpy as tnp
 from .arguments import arg_name, device_view, differentiated, flatten_call, fun_name, host, on_device, output_location, to_user
+from .budget import budgeted
 from .errors import TracerLeakError, with_location
 from .ir import Aval, Graph, is_complex, is_float, is_inexact
 from .pytree import Static, TreeDef, leaf_paths, takes_static, tree_flatten, tree_unflatten
-from .staging import Staged, plan_split, primal_trace, split_aux, stage_vjp, trace_call
+from .staging import Staged, Transform, primal_trace, split_aux, stage_vjp, trace_call
 from .trace import FlatArgs, Tracer, Variable, _read, aval_of, current_builder
 from .vectorize import make_vmap_ir
 
@@ -96,16 +96,6 @@ def _inline(graph: Graph, args: list) -> list:
     return [env[v] for v in graph.outputs]
 
 
-def _budgeted(fun: Callable, joint: autodiff.JointVJP, memory_budget) -> tuple[autodiff.JointVJP, remat.SplitVJP | None]:
-    """The joint graph run as the planner's forward then backward (remat.rejoin) when there is a
-    memory budget (the residuals the backward reads are the plan's), and the plan."""
-    if memory_budget is None:
-        return joint, None
-    split = plan_split(fun, passes.simplify(joint.graph), joint.num_primals, joint.num_outputs, memory_budget,
-                       fused=True)
-    return dataclasses.replace(joint, graph=remat.rejoin(split), num_forward=len(split.forward.eqns)), split
-
-
 def _check_output(fun: Callable, graph: Graph, holomorphic: bool) -> None:
     """grad's output: a float scalar (a complex one with holomorphic=True), else an error saying what to do."""
     aval = graph.outputs[0].aval
@@ -130,21 +120,17 @@ def _check_output(fun: Callable, graph: Graph, holomorphic: bool) -> None:
 
 
 def _grad_emit(fun: Callable, argnums, has_aux: bool, unconnected: str, with_value: bool, wrt=None,
-               memory_budget=None, holomorphic: bool = False) -> Callable:
+               memory_budget=None, holomorphic: bool = False) -> Transform:
+    """The gradient transform: run(*args, **kwargs) emits it and returns (outputs, its memory plan under
+    a budget, else None)."""
     if unconnected not in ("zero", "none"):
         raise ValueError(f"unconnected must be 'zero' or 'none', got {unconnected!r}")
     wrt = _check_wrt(fun, wrt)
     memory_budget = remat.check_budget(memory_budget)
 
-    def emit(*args, **kwargs):
+    def run(*args, **kwargs):
         # keyword arguments are closed over: traced (captured) but never differentiated
         return emit_positional(_bind_keywords(fun, kwargs), args)
-
-    emit.plan = None   # the memory plan of the last trace (a remat.SplitVJP), under a budget
-    # what this transform adds to the traced function, for staging's plan cache (None: not cached)
-    emit.plan_key = None if wrt is not None or memory_budget is not None else (
-        "grad", argnums if isinstance(argnums, int) else tuple(argnums), has_aux, unconnected, with_value, holomorphic)
-    emit.takes_static = True   # (static arguments pass through to fun untraced)
 
     def emit_positional(bound, args):
         # `bound` is traced; errors name the user's `fun`
@@ -167,7 +153,7 @@ def _grad_emit(fun: Callable, argnums, has_aux: bool, unconnected: str, with_val
                         f"{arg_name(fun, flat.owner[j])} is {aval} (pass z.astype(np.complex128))"))
         var_active = [any(c is v for v in wrt or ()) for c in captured]
         joint = autodiff.vjp(graph, active + var_active, seeded=[i == 0 for i in range(len(graph.outputs))])
-        joint, emit.plan = _budgeted(fun, joint, memory_budget)   # (lower() reports the plan)
+        joint, plan = budgeted(fun, joint, memory_budget)   # (returned: lower() reports it)
         seed = np.ones((), out_var.aval.dtype)
         outs, cts = _inline_joint(joint, list(flat.leaves) + list(captured), [seed])
         if holomorphic:   # f'(z): the conjugate of the convention's cotangent for a seed of 1
@@ -179,10 +165,14 @@ def _grad_emit(fun: Callable, argnums, has_aux: bool, unconnected: str, with_val
         value = outs[0]
         if has_aux:
             aux = tree_unflatten(aux_td, outs[1:])
-            return ((value, aux), grads) if with_value else (grads, aux)
-        return (value, grads) if with_value else grads
+            return (((value, aux), grads) if with_value else (grads, aux)), plan
+        return ((value, grads) if with_value else grads), plan
 
-    return emit
+    # what this transform adds to the traced function, for staging's plan cache (None: not cached)
+    key = None if wrt is not None or memory_budget is not None else (
+        "grad", argnums if isinstance(argnums, int) else tuple(argnums), has_aux, unconnected, with_value, holomorphic)
+    return Transform(run, plan_key=key, rebudget=lambda b: _grad_emit(fun, argnums, has_aux, unconnected, with_value,
+                                                                      wrt, b, holomorphic))
 
 
 def _bind_keywords(fun: Callable, kwargs: dict) -> Callable:
@@ -229,22 +219,16 @@ def grad(fun: Callable, argnums: int | Sequence[int] = 0, *, has_aux: bool = Fal
 
     Complex inputs: the gradient of a real loss is dL/dx + i dL/dy (PyTorch's convention; z -= lr *
     grad descends). A complex output is an error unless holomorphic=True, which gives f'(z) (JAX's)."""
-    memory_budget = remat.check_budget(memory_budget)
     return Staged(fun, _grad_emit(fun, argnums, has_aux, unconnected, with_value=False, wrt=wrt,
-                                  memory_budget=memory_budget, holomorphic=holomorphic), memory_budget=memory_budget,
-                  rebudget=lambda b: _grad_emit(fun, argnums, has_aux, unconnected, with_value=False, wrt=wrt, memory_budget=b,
-                                                holomorphic=holomorphic))
+                                  memory_budget=memory_budget, holomorphic=holomorphic))
 
 
 def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, *, has_aux: bool = False,
                    unconnected: str = "zero", wrt: Sequence[Variable] | None = None,
                    memory_budget: int | float | None = None, holomorphic: bool = False):
     """(fun(*args), grad(fun)(*args)) from one joint pass (memory_budget, holomorphic: as for grad)."""
-    memory_budget = remat.check_budget(memory_budget)
     return Staged(fun, _grad_emit(fun, argnums, has_aux, unconnected, with_value=True, wrt=wrt,
-                                  memory_budget=memory_budget, holomorphic=holomorphic), memory_budget=memory_budget,
-                  rebudget=lambda b: _grad_emit(fun, argnums, has_aux, unconnected, with_value=True, wrt=wrt, memory_budget=b,
-                                                holomorphic=holomorphic))
+                                  memory_budget=memory_budget, holomorphic=holomorphic))
 
 
 # ----------------------------------------------------------------------------- vjp
@@ -325,7 +309,7 @@ def vjp(fun: Callable, *args, has_aux: bool = False, backend: str | None = None,
     outs = [to_user(o) for o in results[:n_out]]
     aux = [to_user(o) for o in results[n_out:n_all]]
     active_idx = [j for j, a in enumerate(staged.active) if a]
-    device = backend == "cuda"
+    device = backends.on_device(backend)
 
     def run_backward(cts):
         if current_builder() is not None:
@@ -360,7 +344,7 @@ def _vjp_in_trace(fun: Callable, args: tuple, has_aux: bool, memory_budget=None)
     n_out = value_td.num_leaves
     builder = current_builder()
     joint = autodiff.vjp(graph, active + [False] * len(captured), seeded=[i < n_out for i in range(len(graph.outputs))])
-    joint, _ = _budgeted(fun, joint, memory_budget)
+    joint, _ = budgeted(fun, joint, memory_budget)
     jg = joint.graph
     primals = [_read(a) for a in list(flat.leaves) + list(captured)]
     env = builder.inline(jg, None, env=dict(zip(jg.inputs, primals)), eqns=jg.eqns[:joint.num_forward])
@@ -564,7 +548,7 @@ def linearize(fun: Callable, *primals, has_aux: bool = False, backend: str | Non
     if backend is None and isinstance(fun, Staged):
         backend, options = fun.backend, fun.options
     backend = backend or backends.default_backend()
-    flat = flatten_call(fun, primals, device=backend == "cuda")
+    flat = flatten_call(fun, primals, device=backends.on_device(backend))
     key = (flat.treedefs, flat.avals, flat.weak, has_aux, backend, tuple(sorted(options.items())))
     try:
         per_fun = _LINEARIZE_CACHE.setdefault(fun, {})
@@ -583,7 +567,7 @@ def linearize(fun: Callable, *primals, has_aux: bool = False, backend: str | Non
     results = staged.primal(list(flat.leaves) + [v._value for v in staged.variables])
     n_out, n_all = staged.value_treedef.num_leaves, staged.split.num_outputs
     residuals = list(results[n_all:])
-    device = backend == "cuda"
+    device = backends.on_device(backend)
 
     def run_linear(tangents):
         arrays = [t if device and on_device(t) else host(t) for t in tangents]

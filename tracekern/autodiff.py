@@ -309,34 +309,39 @@ def _scan_vjp(rev, cts, ins, outs, active, body, num_consts, num_carry, length, 
         raise TracekernError("scan: its recorded carries were dropped before differentiation (internal error)")
     nc, nk = num_consts, num_carry
     n_y = len(body.outputs) - nk
-    consts, xs = list(ins[:nc]), list(ins[nc + nk:])
+    layout = C.ScanLayout(nc, nk)
+    parts = layout.split(ins)
+    consts, xs = parts.consts, parts.xs
     recs = list(outs[nk + n_y:])
     ct_carry = [ops.zeros_like(o) if c is None else c for c, o in zip(cts[:nk], outs[:nk])]
     ct_ys = [ops.zeros_like(o) if c is None else c for c, o in zip(cts[nk:nk + n_y], outs[nk:nk + n_y])]
     # grad of grad: cotangents of the recorded carries join the carry's at the start of each step
     ct_recs = {i: c for i, c in enumerate(cts[nk + n_y:]) if c is not None and i in
                [j for j in range(nk) if is_inexact(body.outputs[j].dtype)]}
-    act = list(active)
-    dc = [i for i in range(nc) if act[i]]                       # consts that get cotangents
+    act = layout.split(list(active))
+    dc = [i for i, a in enumerate(act.consts) if a]             # consts that get cotangents
     fk = [i for i in range(nk) if is_inexact(body.outputs[i].dtype)]
-    dx = [i for i in range(len(xs)) if act[nc + nk + i]]
+    dx = [i for i, a in enumerate(act.xs) if a]
     # one backward step: (consts, ct_carry (float ones), acc, carry_t, x_t, ct_y_t) ->
     #                    (ct_carry_prev, acc + ct_consts, ct_x_t)
-    step_active = act[:nc] + [i in fk for i in range(nk)] + act[nc + nk:]
+    step_active = layout.join(consts=act.consts, carry=[i in fk for i in range(nk)], xs=act.xs)
     avals = ([aval_of(c) for c in consts] + [aval_of(ct_carry[i]) for i in fk] + [aval_of(consts[i]) for i in dc]
              + [v.aval for v in body.outputs[:nk]] + [_row(aval_of(x)) for x in xs] + [_row(aval_of(c)) for c in ct_ys])
     rec_keys = sorted(ct_recs)
     avals += [v.aval for i in rec_keys for v in [body.outputs[i]]]
     back = _scan_step_vjp(rev, body, nc, nk, fk, dc, dx, len(xs), step_active, avals, rec_keys)
     acc0 = [ops.zeros_like(consts[i]) for i in dc]
-    res = ops.scan(*consts, *[ct_carry[i] for i in fk], *acc0, *recs, *xs, *ct_ys, *[ct_recs[i] for i in rec_keys],
-                   body=back, num_consts=nc,
-                   num_carry=len(fk) + len(dc), length=length, reverse=not reverse, record=True)
+    backward = C.ScanLayout(nc, len(fk) + len(dc))
+    res = ops.scan(*backward.join(consts=consts, carry=[ct_carry[i] for i in fk] + acc0,
+                                  xs=recs + xs + ct_ys + [ct_recs[i] for i in rec_keys]),
+                   body=back, num_consts=backward.num_consts,
+                   num_carry=backward.num_carry, length=length, reverse=not reverse, record=True)
     ct_init = dict(zip(fk, res[:len(fk)]))
     ct_consts = dict(zip(dc, res[len(fk):len(fk) + len(dc)]))
     ct_xs = dict(zip(dx, res[len(fk) + len(dc):len(fk) + len(dc) + len(dx)]))
-    return ([ct_consts.get(i) for i in range(nc)] + [ct_init.get(i) if act[nc + i] else None for i in range(nk)]
-            + [ct_xs.get(i) for i in range(len(xs))])
+    return layout.join(consts=[ct_consts.get(i) for i in range(nc)],
+                       carry=[ct_init.get(i) if act.carry[i] else None for i in range(nk)],
+                       xs=[ct_xs.get(i) for i in range(len(xs))])
 
 
 def _revolve_vjp(rev, cts, ins, outs, active, body, nc, nk, length, reverse, k, record=False):
@@ -344,14 +349,16 @@ def _revolve_vjp(rev, cts, ins, outs, active, body, nc, nk, length, reverse, k, 
     (at most k stored carries), interleaving forward and backward steps: from the snapshots of its
     first sweep that the forward recorded (`record`), else from the initial carry."""
     n_y = len(body.outputs) - nk
-    consts, init, xs = list(ins[:nc]), list(ins[nc:nc + nk]), list(ins[nc + nk:])
+    layout = C.ScanLayout(nc, nk)
+    parts = layout.split(ins)
+    consts, init, xs = parts.consts, parts.carry, parts.xs
     ct_carry = [ops.zeros_like(o) if c is None else c for c, o in zip(cts[:nk], outs[:nk])]
     ct_ys = [ops.zeros_like(o) if c is None else c for c, o in zip(cts[nk:nk + n_y], outs[nk:nk + n_y])]
-    act = list(active)
-    dc = [i for i in range(nc) if act[i]]
+    act = layout.split(list(active))
+    dc = [i for i, a in enumerate(act.consts) if a]
     fk = [i for i in range(nk) if is_inexact(body.outputs[i].dtype)]
-    dx = [i for i in range(len(xs)) if act[nc + nk + i]]
-    step_active = act[:nc] + [i in fk for i in range(nk)] + act[nc + nk:]
+    dx = [i for i, a in enumerate(act.xs) if a]
+    step_active = layout.join(consts=act.consts, carry=[i in fk for i in range(nk)], xs=act.xs)
     avals = ([aval_of(c) for c in consts] + [aval_of(ct_carry[i]) for i in fk] + [aval_of(consts[i]) for i in dc]
              + [v.aval for v in body.outputs[:nk]] + [_row(aval_of(x)) for x in xs] + [_row(aval_of(c)) for c in ct_ys])
     back = _scan_step_vjp(rev, body, nc, nk, fk, dc, dx, len(xs), step_active, avals)
@@ -359,14 +366,18 @@ def _revolve_vjp(rev, cts, ins, outs, active, body, nc, nk, length, reverse, k, 
     start = list(outs[nk + n_y:nk + n_y + 2 * nk]) if record else init   # (slots, then the last step's carry)
     # re-runs need only the carry: the body without its ys (a loss or a log-softmax a step, say)
     advance = passes.dce(Graph(body.inputs, body.eqns, body.outputs[:nk], body.input_notes))
-    res = ops.scan_revolve(*consts, *start, *xs, *[ct_carry[i] for i in fk], *acc0, *ct_ys, body=advance, back=back,
-                           checkpoint=k, num_consts=nc, num_carry=nk, num_state=len(fk) + len(dc),
-                           dx=tuple(dx), length=length, reverse=reverse, resume=bool(record), num_ys=n_y)
+    revolve = C.RevolveLayout(nc, nk, len(fk) + len(dc), n_y, resume=bool(record))
+    snaps, carry = (start[:nk], start[nk:]) if record else ([], start)
+    res = ops.scan_revolve(*revolve.join(consts=consts, snaps=snaps, carry=carry, xs=xs,
+                                         state=[ct_carry[i] for i in fk] + acc0, ct_ys=ct_ys), body=advance, back=back,
+                           checkpoint=k, num_consts=nc, num_carry=nk, num_state=revolve.num_state,
+                           dx=tuple(dx), length=length, reverse=reverse, resume=revolve.resume, num_ys=n_y)
     ct_init = dict(zip(fk, res[:len(fk)]))
     ct_consts = dict(zip(dc, res[len(fk):len(fk) + len(dc)]))
     ct_xs = dict(zip(dx, res[len(fk) + len(dc):]))
-    return ([ct_consts.get(i) for i in range(nc)] + [ct_init.get(i) if act[nc + i] else None for i in range(nk)]
-            + [ct_xs.get(i) for i in range(len(xs))])
+    return layout.join(consts=[ct_consts.get(i) for i in range(nc)],
+                       carry=[ct_init.get(i) if act.carry[i] else None for i in range(nk)],
+                       xs=[ct_xs.get(i) for i in range(len(xs))])
 
 
 def _scan_step_vjp(rev, body, nc, nk, fk, dc, dx, n_xs, step_active, avals, rec_keys=()) -> Graph:
@@ -405,22 +416,26 @@ def _while_vjp(rev, cts, ins, outs, active, cond, body, num_consts, checkpoint=N
     """Re-run the loop from its initial carry on a schedule made when the trip count is known:
     `checkpoint` slots, or one per iteration without checkpointing (scan_revolve, length=None)."""
     nc = num_consts
-    consts, init = list(ins[:nc]), list(ins[nc:])
+    parts = C.WhileLayout(nc).split(ins)
+    consts, init = parts.consts, parts.carry
     nk = len(init)
     fk = [i for i in range(nk) if is_inexact(init[i].dtype)]
     dc = [i for i in range(nc) if active[i]]
-    step_active = list(active[:nc]) + [i in fk for i in range(nk)]
+    act = C.WhileLayout(nc).split(list(active))
+    step_active = act.consts + [i in fk for i in range(nk)]
     avals = ([aval_of(c) for c in consts] + [aval_of(init[i]) for i in fk] + [aval_of(consts[i]) for i in dc]
              + [aval_of(c) for c in init] + [Aval((), np.dtype(np.int64))])
     # the scan backward step, with no sequences; the trip count rides along unused
     back = _scan_step_vjp(rev, body, nc, nk, fk, dc, [], 0, step_active, avals[:-1])
     ct_k = [ops.zeros_like(init[i]) if cts[i] is None else cts[i] for i in fk]
-    res = ops.scan_revolve(*consts, *init, outs[-1], *ct_k, *[ops.zeros_like(consts[i]) for i in dc], body=body,
-                           back=back, checkpoint=checkpoint, num_consts=nc, num_carry=nk, num_state=len(fk) + len(dc),
+    revolve = C.RevolveLayout(nc, nk, len(fk) + len(dc), 0, while_loop=True)
+    res = ops.scan_revolve(*revolve.join(consts=consts, carry=init, trip=[outs[-1]],
+                                         state=ct_k + [ops.zeros_like(consts[i]) for i in dc]), body=body,
+                           back=back, checkpoint=checkpoint, num_consts=nc, num_carry=nk, num_state=revolve.num_state,
                            dx=(), length=None, reverse=False)
     ct_init = dict(zip(fk, res[:len(fk)]))
     ct_consts = dict(zip(dc, res[len(fk):]))
-    return [ct_consts.get(i) for i in range(nc)] + [ct_init.get(i) if active[nc + i] else None for i in range(nk)]
+    return [ct_consts.get(i) for i in range(nc)] + [ct_init.get(i) if act.carry[i] else None for i in range(nk)]
 
 
 RULES: dict[Any, Rule] = {

@@ -220,13 +220,15 @@ def _scan(args, batched, *, body, num_consts, num_carry, length, reverse, record
     nc, nk = num_consts, num_carry
     n_y = len(body.outputs) - nk
     size = lanes.size_of(args, batched)
-    cb, xb = list(batched[:nc]), list(batched[nc + nk:])
-    kb = _fixpoint(lambda k: batch_graph(body, cb + k + xb, size)[1][:nk], list(batched[nc:nc + nk]))
+    layout = C.ScanLayout(nc, nk)
+    parts, flags = layout.split(args), layout.split(batched)
+    cb, xb = flags.consts, flags.xs
+    kb = _fixpoint(lambda k: batch_graph(body, cb + k + xb, size)[1][:nk], flags.carry)
     body_b, out = batch_graph(body, cb + kb + xb, size, out_batched=kb + [None] * n_y)
     yb = out[nk:]
-    consts, init = list(args[:nc]), _as(args[nc:nc + nk], batched[nc:nc + nk], kb, size)
-    outs = list(ops.scan(*consts, *init, *_rows_inside(args[nc + nk:], xb), body=body_b, num_consts=nc,
-                         num_carry=nk, length=length, reverse=reverse, record=record, checkpoint=checkpoint))
+    init = _as(parts.carry, flags.carry, kb, size)
+    outs = list(ops.scan(*layout.join(consts=parts.consts, carry=init, xs=_rows_inside(parts.xs, xb)), body=body_b,
+                         num_consts=nc, num_carry=nk, length=length, reverse=reverse, record=record, checkpoint=checkpoint))
     carry, ys, recs = outs[:nk], outs[nk:nk + n_y], outs[nk + n_y:nk + n_y + nk]
     recorded = kb if record else []
     last = outs[nk + n_y + nk:]   # (with a checkpoint: the carry at the start of the last step, as a carry)
@@ -239,20 +241,22 @@ def _while(args, batched, *, cond, body, num_consts, checkpoint=None):
     any lane is live; each iteration updates the live lanes only (the carry of a finished lane stops
     changing) and counts each lane's iterations, its trip count."""
     nc = num_consts
-    nk = len(args) - nc
+    layout = C.WhileLayout(nc)
+    parts, flags = layout.split(args), layout.split(batched)
+    nk = len(parts.carry)
     size = lanes.size_of(args, batched)
-    cb = list(batched[:nc])
-    kb = _fixpoint(lambda k: batch_graph(body, cb + k, size)[1], list(batched[nc:]))
-    consts = list(args[:nc])
+    cb = flags.consts
+    kb = _fixpoint(lambda k: batch_graph(body, cb + k, size)[1], flags.carry)
+    consts = parts.consts
     cond_b, (pred_batched,) = batch_graph(cond, cb + kb, size)
     if not pred_batched:
         body_b, _ = batch_graph(body, cb + kb, size, out_batched=kb)
-        init = _as(args[nc:], batched[nc:], kb, size)
+        init = _as(parts.carry, flags.carry, kb, size)
         outs = ops.while_(*consts, *init, cond=cond_b, body=body_b, num_consts=nc, checkpoint=checkpoint)
         return list(outs), kb + [False]
     every = [True] * nk
     cond_b, _ = batch_graph(cond, cb + every, size)
-    init = _as(args[nc:], batched[nc:], every, size)
+    init = _as(parts.carry, flags.carry, every, size)
     b = args[0].builder
     live0 = b.inline(cond_b, consts + init)[cond_b.outputs[0]]
     count0 = ops.full_like(live0, 0, dtype=np.int64)
@@ -284,21 +288,14 @@ def _scan_revolve(args, batched, *, body, back, checkpoint, num_consts, num_carr
     sequences) and the last step's carry."""
     nc, nk, ns = num_consts, num_carry, num_state
     size = lanes.size_of(args, batched)
-    n_carry = nk * (2 if resume else 1)
-    if length is None:
-        if batched[nc + nk]:
-            return _masked_revolve(args, batched, body, back, checkpoint, nc, nk, ns, reverse, size)
-        n_y, n_xs = 0, 0
-    else:
-        n_y = len(body.outputs) - nk if num_ys is None else num_ys
-        n_xs = len(args) - nc - n_carry - ns - n_y
-    trip = 1 if length is None else 0
-    cb = list(batched[:nc])
-    kb = [any(batched[nc + g * nk + i] for g in range(n_carry // nk)) for i in range(nk)] if nk else []
-    xb = list(batched[nc + n_carry + trip:nc + n_carry + trip + n_xs])
-    at_state = nc + n_carry + trip + n_xs
-    sb = list(batched[at_state:at_state + ns])
-    yb = list(batched[at_state + ns:])
+    layout = C.RevolveLayout.of(dict(body=body, num_consts=nc, num_carry=nk, num_state=ns, length=length,
+                                     resume=resume, num_ys=num_ys))
+    parts, flags = layout.split(args), layout.split(batched)
+    if any(flags.trip):
+        return _masked_revolve(parts, flags, body, back, checkpoint, nc, nk, ns, reverse, size)
+    cb = flags.consts
+    kb = [x or y for x, y in zip(flags.carry, flags.snaps)] if resume else flags.carry
+    xb, sb, yb = flags.xs, flags.state, flags.ct_ys
     while True:
         kb2 = [a or b for a, b in zip(kb, batch_graph(body, cb + kb + xb, size)[1][:nk])]
         go = batch_graph(back, cb + sb + kb2 + xb + yb, size)[1]
@@ -312,33 +309,30 @@ def _scan_revolve(args, batched, *, body, back, checkpoint, num_consts, num_carr
     body_b, _ = batch_graph(body, cb + kb + xb, size, out_batched=kb + [None] * (len(body.outputs) - nk))
     back_b, _ = batch_graph(back, cb + sb + kb + xb + yb, size,
                             out_batched=sb + [True if xb[i] else None for i in dx])
-    consts = list(args[:nc])
-    init = _as(args[nc:nc + nk], batched[nc:nc + nk], kb, size)
-    if resume:   # the slots stacked along axis 0, the batch inside; then the last step's carry
-        init = _rows_inside(init, kb) + _as(args[nc + nk:nc + 2 * nk], batched[nc + nk:nc + 2 * nk], kb, size)
-    at_xs = nc + n_carry + trip
-    xs = _rows_inside(_as(args[at_xs:at_xs + n_xs], batched[at_xs:at_xs + n_xs], xb, size), xb)
-    count = list(args[nc + n_carry:nc + n_carry + trip])
-    state = _as(args[at_state:at_state + ns], batched[at_state:at_state + ns], sb, size)
-    ct_ys = _rows_inside(args[at_state + ns:], yb)
-    outs = list(ops.scan_revolve(*consts, *init, *count, *xs, *state, *ct_ys, body=body_b, back=back_b,
+    # (with `resume`, the slots stacked along axis 0, the batch inside; then the last step's carry)
+    snaps = _rows_inside(_as(parts.snaps, flags.snaps, kb, size), kb) if resume else []
+    outs = list(ops.scan_revolve(*layout.join(consts=parts.consts, snaps=snaps, carry=_as(parts.carry, flags.carry, kb, size),
+                                              trip=parts.trip, xs=_rows_inside(_as(parts.xs, flags.xs, xb, size), xb),
+                                              state=_as(parts.state, flags.state, sb, size), ct_ys=_rows_inside(parts.ct_ys, yb)),
+                                 body=body_b, back=back_b,
                                  checkpoint=checkpoint, num_consts=nc, num_carry=nk, num_state=ns, dx=dx,
                                  length=length, reverse=reverse, resume=resume, num_ys=num_ys))
     dx_flags = [xb[i] for i in dx]
     return outs[:ns] + _rows_to_front(outs[ns:], dx_flags), sb + dx_flags
 
 
-def _masked_revolve(args, batched, body, back, checkpoint, nc, nk, ns, reverse, size):
+def _masked_revolve(parts, flags, body, back, checkpoint, nc, nk, ns, reverse, size):
     """A while loop's backward whose lanes ran different trip counts: the schedule of the largest,
     with a step counter in the carry; a lane's steps from its own trip count on leave its carry and
-    its backward state as they are (the batched forward loop left that lane's carry unchanged)."""
-    consts, trips = list(args[:nc]), args[nc + nk]
-    cb = list(batched[:nc])
+    its backward state as they are (the batched forward loop left that lane's carry unchanged).
+    `parts` and `flags`: its operands and their batched flags, split by its RevolveLayout."""
+    consts, (trips,) = parts.consts, parts.trip
+    cb = flags.consts
     every_k, every_s = [True] * nk, [True] * ns
     body_b, _ = batch_graph(body, cb + every_k, size, out_batched=every_k)
     back_b, _ = batch_graph(back, cb + every_s + every_k, size, out_batched=every_s)
-    init = _as(args[nc:nc + nk], batched[nc:nc + nk], every_k, size)
-    state = _as(args[nc + nk + 1:], batched[nc + nk + 1:], every_s, size)
+    init = _as(parts.carry, flags.carry, every_k, size)
+    state = _as(parts.state, flags.state, every_s, size)
     step0 = ops.full_like(trips, 0, shape=())
     longest = ops.reduce_max(trips, axes=(0,))
     c_avals = [aval_of(x) for x in consts] + [aval_of(trips)]
@@ -358,10 +352,12 @@ def _masked_revolve(args, batched, body, back, checkpoint, nc, nk, ns, reverse, 
         return [lanes.select_lanes(live, env[v], s, True, True) for v, s in zip(back_b.outputs, st)]
 
     s_avals = [aval_of(x) for x in state]
-    outs = ops.scan_revolve(*consts, trips, *init, step0, longest, *state,
+    masked = C.RevolveLayout(nc + 1, nk + 1, ns, 0, while_loop=True)   # (the trip counts join the consts)
+    outs = ops.scan_revolve(*masked.join(consts=consts + [trips], carry=init + [step0], trip=[longest], state=state),
                             body=build_graph(masked_body, c_avals + k_avals),
                             back=build_graph(masked_back, c_avals + s_avals + k_avals),
-                            checkpoint=checkpoint, num_consts=nc + 1, num_carry=nk + 1, num_state=ns, dx=(),
+                            checkpoint=checkpoint, num_consts=masked.num_consts, num_carry=masked.num_carry,
+                            num_state=masked.num_state, dx=(),
                             length=None, reverse=reverse)
     return list(outs), every_s
 

@@ -245,32 +245,37 @@ def _scan_jvp(b, tangents, ins, *, body, num_consts, num_carry, length, reverse,
     tangents; carries, theirs; sequences, theirs (in each group, tangents of the active ones)."""
     nc, nk = num_consts, num_carry
     n_y = len(body.outputs) - nk
-    tc, tk, tx = list(tangents[:nc]), list(tangents[nc:nc + nk]), list(tangents[nc + nk:])
+    layout = C.ScanLayout(nc, nk)
+    tp = layout.split(tangents)
+    tc, tk, tx = tp.consts, tp.carry, tp.xs
     ca, xa = [t is not None for t in tc], [t is not None for t in tx]
     ka = _carry_fixed_point(lambda k: tangent_outputs(body, ca + k + xa)[:nk], [t is not None for t in tk])
     want = tangent_outputs(body, ca + ka + xa)
     ya = want[nk:]
     n_ca, n_ka = sum(ca), sum(ka)
-    n_in = len(body.inputs)
-    consts, init, xs = list(ins[:nc]), list(ins[nc:nc + nk]), list(ins[nc + nk:])
+    parts = layout.split(ins)
+    consts, init, xs = parts.consts, parts.carry, parts.xs
+    paired = C.ScanLayout(nc + n_ca, nk + n_ka)   # (each group followed by its tangents)
+    n_xs = len(xs)
 
     def step(bb, *a):
-        p_c, t_c = a[:nc], a[nc:nc + n_ca]
-        p_k, t_k = a[nc + n_ca:nc + n_ca + nk], a[nc + n_ca + nk:nc + n_ca + nk + n_ka]
-        p_x, t_x = a[nc + n_ca + nk + n_ka:nc + n_ca + nk + n_ka + (n_in - nc - nk)], a[n_in + n_ca + n_ka:]
+        g = paired.split(a)
+        p_c, t_c = g.consts[:nc], g.consts[nc:]
+        p_k, t_k = g.carry[:nk], g.carry[nk:]
+        p_x, t_x = g.xs[:n_xs], g.xs[n_xs:]
         tans = _spread(t_c, ca) + _spread(t_k, ka) + _spread(t_x, xa)
         outs, touts = emit_jvp(bb, body, list(p_c) + list(p_k) + list(p_x), tans)
         carry, ys = outs[:nk], outs[nk:]
         return (carry + [_instantiate(touts[i], carry[i]) for i in range(nk) if ka[i]]
                 + ys + [_instantiate(touts[nk + j], ys[j]) for j in range(n_y) if ya[j]])
 
-    avals = ([v.aval for v in body.inputs[:nc]] + [v.aval for v, a in zip(body.inputs[:nc], ca) if a]
-             + [v.aval for v in body.inputs[nc:nc + nk]] + [v.aval for v, a in zip(body.inputs[nc:nc + nk], ka) if a]
-             + [v.aval for v in body.inputs[nc + nk:]] + [v.aval for v, a in zip(body.inputs[nc + nk:], xa) if a])
+    bi = layout.split([v.aval for v in body.inputs])
+    avals = paired.join(consts=bi.consts + _pick(bi.consts, ca), carry=bi.carry + _pick(bi.carry, ka),
+                        xs=bi.xs + _pick(bi.xs, xa))
     g = build_graph(step, avals, source=b.source)
     t_init = [_instantiate(t, x) for t, x, a in zip(tk, init, ka) if a]
-    res = _bind(b, C.scan, consts + _present(tc) + init + t_init + xs + _present(tx),
-                dict(body=g, num_consts=nc + n_ca, num_carry=nk + n_ka, length=length, reverse=reverse, record=record,
+    res = _bind(b, C.scan, paired.join(consts=consts + _present(tc), carry=init + t_init, xs=xs + _present(tx)),
+                dict(body=g, num_consts=paired.num_consts, num_carry=paired.num_carry, length=length, reverse=reverse, record=record,
                      checkpoint=checkpoint))
     n_ya = sum(ya)
     carry, t_carry = res[:nk], res[nk:nk + n_ka]
@@ -282,6 +287,11 @@ def _scan_jvp(b, tangents, ins, *, body, num_consts, num_carry, length, reverse,
             outs, touts = outs + rest[:nk], touts + _spread(rest[nk:nk + n_ka], ka)
             rest = rest[nk + n_ka:]
     return outs, touts
+
+
+def _pick(values, flags) -> list:
+    """The `values` whose flag is set."""
+    return [v for v, f in zip(values, flags) if f]
 
 
 def _spread(values, flags) -> list:
@@ -299,27 +309,33 @@ def _while_jvp(b, tangents, ins, *, cond, body, num_consts, checkpoint=None):
     """One while loop over (primal, tangent) carries: no tape, whatever the trip count. The condition
     reads the primal carries only."""
     nc = num_consts
-    nk = len(ins) - nc
-    tc, tk = list(tangents[:nc]), list(tangents[nc:])
+    layout = C.WhileLayout(nc)
+    parts, tp = layout.split(ins), layout.split(tangents)
+    nk = len(parts.carry)
+    tc, tk = tp.consts, tp.carry
     ca = [t is not None for t in tc]
     ka = _carry_fixed_point(lambda k: tangent_outputs(body, ca + k), [t is not None for t in tk])
     n_ca, n_ka = sum(ca), sum(ka)
 
+    paired = C.WhileLayout(nc + n_ca)   # (each group followed by its tangents)
+
     def step(bb, *a):
-        p_c, t_c = a[:nc], a[nc:nc + n_ca]
-        p_k, t_k = a[nc + n_ca:nc + n_ca + nk], a[nc + n_ca + nk:]
-        outs, touts = emit_jvp(bb, body, list(p_c) + list(p_k), _spread(t_c, ca) + _spread(t_k, ka))
+        g = paired.split(a)
+        p_c, t_c = g.consts[:nc], g.consts[nc:]
+        p_k, t_k = g.carry[:nk], g.carry[nk:]
+        outs, touts = emit_jvp(bb, body, p_c + p_k, _spread(t_c, ca) + _spread(t_k, ka))
         return outs + [_instantiate(touts[i], outs[i]) for i in range(nk) if ka[i]]
 
-    avals = ([v.aval for v in body.inputs[:nc]] + [v.aval for v, a in zip(body.inputs[:nc], ca) if a]
-             + [v.aval for v in body.inputs[nc:]] + [v.aval for v, a in zip(body.inputs[nc:], ka) if a])
+    bi = layout.split([v.aval for v in body.inputs])
+    avals = paired.join(consts=bi.consts + _pick(bi.consts, ca), carry=bi.carry + _pick(bi.carry, ka))
     g = build_graph(step, avals, source=b.source)
-    test = Graph(cond.inputs[:nc] + tuple(Var(a) for a in avals[nc:nc + n_ca]) + cond.inputs[nc:]
-                 + tuple(Var(a) for a in avals[nc + n_ca + nk:]), cond.eqns, cond.outputs)
-    consts, init = list(ins[:nc]), list(ins[nc:])
+    ci = layout.split(cond.inputs)
+    test = Graph(tuple(paired.join(consts=ci.consts + [Var(a) for a in _pick(bi.consts, ca)],
+                                   carry=ci.carry + [Var(a) for a in _pick(bi.carry, ka)])), cond.eqns, cond.outputs)
+    consts, init = parts.consts, parts.carry
     t_init = [_instantiate(t, x) for t, x, a in zip(tk, init, ka) if a]
-    res = _bind(b, C.while_, consts + _present(tc) + init + t_init,
-                dict(cond=verify(test), body=g, num_consts=nc + n_ca, checkpoint=checkpoint))
+    res = _bind(b, C.while_, paired.join(consts=consts + _present(tc), carry=init + t_init),
+                dict(cond=verify(test), body=g, num_consts=paired.num_consts, checkpoint=checkpoint))
     return res[:nk] + [res[-1]], _spread(res[nk:nk + n_ka], ka) + [None]
 
 
@@ -330,18 +346,17 @@ def _revolve_jvp(b, tangents, ins, *, body, back, checkpoint, num_consts, num_ca
     with the forward mode of the body and of the backward step. With `resume`, the carry operands
     are two groups (the first sweep's slots, the last step's carry), each followed by its tangents."""
     nc, nk, ns = num_consts, num_carry, num_state
-    n_y = len(body.outputs) - nk if num_ys is None else num_ys
-    groups = 2 if resume else 1
-    trip = [] if length is not None else [ins[nc + nk]]
-    off = nc + groups * nk + len(trip)
-    n_xs = len(ins) - off - ns - n_y
-    consts, xs = list(ins[:nc]), list(ins[off:off + n_xs])
-    inits = [list(ins[nc + g * nk:nc + (g + 1) * nk]) for g in range(groups)]
-    state, ct_ys = list(ins[off + n_xs:off + n_xs + ns]), list(ins[off + n_xs + ns:])
-    tc = list(tangents[:nc])
-    t_inits = [list(tangents[nc + g * nk:nc + (g + 1) * nk]) for g in range(groups)]
+    layout = C.RevolveLayout.of(dict(body=body, num_consts=nc, num_carry=nk, num_state=ns, length=length,
+                                     resume=resume, num_ys=num_ys))
+    n_y = layout.num_ys
+    op, tp = layout.split(ins), layout.split(tangents)
+    n_xs = len(op.xs)
+    consts, xs, trip, state, ct_ys = op.consts, op.xs, op.trip, op.state, op.ct_ys
+    inits = [op.snaps, op.carry] if resume else [op.carry]
+    tc = tp.consts
+    t_inits = [tp.snaps, tp.carry] if resume else [tp.carry]
     tk = [next((t[i] for t in t_inits if t[i] is not None), None) for i in range(nk)]
-    tx, ts, tcy = list(tangents[off:off + n_xs]), list(tangents[off + n_xs:off + n_xs + ns]), list(tangents[off + n_xs + ns:])
+    tx, ts, tcy = tp.xs, tp.state, tp.ct_ys
     ca, ya = [t is not None for t in tc], [t is not None for t in tcy]
     xa, sa = [t is not None for t in tx], [t is not None for t in ts]
     while True:
@@ -383,24 +398,28 @@ def _revolve_jvp(b, tangents, ins, *, body, back, checkpoint, num_consts, num_ca
 
     sel = lambda vs, flags: [v.aval for v, f in zip(vs, flags) if f]   # noqa: E731
     bi = back.inputs
-    c_av, k_av = [v.aval for v in body.inputs[:nc]], [v.aval for v in body.inputs[nc:nc + nk]]
-    x_av = [v.aval for v in body.inputs[nc + nk:]]
-    fwd_g = build_graph(fwd_step, c_av + sel(body.inputs[:nc], ca) + k_av + sel(body.inputs[nc:nc + nk], ka)
-                        + x_av + sel(body.inputs[nc + nk:], xa), source=b.source)
+    body_in = C.ScanLayout(nc, nk).split(body.inputs)   # (the body reads a step as a scan's does)
+    c_av, k_av = [v.aval for v in body_in.consts], [v.aval for v in body_in.carry]
+    x_av = [v.aval for v in body_in.xs]
+    fwd_g = build_graph(fwd_step, c_av + sel(body_in.consts, ca) + k_av + sel(body_in.carry, ka)
+                        + x_av + sel(body_in.xs, xa), source=b.source)
     s_in, y_in = bi[nc:nc + ns], bi[nc + ns + nk + n_xs:]
-    back_g = build_graph(back_step, c_av + sel(body.inputs[:nc], ca) + [v.aval for v in s_in] + sel(s_in, sa) + k_av
-                         + sel(body.inputs[nc:nc + nk], ka) + x_av + sel(body.inputs[nc + nk:], xa)
+    back_g = build_graph(back_step, c_av + sel(body_in.consts, ca) + [v.aval for v in s_in] + sel(s_in, sa) + k_av
+                         + sel(body_in.carry, ka) + x_av + sel(body_in.xs, xa)
                          + [v.aval for v in y_in] + sel(y_in, ya), source=b.source)
     x_pos = {i: n_xs + k for k, i in enumerate(i for i in range(n_xs) if xa[i])}   # a sequence's tangent in xs'
     new_dx = tuple(dx) + tuple(x_pos[i] for i, d in zip(dx, dxa) if d)
-    carries = [x for init, t_init in zip(inits, t_inits)
-               for x in init + [_instantiate(t, v) for t, v, a in zip(t_init, init, ka) if a]]
+    carries = [init + [_instantiate(t, v) for t, v, a in zip(t_init, init, ka) if a]
+               for init, t_init in zip(inits, t_inits)]   # (each group followed by its tangents)
     t_xs = [_instantiate(t, x) for t, x, a in zip(tx, xs, xa) if a]
     t_state = [_instantiate(t, x) for t, x, a in zip(ts, state, sa) if a]
-    res = _bind(b, C.scan_revolve, consts + _present(tc) + carries + trip + xs + t_xs + state + t_state + ct_ys
-                + _present(tcy), dict(body=fwd_g, back=back_g, checkpoint=checkpoint, num_consts=nc + n_ca,
-                                      num_carry=nk + n_ka, num_state=ns + n_sa, dx=new_dx, length=length, reverse=reverse,
-                                      resume=resume, num_ys=n_y + sum(ya)))
+    paired = C.RevolveLayout(nc + n_ca, nk + n_ka, ns + n_sa, n_y + sum(ya), layout.while_loop, resume)
+    res = _bind(b, C.scan_revolve, paired.join(consts=consts + _present(tc), snaps=carries[0] if resume else [],
+                                               carry=carries[-1], trip=trip, xs=xs + t_xs, state=state + t_state,
+                                               ct_ys=ct_ys + _present(tcy)),
+                dict(body=fwd_g, back=back_g, checkpoint=checkpoint, num_consts=paired.num_consts,
+                     num_carry=paired.num_carry, num_state=paired.num_state, dx=new_dx, length=length, reverse=reverse,
+                     resume=resume, num_ys=paired.num_ys))
     outs = res[:ns] + res[ns + n_sa:ns + n_sa + len(dx)]
     touts = _spread(res[ns:ns + n_sa], sa) + _spread(res[ns + n_sa + len(dx):], dxa)
     return outs, touts
@@ -556,33 +575,30 @@ def _eqn_depends(e: Eqn, flags: Sequence[bool]) -> list[bool]:
             return [True] * len(e.outputs)
         return [a or b for a, b in zip(depends(p["true"], flags[1:]), depends(p["false"], flags[1:]))]
     if prim is C.scan:
-        nc, nk = p["num_consts"], p["num_carry"]
-        cu, xu = list(flags[:nc]), list(flags[nc + nk:])
-        ku = _carry_fixed_point(lambda k: depends(p["body"], cu + k + xu)[:nk], flags[nc:nc + nk])
+        nk = p["num_carry"]
+        f = C.ScanLayout.of(p).split(flags)
+        cu, xu = f.consts, f.xs
+        ku = _carry_fixed_point(lambda k: depends(p["body"], cu + k + xu)[:nk], f.carry)
         out = depends(p["body"], cu + ku + xu)
         return ku + out[nk:] + (ku * (1 if p.get("checkpoint") is None else 2) if p["record"] else [])
     if prim is C.while_:
-        nc = p["num_consts"]
-        cu = list(flags[:nc])
-        ku = _carry_fixed_point(lambda k: depends(p["body"], cu + k), flags[nc:])
+        f = C.WhileLayout.of(p).split(flags)
+        cu = f.consts
+        ku = _carry_fixed_point(lambda k: depends(p["body"], cu + k), f.carry)
         if depends(p["cond"], cu + ku)[0]:
             return [True] * len(e.outputs)
         return ku + [False]
     if prim is C.scan_revolve:
-        nc, nk, ns = p["num_consts"], p["num_carry"], p["num_state"]
+        nk, ns = p["num_carry"], p["num_state"]
         body, back = p["body"], p["back"]
-        trip = 0 if p["length"] is not None else 1
-        if trip and flags[nc + nk]:
+        layout = C.RevolveLayout.of(p)
+        f = layout.split(flags)
+        if any(f.trip):
             return [True] * len(e.outputs)
-        n_y = len(body.outputs) - nk if p.get("num_ys") is None else p["num_ys"]
-        groups = 2 if p.get("resume") else 1
-        off = nc + groups * nk + trip
-        n_xs = len(flags) - off - ns - n_y
-        cu, xu = list(flags[:nc]), list(flags[off:off + n_xs])
-        yu = list(flags[off + n_xs + ns:])
-        k0 = [any(flags[nc + g * nk + i] for g in range(groups)) for i in range(nk)]
+        cu, xu, yu = f.consts, f.xs, f.ct_ys
+        k0 = [a or b for a, b in zip(f.carry, f.snaps)] if layout.resume else f.carry
         ku = _carry_fixed_point(lambda k: depends(body, cu + k + xu)[:nk], k0)
-        su = _carry_fixed_point(lambda s: depends(back, cu + s + ku + xu + yu)[:ns], flags[off + n_xs:off + n_xs + ns])
+        su = _carry_fixed_point(lambda s: depends(back, cu + s + ku + xu + yu)[:ns], f.state)
         return su + depends(back, cu + su + ku + xu + yu)[ns:]
     return [True] * len(e.outputs)
 
@@ -660,15 +676,18 @@ def _pe_scan(e: Eqn, flags):
     p = e.params
     body, nc, nk, record = p["body"], p["num_consts"], p["num_carry"], p["record"]
     n_y = len(body.outputs) - nk
-    cu, xu = list(flags[:nc]), list(flags[nc + nk:])
-    ku = _carry_fixed_point(lambda k: depends(body, cu + k + xu)[:nk], flags[nc:nc + nk])
-    body_u = cu + ku + xu
+    layout = C.ScanLayout(nc, nk)
+    f = layout.split(flags)
+    cu, xu = f.consts, f.xs
+    ku = _carry_fixed_point(lambda k: depends(body, cu + k + xu)[:nk], f.carry)
+    body_u = layout.join(consts=cu, carry=ku, xs=xu)
     split = partial_eval(body, body_u, ku + [False] * n_y)
     known_body, unknown_body = _split_graphs(body, split, body_u)
     yu = split.out_unknown[nk:]
     res = split.residuals
-    const_at = {v: i for i, v in enumerate(body.inputs[:nc])}
-    x_at = {v: i for i, v in enumerate(body.inputs[nc + nk:])}
+    body_in = layout.split(body.inputs)
+    const_at = {v: i for i, v in enumerate(body_in.consts)}
+    x_at = {v: i for i, v in enumerate(body_in.xs)}
     res_const = [r for r in res if r in const_at]
     res_x = [r for r in res if r in x_at]
     res_stack = [r for r in res if r not in const_at and r not in x_at]
@@ -677,7 +696,8 @@ def _pe_scan(e: Eqn, flags):
     k_body = Graph(known_body.inputs, known_body.eqns, known_body.outputs[:n_kout] + tuple(by_res[r] for r in res_stack))
     length = p["length"]
     stacked = tuple(Var(Aval((length,) + r.aval.shape, r.aval.dtype)) for r in res_stack)
-    consts, init, xs = e.inputs[:nc], e.inputs[nc:nc + nk], e.inputs[nc + nk:]
+    ins = layout.split(e.inputs)
+    consts, init, xs = tuple(ins.consts), tuple(ins.carry), tuple(ins.xs)
     carry_out, ys_out = e.outputs[:nk], e.outputs[nk:nk + n_y]
     recs = e.outputs[nk + n_y:]
     rku = ku * (1 if p.get("checkpoint") is None else 2)   # (the recorded slots, then the last step's carry)
@@ -704,9 +724,9 @@ def _pe_while(e: Eqn, flags):
     """The primal graph runs the loop over the primal carries; the linear graph runs the whole loop
     again (a run-time trip count: the residuals of its steps cannot be stacked ahead of time)."""
     p = e.params
-    nc = p["num_consts"]
-    cu = list(flags[:nc])
-    ku = _carry_fixed_point(lambda k: depends(p["body"], cu + k), flags[nc:])
+    f = C.WhileLayout.of(p).split(flags)
+    cu = f.consts
+    ku = _carry_fixed_point(lambda k: depends(p["body"], cu + k), f.carry)
     if depends(p["cond"], cu + ku)[0]:
         return _pe_whole(e, flags)
     u_in = cu + ku

@@ -1,7 +1,8 @@
 """Staging: a function called on arrays is traced once per argument signature, compiled on a backend
 and run (Staged, with its signature cache); tk.vjp's two compiled halves are cached the same way
 (stage_vjp). Also what a call runs (Lowered, MemoryReport) and its export to another process
-(Exported)."""
+(Exported). A transform's memory plan travels as a value: Transform.run returns it beside the
+outputs, the trace (Traced) and the compiled entry carry it, lower() reports it."""
 from __future__ import annotations
 
 import contextlib
@@ -13,14 +14,14 @@ import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from . import autodiff, backends, passes, remat
 from .arguments import arg_name, flatten_call, fun_location, fun_name, to_user
-from .backends import fusion
-from .errors import MemoryBudgetError, TracekernError, with_location
+from .budget import plan_split
+from .errors import MemoryBudgetError, TracekernError
 from .ir import Aval, Graph, graph_digest, is_inexact
 from .pytree import Static, TreeDef, call_static, takes_static, tree_flatten, tree_unflatten
 from .settings import config
@@ -79,12 +80,40 @@ class CompiledEntry:
 
 
 @dataclass(frozen=True)
+class Transform:
+    """A transform as Staged runs it: run(*args, **kwargs) emits it into the running trace and returns
+    (its outputs, its memory plan: a remat.SplitVJP under a memory_budget, else None); called, it
+    returns the outputs alone. plan_key: what it adds to the traced function, for the plan cache
+    (None: a step of it is not cached). rebudget(b): a gradient transform, the same transform under
+    memory budget b (lower() reports what the step keeps without a budget from rebudget(1.0)'s plan,
+    the number a fractional budget scales)."""
+
+    run: Callable[..., tuple[Any, remat.SplitVJP | None]]
+    plan_key: tuple | None = None
+    rebudget: Callable[[int | float], Transform] | None = None
+    takes_static = True   # (static arguments pass through to the function untraced)
+
+    def __call__(self, *args, **kwargs):
+        return self.run(*args, **kwargs)[0]
+
+
+class Traced(NamedTuple):
+    """A function traced for one signature: its graph, its output structure, the Variables it reads
+    (inputs after the arguments) and the memory plan of the transform traced (None without one)."""
+
+    graph: Graph
+    out_treedef: TreeDef
+    variables: tuple
+    plan: remat.SplitVJP | None = None
+
+
+@dataclass(frozen=True)
 class Signature:
     """What a call is specialised on, and its argument leaves as arrays."""
 
     key: tuple          # (treedefs of the dynamic arguments and keywords, (shape, dtype) per leaf, weak flags, statics)
     arrays: tuple
-    make_graph: Callable[[], tuple[Graph, TreeDef, tuple]]
+    make_graph: Callable[[], Traced]
     flat: FlatArgs | None = None
     statics: tuple = ()
 
@@ -170,24 +199,20 @@ class Staged:
     """A function that, called on arrays, traces `emit` per argument signature, compiles the graph
     on `backend` and runs it; called inside another trace, it emits into that trace (inlining).
     Static arguments (static_argnums) reach `emit` as pytree.Static when it is a transform (which
-    passes them on untraced), as their values otherwise."""
+    passes them on untraced), as their values otherwise. A gradient transform's emit is a Transform,
+    whose memory plan the trace returns (Traced.plan) and the compiled entry keeps."""
 
     takes_static = True
 
     def __init__(self, fun: Callable, emit: Callable, *, backend: str | None = None,
                  static_argnums: Sequence[int] | int = (), options: dict | None = None,
-                 memory_budget: int | float | None = None, rebudget: Callable | None = None,
                  tiers: bool | None = None):
         self.fun = fun
         self.tiers = tiers   # (None: tk.config.tiers when a signature is compiled)
         self.emit = emit
-        # a gradient transform's emit for another memory budget (rebudget(b)): lower() reports what the
-        # step keeps without a budget from rebudget(1.0)'s plan, the number a fractional budget scales
-        self.rebudget = rebudget
         self.backend = backend
         self.options = dict(options or {})   # the backend's options (backends.OPTIONS)
-        self.memory_budget = memory_budget   # (a gradient transform's: lower() reports its plan)
-        self._device = (backend or backends.default_backend()) == "cuda"
+        self._device = backends.on_device(backend or backends.default_backend())
         self.static_argnums = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
         self._cache: dict[Any, CompiledEntry] = {}
         # positional plain ndarrays only: (shape, dtype) per argument -> entry, checked before the
@@ -211,8 +236,7 @@ class Staged:
             emit.takes_static = takes_static(self.emit)
             bound = Staged(functools.partial(self.fun, instance), emit,
                            backend=self.backend, options=self.options, tiers=self.tiers,
-                           static_argnums=tuple(i - 1 for i in self.static_argnums if i > 0),
-                           memory_budget=self.memory_budget)
+                           static_argnums=tuple(i - 1 for i in self.static_argnums if i > 0))
             if hasattr(instance, "__dict__"):
                 instance.__dict__[key] = bound
         return bound
@@ -244,15 +268,14 @@ class Staged:
                 return entry
             if key is not None and key[2] is not None:   # (no transform: the key's trace is the graph)
                 self.trace_count += 1
-                graph, out_td, variables = key[2]
+                traced = key[2]
             else:
                 with _primal_hint(key[3] if key is not None else None):
-                    graph, out_td, variables = sig.make_graph()
+                    traced = sig.make_graph()
             compile_graph = backends.get_compiler(self.backend or backends.default_backend(), tiers=self.tiers,
                                                   **self.options)
-            planned = self if self.memory_budget is not None else self.fun   # (tk.jit of a budgeted transform too)
-            plan = getattr(planned.emit, "plan", None) if getattr(planned, "memory_budget", None) is not None else None
-            entry = CompiledEntry(graph, out_td, compile_graph(graph), variables, plan)
+            graph, plan = traced.graph, traced.plan
+            entry = CompiledEntry(graph, traced.out_treedef, compile_graph(graph), traced.variables, plan)
             self._cache[sig.key] = entry
             saved = key[0] if key is not None and plan is None else None
             if hasattr(entry.run, "on_compiled"):   # (tiers: once compiled, the step itself; then saved)
@@ -276,7 +299,7 @@ class Staged:
                 s = s.fun   # (tk.jit of a transform: the same graph)
             elif s.emit is s.fun:
                 break
-            elif getattr(s.emit, "plan_key", None) is not None and not isinstance(s.fun, Staged):
+            elif isinstance(s.emit, Transform) and s.emit.plan_key is not None and not isinstance(s.fun, Staged):
                 chain.append(s.emit.plan_key)
                 break
             else:
@@ -289,14 +312,14 @@ class Staged:
                 return None
         else:
             traced = _trace_emit(self.emit, self.fun, sig.flat, sig.statics)
-        digest = graph_digest(traced[0])
+        digest = graph_digest(traced.graph)
         if digest is None:
             return None
         text = repr((digest, chain, backend, sorted(self.options.items()), sig.key, config.compiled_loops,
                      _tracekern_salt()))
-        hint = (root, sig.flat.avals, sig.flat.weak, traced) if chain and not sig.statics and not sig.key[0][-1].children \
+        hint = (root, sig.flat.avals, sig.flat.weak, traced[:3]) if chain and not sig.statics and not sig.key[0][-1].children \
             else None
-        return hashlib.sha256(text.encode()).hexdigest()[:40], traced[2], None if chain else traced, hint
+        return hashlib.sha256(text.encode()).hexdigest()[:40], traced.variables, None if chain else traced, hint
 
     def compile(self, *args, **kwargs) -> Staged:
         """Trace and compile for the signature of these arguments now, and wait: every kernel is
@@ -324,15 +347,14 @@ class Staged:
         elif (grad := self._gradient()) is not None:
             # a gradient transform without a budget: what its fused step keeps for its backward (the
             # arrays behind the residuals), the basis memory_budget=<fraction> scales: one number, not two
-            probe = Staged(grad.fun, grad.rebudget(1.0), backend=self.backend, options=self.options,
-                           static_argnums=self.static_argnums, memory_budget=1.0)
-            probe._signature(args, kwargs).make_graph()   # (traced and planned, not compiled)
-            basis = probe.emit.plan
+            probe = Staged(grad.fun, grad.emit.rebudget(1.0), backend=self.backend, options=self.options,
+                           static_argnums=self.static_argnums)
+            basis = probe._signature(args, kwargs).make_graph().plan   # (traced and planned, not compiled)
             residual, saved = basis.unconstrained_bytes, basis.saved_bytes
             plan_info = dict(smallest_budget=basis.smallest_budget)
         elif not kwargs and not self.static_argnums and not isinstance(self.fun, functools.partial):
             try:
-                staged = stage_vjp(self.fun, args, False, self.backend, self.options, self.memory_budget)[0]
+                staged = stage_vjp(self.fun, args, False, self.backend, self.options)[0]
             except MemoryBudgetError:
                 raise
             except TracekernError:   # no reverse mode for this function (e.g. the grad of a checkpointed loop)
@@ -349,9 +371,9 @@ class Staged:
     def _gradient(self) -> Staged | None:
         """The gradient transform this function runs (itself, or the one tk.jit wraps), or None."""
         s = self
-        while s.rebudget is None and isinstance(s.fun, Staged) and s.emit is s.fun:
-            s = s.fun
-        return s if s.rebudget is not None else None
+        while isinstance(s.emit, Staged):   # (tk.jit of a transform)
+            s = s.emit
+        return s if isinstance(s.emit, Transform) and s.emit.rebudget is not None else None
 
     def export(self, *args) -> Exported:
         """This function compiled for the signature of `args` (arrays, or anything with .shape and
@@ -401,7 +423,7 @@ class Staged:
         flat = flatten_call(self.fun, dynamic + (kwargs,), self._device, names)
         key = (flat.treedefs, tuple((a.shape, a.dtype.str) for a in flat.avals), flat.weak, statics)
 
-        def make_graph() -> tuple[Graph, TreeDef, tuple]:
+        def make_graph() -> Traced:
             self.trace_count += 1
             return _trace_emit(self.emit, self.fun, flat, statics)
 
@@ -430,15 +452,28 @@ def primal_trace(fun: Callable, flat: FlatArgs) -> tuple[Graph, TreeDef, tuple]:
     return trace_call(fun, flat)
 
 
-def _trace_emit(emit: Callable, fun: Callable, flat: FlatArgs, statics: tuple) -> tuple[Graph, TreeDef, tuple]:
-    """The graph of emit on flattened arguments (static ones put back): (graph, out treedef, Variables read)."""
+def _trace_emit(emit: Callable, fun: Callable, flat: FlatArgs, statics: tuple) -> Traced:
+    """emit traced on flattened arguments (static ones put back), with the memory plan it returns."""
+    plans = []
+
     def traced(*tracers):
         *dyn, kw = flat.unflatten(tracers)
-        return call_static(emit, _merge_static(tuple(dyn), statics), kw)
+        outs, plan = _run_planned(emit, _merge_static(tuple(dyn), statics), kw)
+        plans.append(plan)
+        return outs
 
     graph, out_td, captured = trace_to_graph(traced, flat.avals, flat.weak, fun_name(fun), fun_location(fun))
     assert all(isinstance(c, Variable) for c in captured), "top-level trace captured outer values"
-    return graph, out_td, tuple(captured)
+    return Traced(graph, out_td, tuple(captured), plans[-1])
+
+
+def _run_planned(emit: Callable, args: tuple, kwargs: dict) -> tuple[Any, remat.SplitVJP | None]:
+    """emit run in the trace: (its outputs, the memory plan of the Transform it is, or that tk.jit wraps)."""
+    if isinstance(emit, Staged):   # (tk.jit of a transform: the transform's plan; in a trace a Staged runs its emit)
+        return _run_planned(emit.emit, args, kwargs)
+    if isinstance(emit, Transform):   # (it passes static arguments on)
+        return emit.run(*args, **kwargs)
+    return call_static(emit, args, kwargs), None
 
 
 @functools.cache
@@ -545,7 +580,7 @@ def stage_vjp(fun: Callable, args: tuple, has_aux: bool, backend: str | None = N
     """The tk.vjp of fun for the signature of args (traced, split and compiled once per signature),
     and args flattened (leaves as arrays). With memory_budget, the residuals are planned to fit it."""
     backend = backend or backends.default_backend()
-    flat = flatten_call(fun, args, device=backend == "cuda")
+    flat = flatten_call(fun, args, device=backends.on_device(backend))
     options = dict(options or {})
     # (1 and 1.0 are equal keys, but one byte and the whole budget: the type is part of the key)
     key = (flat.treedefs, flat.avals, flat.weak, has_aux, backend, tuple(sorted(options.items())),
@@ -570,37 +605,3 @@ def stage_vjp(fun: Callable, args: tuple, has_aux: bool, backend: str | None = N
                            variables, tuple(v.aval for v in variables))
         per_fun[key] = staged
     return staged, flat
-
-
-# ----------------------------------------------------------------------------- memory budgets
-
-
-@functools.cache
-def cost_model() -> remat.CostModel:
-    """The memory planner's cost model for this machine (measured once: backends/calibrate.py)."""
-    return remat.CostModel(**backends.cost_table())
-
-
-def forward_arrays(graph: Graph) -> set:
-    """The values fusion makes as arrays when it runs `graph` (buffers and constants), e.g. a
-    transformer's residual stream, which many loops read: what a fused step can keep without
-    keeping the arrays it is made of."""
-    inlined, rename = passes.inline_calls_renamed(graph)
-    plan = fusion.plan(inlined)
-    made = set(plan.buffers) | set(plan.consts)
-    return {v for e in graph.eqns for v in e.outputs if rename.get(v, v) in made}
-
-
-def plan_split(fun: Callable, joint: Graph, num_primals: int, num_outputs: int,
-               memory_budget: int | float | None, fused: bool = False) -> remat.SplitVJP:
-    """remat.split_joint of a joint graph, planned under memory_budget when one is given (`fused`: for
-    a step that runs both passes fused, remat.rejoin); an infeasible budget raises MemoryBudgetError
-    naming the function, the smallest feasible budget and the user's line."""
-    if memory_budget is None:
-        return remat.split_joint(joint, num_primals, num_outputs)
-    try:
-        return remat.split_joint(joint, num_primals, num_outputs, memory_budget, cost_model(), fused=fused,
-                                 arrays_of=forward_arrays if fused else None)
-    except MemoryBudgetError as err:
-        asked = f"memory_budget={memory_budget!r}" + (f" ({err.requested} bytes)" if isinstance(memory_budget, float) else "")
-        raise MemoryBudgetError(with_location(f"{fun_name(fun)}: {asked}: {err}"), err.smallest, err.requested) from None

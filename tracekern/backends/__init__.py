@@ -16,6 +16,12 @@ MODULES = {"interpret": "tracekern.backends.interpret", "cpu": "tracekern.backen
            "cuda": "tracekern.backends.cuda"}
 
 
+def on_device(name: str) -> bool:
+    """Whether backend `name` keeps its arrays on a device (a GPU): it takes device arrays as they
+    are, and its results stay there. The one place outside a backend's module that knows which do."""
+    return name == "cuda"
+
+
 def default_backend() -> str:
     """The backend tk.jit and the transforms use when none is named."""
     return "cpu"

@@ -25,6 +25,7 @@ from numba.np.ufunc.parallel import _launch_threads
 from .. import passes, schedule
 from ..errors import TracekernError
 from ..ir import Graph, Var
+from ..primitives.control import RevolveLayout, ScanLayout, WhileLayout
 from ..settings import config
 from . import cache, cpu_calls, cpu_math, fusion, render, scalar_rules, threads, tiers, units, vmath, workers
 from .fusion import CallKernel, Compute, Index, Literal, LoopKernel, Read
@@ -434,7 +435,7 @@ def _has_objmode(graph: Graph) -> bool:
     while todo:
         g = todo.pop()
         for e in g.eqns:
-            if e.primitive.name == "print" or (e.primitive.name == "scan_revolve" and e.params["length"] is None):
+            if e.primitive.name == "print" or (e.primitive.name == "scan_revolve" and RevolveLayout.of(e.params).while_loop):
                 return True
             todo += [p for p in e.params.values() if isinstance(p, Graph)]
     return False
@@ -874,7 +875,7 @@ class _Renderer(ControlRenderer):
         if self.sub and flag:
             args.append("F")   # a one-element bool array: set when an argument needed libm
         prints = any(isinstance(k, CallKernel) and (k.eqn.primitive.name == "print" or (
-            k.eqn.primitive.name == "scan_revolve" and k.eqn.params["length"] is None)) for k in self.plan.kernels)
+            k.eqn.primitive.name == "scan_revolve" and RevolveLayout.of(k.eqn.params).while_loop)) for k in self.plan.kernels)
         # (nogil: other threads may run meanwhile; not with an objmode block (tk.print, a while loop's
         # schedule), which holds it)
         if self.jitted:
@@ -1013,7 +1014,7 @@ class _LoopFunction:
 
     def render(self) -> _Text:
         e = self.e
-        objmode = e.primitive.name == "scan_revolve" and e.params["length"] is None   # (its schedule)
+        objmode = e.primitive.name == "scan_revolve" and RevolveLayout.of(e.params).while_loop   # (its schedule)
         nogil = "" if objmode or any(_has_objmode(g) for g in _subgraphs(e)) else ", nogil=True"
         extra = ["X"] if self.exact else ["X", "F"]
         self.t.emit(0, f"@njit(cache=True, error_model='numpy', no_cfunc_wrapper=True{nogil})")
@@ -1075,9 +1076,9 @@ class _LoopFunction:
 
     def scan(self) -> list[str]:
         e, p = self.e, self.e.params
-        nc, nk, n, body = p["num_consts"], p["num_carry"], p["length"], p["body"]
-        a = self.args
-        consts, init, xs = a[:nc], a[nc:nc + nk], a[nc + nk:]
+        nk, n, body = p["num_carry"], p["length"], p["body"]
+        a = ScanLayout.of(p).split(self.args)
+        consts, init, xs = a.consts, a.carry, a.xs
         n_y = len(body.outputs) - nk
         xin, yout = [f"x{i}" for i in range(len(xs))], [f"yt{j}" for j in range(n_y)]
         cur, nxt = self.halves("k", init, body.outputs[:nk])
@@ -1109,8 +1110,9 @@ class _LoopFunction:
 
     def while_(self) -> list[str]:
         p = self.e.params
-        nc, body, cond = p["num_consts"], p["body"], p["cond"]
-        consts, init = self.args[:nc], self.args[nc:]
+        body, cond = p["body"], p["cond"]
+        a = WhileLayout.of(p).split(self.args)
+        consts, init = a.consts, a.carry
         cur, nxt = self.halves("k", init, body.outputs)
         self.emit(1, f"pred = {_empty([], np.dtype(bool))}")
         test = self.graph(cond, consts + cur, ["pred"], 2, "C")
@@ -1132,30 +1134,25 @@ class _LoopFunction:
         """The checkpoint schedule (tracekern.schedule), its actions walked here: advance, store,
         restore, the backward step."""
         e, p = self.e, self.e.params
-        body, back, nc, nk, ns, n = p["body"], p["back"], p["num_consts"], p["num_carry"], p["num_state"], p["length"]
-        ops, ins = list(self.args), list(e.inputs)
-        if n is None:   # a while loop's: the schedule is made when the trip count is known
-            trip = ops[nc + nk]
-            ops, ins = ops[:nc + nk] + ops[nc + nk + 1:], ins[:nc + nk] + ins[nc + nk + 1:]
+        body, back, nk, ns, n = p["body"], p["back"], p["num_carry"], p["num_state"], p["length"]
+        layout = RevolveLayout.of(p)
+        o = layout.split(self.args)
+        if layout.while_loop:   # a while loop's: the schedule is made when the trip count is known
+            (trip,) = o.trip
             n, k = "n", "k"
             self.emit(1, f"n = {trip}[()]")
             self.emit(1, "with objmode(acts='int64[:, ::1]', k='int64'):")
             self.emit(2, f"k = schedule_slots(n, {p['checkpoint']!r})")
             self.emit(2, "acts = schedule_actions(n, k).copy()")
-        resume = p.get("resume", False)   # (from the snapshots of the first sweep: ScanRevolve's docstring)
+        resume = layout.resume   # (from the snapshots of the first sweep: ScanRevolve's docstring)
         if n != "n":
             k, first = str(p["checkpoint"]), 0
             if resume:
                 _, positions, first = schedule.first_sweep(n, p["checkpoint"])
             self.m.extras.append(np.ascontiguousarray(schedule.actions(n, p["checkpoint"])[first:], np.int64))
             self.emit(1, f"acts = X[{len(self.m.extras) - 1}]")
-        snaps = ops[nc:nc + nk] if resume else []
-        if resume:   # (then the carry it starts from: the last step's)
-            ops = ops[:nc] + ops[nc + nk:]
-        n_y = p.get("num_ys") if p.get("num_ys") is not None else len(body.outputs) - nk
-        n_xs = len(ops) - nc - nk - ns - n_y
-        consts, init = ops[:nc], ops[nc:nc + nk]
-        xs, state0, ct_ys = ops[nc + nk:nc + nk + n_xs], ops[nc + nk + n_xs:nc + nk + n_xs + ns], ops[nc + nk + n_xs + ns:]
+        snaps = o.snaps   # (then the carry it starts from: with `resume`, the last step's)
+        consts, init, xs, state0, ct_ys = o.consts, o.carry, o.xs, o.state, o.ct_ys
         cur, nxt = self.halves("k", init, body.outputs[:nk])
         scur, snxt = self.halves("s", state0, back.outputs[:ns])
         slots = [f"slot{i}" for i in range(nk)]

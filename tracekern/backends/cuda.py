@@ -23,6 +23,7 @@ from numba.core.errors import NumbaError
 from .. import passes, schedule
 from ..errors import TracekernError
 from ..ir import Graph, Var
+from ..primitives.control import RevolveLayout, ScanLayout
 from ..settings import config
 from . import cache, cublas, cuda_calls, cuda_math, cufft, fusion, render, scalar_rules, units
 from .fusion import CallKernel, Index, Literal, LoopKernel, Read
@@ -727,10 +728,11 @@ class _Renderer(ControlRenderer):
         plan = fusion.plan(passes.inline_calls(body))
         if not config.compiled_loops or not _device_loop_ok(body, plan) or p["length"] == 0:
             return super().control_scan(e, ops)   # (tk.config.compiled_loops=False: every loop on the host)
-        nc, nk, n = p["num_consts"], p["num_carry"], p["length"]
+        nk, n = p["num_carry"], p["length"]
         n_y = len(body.outputs) - nk
         tag = self.tag()
-        consts, init, xs = ops[:nc], ops[nc:nc + nk], ops[nc + nk:]
+        o = ScanLayout.of(p).split(ops)
+        consts, init, xs = o.consts, o.carry, o.xs
         ys, recorded = e.outputs[nk:nk + n_y], e.outputs[nk + n_y:]
         carries = self._double_buffers(e, tag, "cb", init, body.outputs[:nk])
         for v in list(ys) + list(recorded):
@@ -766,26 +768,23 @@ class _Renderer(ControlRenderer):
         restore, backward step), with the carries, the cotangent state and the k snapshots on the
         device. Else (and for a while loop's run-time schedule) on the host (render.py)."""
         p = e.params
-        body, back, nc, nk, ns, n = p["body"], p["back"], p["num_consts"], p["num_carry"], p["num_state"], p["length"]
+        body, back, nk, ns, n = p["body"], p["back"], p["num_carry"], p["num_state"], p["length"]
+        layout = RevolveLayout.of(p)
         plans = None
-        if n is not None and n > 0:
+        if not layout.while_loop and n > 0:
             plans = (fusion.plan(passes.inline_calls(body)), fusion.plan(passes.inline_calls(back)))
         if not config.compiled_loops or plans is None or not _device_loop_ok(body, plans[0], outputs=nk) \
                 or not _device_loop_ok(back, plans[1]):
             return super().control_scan_revolve(e, ops)
-        resume, first = p.get("resume", False), 0   # (from the snapshots of the first sweep: ScanRevolve's docstring)
+        resume, first = layout.resume, 0   # (from the snapshots of the first sweep: ScanRevolve's docstring)
         if resume:
             _, positions, first = schedule.first_sweep(n, p["checkpoint"])
         acts_host = np.ascontiguousarray(schedule.actions(n, p["checkpoint"])[first:], np.int64)
         k = max(1, int(p["checkpoint"]))
         tag = self.tag()
-        snaps = ops[nc:nc + nk] if resume else []
-        if resume:   # (then the carry it starts from: the last step's)
-            ops = ops[:nc] + ops[nc + nk:]
-        n_y = p.get("num_ys") if p.get("num_ys") is not None else len(body.outputs) - nk
-        n_xs = len(ops) - nc - nk - ns - n_y
-        consts, init = ops[:nc], ops[nc:nc + nk]
-        xs, state0, ct_ys = ops[nc + nk:nc + nk + n_xs], ops[nc + nk + n_xs:nc + nk + n_xs + ns], ops[nc + nk + n_xs + ns:]
+        o = layout.split(ops)
+        snaps = o.snaps   # (then the carry it starts from: with `resume`, the last step's)
+        consts, init, xs, state0, ct_ys = o.consts, o.carry, o.xs, o.state, o.ct_ys
         carries = self._double_buffers(e, tag, "cb", init, body.outputs[:nk])
         states = self._double_buffers(e, tag, "sb", state0, back.outputs[:ns])
         slots = [f"slot{tag}_{i}" for i in range(nk)]

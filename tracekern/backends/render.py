@@ -14,6 +14,7 @@ import numpy as np
 
 from .. import schedule
 from ..ir import Graph, Var, format_graph
+from ..primitives.control import RevolveLayout, ScanLayout, WhileLayout
 
 CONTROL = ("cond", "scan", "while", "scan_revolve")
 # the names both math modules (cpu_math, cuda_math) give the casts to each dtype
@@ -250,10 +251,12 @@ class ControlRenderer(ABC):
 
     def control_scan(self, e, ops: list[str]) -> None:
         p = e.params
-        nc, nk, n = p["num_consts"], p["num_carry"], p["length"]
+        nk, n = p["num_carry"], p["length"]
         body = p["body"]
         tag = self.tag()
-        consts, init, xs = ops[:nc], ops[nc:nc + nk], ops[nc + nk:]
+        layout = ScanLayout.of(p)
+        o = layout.split(ops)
+        consts, init, xs = o.consts, o.carry, o.xs
         carry = [f"k{tag}_{i}" for i in range(nk)]
         for c, x in zip(carry, init):
             self.emit(1, f"{c} = {self.h_copy(x)}", eqn=e)
@@ -281,7 +284,7 @@ class ControlRenderer(ABC):
         else:
             for c, v in zip(carry, recorded):
                 self.emit(2, self.h_assign(self._row(self.names[v], tuple(v.shape[1:])), c))
-        rows = [self._row(q, tuple(x.shape[1:])) for q, x in zip(seqs, e.inputs[nc + nk:])]
+        rows = [self._row(q, tuple(x.shape[1:])) for q, x in zip(seqs, layout.split(e.inputs).xs)]
         self.emit(2, f"r{tag} = {self.subcall(body, consts + carry + rows)}", eqn=e)
         for i, c in enumerate(carry):
             self.emit(2, f"{c} = r{tag}[{i}]")
@@ -291,9 +294,9 @@ class ControlRenderer(ABC):
 
     def control_while(self, e, ops: list[str]) -> None:
         p = e.params
-        nc = p["num_consts"]
         tag = self.tag()
-        consts, init = ops[:nc], ops[nc:]
+        o = WhileLayout.of(p).split(ops)
+        consts, init = o.consts, o.carry
         carry = [f"k{tag}_{i}" for i in range(len(init))]
         for c, x in zip(carry, init):
             self.emit(1, f"{c} = {self.h_copy(x)}", eqn=e)
@@ -309,30 +312,24 @@ class ControlRenderer(ABC):
     def control_scan_revolve(self, e, ops: list[str]) -> None:
         """Runs the checkpoint schedule (tracekern.schedule): a loop over its actions."""
         p = e.params
-        body, nc, nk, ns, n = p["body"], p["num_consts"], p["num_carry"], p["num_state"], p["length"]
+        body, nk, ns, n = p["body"], p["num_carry"], p["num_state"], p["length"]
         tag = self.tag()
-        ins = list(e.inputs)
-        if n is None:   # a while loop's: the schedule is made when the trip count is known
-            trip = ops[nc + nk]
-            ops = ops[:nc + nk] + ops[nc + nk + 1:]
-            ins = ins[:nc + nk] + ins[nc + nk + 1:]
+        layout = RevolveLayout.of(p)
+        o, ins = layout.split(ops), layout.split(e.inputs)
+        if layout.while_loop:   # a while loop's: the schedule is made when the trip count is known
+            (trip,) = o.trip
             n, acts, k = f"n{tag}", f"acts{tag}", f"slots{tag}"
             self.emit(1, f"{n} = {self.h_truth(trip)}", eqn=e)
             self.h_schedule(acts, k, n, repr(p["checkpoint"]), 1)
-        resume = p.get("resume", False)   # (from the snapshots of the first sweep: ScanRevolve's docstring)
+        resume = layout.resume   # (from the snapshots of the first sweep: ScanRevolve's docstring)
         if isinstance(n, int):   # a scan's: the schedule for its length and checkpoint, made now
             first = 0
             if resume:
                 _, positions, first = schedule.first_sweep(n, p["checkpoint"])
             acts = self.extra(np.ascontiguousarray(schedule.actions(n, p["checkpoint"])[first:], np.int64))
             k = str(p["checkpoint"])
-        snap_ops = ops[nc:nc + nk] if resume else []
-        if resume:   # (then the carry it starts from: the last step's)
-            ops, ins = ops[:nc] + ops[nc + nk:], ins[:nc] + ins[nc + nk:]
-        n_y = p.get("num_ys") if p.get("num_ys") is not None else len(body.outputs) - nk
-        n_xs = len(ops) - nc - nk - ns - n_y
-        consts, init = ops[:nc], ops[nc:nc + nk]
-        xs, state0, ct_ys = ops[nc + nk:nc + nk + n_xs], ops[nc + nk + n_xs:nc + nk + n_xs + ns], ops[nc + nk + n_xs + ns:]
+        snap_ops = o.snaps   # (then the carry it starts from: with `resume`, the last step's)
+        consts, init, xs, state0, ct_ys = o.consts, o.carry, o.xs, o.state, o.ct_ys
         carry = [f"k{tag}_{i}" for i in range(nk)]
         slots = [f"slot{tag}_{i}" for i in range(nk)]
         for i, (c, x, sl, v) in enumerate(zip(carry, init, slots, body.outputs)):
@@ -347,8 +344,8 @@ class ControlRenderer(ABC):
             self._new(v)
         xs = [self._contiguous_as(x, f"q{tag}_{i}") for i, x in enumerate(xs)]
         ct_ys = [self._contiguous_as(x, f"cq{tag}_{i}") for i, x in enumerate(ct_ys)]
-        xs_rows = [self._row(q, tuple(x.shape[1:])) for q, x in zip(xs, ins[nc + nk:nc + nk + n_xs])]
-        cy_rows = [self._row(q, tuple(x.shape[1:])) for q, x in zip(ct_ys, ins[nc + nk + n_xs + ns:])]
+        xs_rows = [self._row(q, tuple(x.shape[1:])) for q, x in zip(xs, ins.xs)]
+        cy_rows = [self._row(q, tuple(x.shape[1:])) for q, x in zip(ct_ys, ins.ct_ys)]
         tindex = f"{n} - 1 - pos{tag}" if p["reverse"] else f"pos{tag}"
         self.emit(1, f"pos{tag} = {f'{n} - 1' if resume else 0}")
         self.emit(1, f"for a in range({acts}.shape[0]):", eqn=e)

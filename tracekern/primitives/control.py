@@ -3,10 +3,17 @@ of a checkpointed scan and of every while loop: a checkpoint schedule run from t
 User-facing functions: tracekern/control.py; their transform rules: tracekern/autodiff.py.
 
 Layout of operands: a loop's `consts` (values every iteration reads: closures, lifted constants)
-come first, then the carry, then (scan) the sliced sequences. Checkpointing has one representation,
-the `checkpoint` param (None, or the number of stored carries k), from the user's call to the
-renderer: scan and while carry it, scan_revolve runs tracekern.schedule.actions(trip count, k)."""
+come first, then the carry, then (scan) the sliced sequences; each loop declares its layout once,
+here (ScanLayout, WhileLayout, RevolveLayout), and every room reads operands through it.
+Checkpointing has one representation, the `checkpoint` param (None, or the number of stored carries
+k), from the user's call to the renderer: scan and while carry it, scan_revolve runs
+tracekern.schedule.actions(trip count, k)."""
 from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 
@@ -25,6 +32,97 @@ def _run(graph: Graph, args) -> list:
 
 def _graph_effects(*graphs: Graph) -> bool:
     return any(e.primitive.has_effects(**e.params) for g in graphs for e in g.eqns)
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """The named groups of a loop's operands, in order: (name, size) with at most one size None
+    (that group takes what the others leave). A layout splits any list in operand order (operands,
+    their avals, flags, rendered names) and joins named groups back into one."""
+
+    def groups(self) -> tuple[tuple[str, int | None], ...]:
+        raise NotImplementedError
+
+    def _sizes(self, total: int) -> list[tuple[str, int]]:
+        groups = self.groups()
+        known = sum(n for _, n in groups if n is not None)
+        if known > total or (known < total and all(n is not None for _, n in groups)):
+            raise TypeError(f"{type(self).__name__}: {total} operands do not fit {groups}")
+        return [(name, total - known if n is None else n) for name, n in groups]
+
+    def split(self, operands: Sequence) -> SimpleNamespace:
+        """The groups of a list in operand order, as lists: parts.consts, parts.carry, ..."""
+        out, at = {}, 0
+        for name, n in self._sizes(len(operands)):
+            out[name] = list(operands[at:at + n])
+            at += n
+        return SimpleNamespace(**out)
+
+    def join(self, **groups: Sequence) -> list:
+        """One list of the named groups in operand order; a group left out must be empty here."""
+        unknown = set(groups) - {name for name, _ in self.groups()}
+        if unknown:
+            raise TypeError(f"{type(self).__name__}: no group {sorted(unknown)}")
+        out = []
+        for name, n in self.groups():
+            part = list(groups.get(name, ()))
+            if n is not None and len(part) != n:
+                raise TypeError(f"{type(self).__name__}: group {name} has {len(part)} operands, not {n}")
+            out += part
+        return out
+
+
+@dataclass(frozen=True)
+class ScanLayout(_Layout):
+    """scan's operands: consts, carry, xs (the sequences, sliced along axis 0)."""
+    num_consts: int
+    num_carry: int
+
+    @classmethod
+    def of(cls, params: Mapping[str, Any]) -> ScanLayout:
+        return cls(params["num_consts"], params["num_carry"])
+
+    def groups(self):
+        return (("consts", self.num_consts), ("carry", self.num_carry), ("xs", None))
+
+
+@dataclass(frozen=True)
+class WhileLayout(_Layout):
+    """while's operands: consts, carry."""
+    num_consts: int
+
+    @classmethod
+    def of(cls, params: Mapping[str, Any]) -> WhileLayout:
+        return cls(params["num_consts"])
+
+    def groups(self):
+        return (("consts", self.num_consts), ("carry", None))
+
+
+@dataclass(frozen=True)
+class RevolveLayout(_Layout):
+    """scan_revolve's operands: consts; with `resume`, snaps (the first sweep's k slots, stacked),
+    then carry (the carry it starts from); trip (a while loop's, length=None: its trip count, one
+    operand; else none); xs (the sequences; none in a while loop's); state (the backward state);
+    ct_ys (the ys' cotangents, num_ys of them)."""
+    num_consts: int
+    num_carry: int
+    num_state: int
+    num_ys: int
+    while_loop: bool = False
+    resume: bool = False
+
+    @classmethod
+    def of(cls, params: Mapping[str, Any]) -> RevolveLayout:
+        nk = params["num_carry"]
+        return cls(params["num_consts"], nk, params["num_state"],
+                   _num_ys(params["body"], nk, params.get("num_ys")), params["length"] is None,
+                   bool(params.get("resume", False)))
+
+    def groups(self):
+        return (("consts", self.num_consts), ("snaps", self.num_carry if self.resume else 0),
+                ("carry", self.num_carry), ("trip", 1 if self.while_loop else 0),
+                ("xs", 0 if self.while_loop else None), ("state", self.num_state), ("ct_ys", self.num_ys))
 
 
 class Cond(Primitive):
@@ -56,12 +154,13 @@ class Scan(Primitive):
     multiple_results = True
 
     def abstract_eval(self, *avals, body, num_consts, num_carry, length, reverse, record, checkpoint=None):
-        nc, nk = num_consts, num_carry
+        nk = num_carry
+        parts = ScanLayout(num_consts, num_carry).split(avals)
         carry = _avals(body, "outputs")[:nk]
-        if tuple(avals[nc:nc + nk]) != carry:
-            raise TypeError(f"scan: carry {[str(a) for a in avals[nc:nc + nk]]} does not match the body's "
+        if tuple(parts.carry) != carry:
+            raise TypeError(f"scan: carry {[str(a) for a in parts.carry]} does not match the body's "
                             f"{[str(a) for a in carry]}")
-        for a in avals[nc + nk:]:
+        for a in parts.xs:
             if not a.shape or a.shape[0] != length:
                 raise TypeError(f"scan: a sequence {a} does not have length {length} on axis 0")
         ys = tuple(Aval((length,) + a.shape, a.dtype) for a in _avals(body, "outputs")[nk:])
@@ -72,8 +171,9 @@ class Scan(Primitive):
         return carry + ys + tuple(Aval((checkpoint,) + a.shape, a.dtype) for a in carry) + carry
 
     def impl(self, *arrays, body, num_consts, num_carry, length, reverse, record, checkpoint=None):
-        nc, nk = num_consts, num_carry
-        consts, carry, xs = arrays[:nc], list(arrays[nc:nc + nk]), arrays[nc + nk:]
+        nk = num_carry
+        parts = ScanLayout(num_consts, num_carry).split(arrays)
+        consts, carry, xs = parts.consts, parts.carry, parts.xs
         outs = [v.aval for v in body.outputs]
         ys = [np.empty((length,) + a.shape, a.dtype) for a in outs[nk:]]
         recs = [np.empty((length if checkpoint is None else checkpoint,) + a.shape, a.dtype) for a in outs[:nk]] if record else []
@@ -90,7 +190,7 @@ class Scan(Primitive):
             if last and s == length - 1:
                 for r, c in zip(last, carry):
                     r[...] = c
-            res = [np.asarray(v) for v in _run(body, list(consts) + carry + [x[t] for x in xs])]
+            res = [np.asarray(v) for v in _run(body, consts + carry + [x[t] for x in xs])]
             carry = res[:nk]
             for y, v in zip(ys, res[nk:]):
                 y[t] = v
@@ -126,35 +226,23 @@ class ScanRevolve(Primitive):
 
     def abstract_eval(self, *avals, body, back, checkpoint, num_consts, num_carry, num_state, dx, length, reverse,
                       resume=False, num_ys=None):
-        if length is None:   # a while loop's: the trip count is an operand, after the carry
-            start = num_consts + num_carry + 1
-            return tuple(avals[start:start + num_state])
-        carries = num_carry * (2 if resume else 1)
-        n_xs = len(avals) - num_consts - carries - num_state - _num_ys(body, num_carry, num_ys)
-        start = num_consts + carries + n_xs
-        xs = avals[num_consts + carries:start]
-        return tuple(avals[start:start + num_state]) + tuple(xs[i] for i in dx)
+        parts = RevolveLayout(num_consts, num_carry, num_state, _num_ys(body, num_carry, num_ys), length is None,
+                              resume).split(avals)
+        return tuple(parts.state) + tuple(parts.xs[i] for i in dx)
 
     def impl(self, *arrays, body, back, checkpoint, num_consts, num_carry, num_state, dx, length, reverse,
              resume=False, num_ys=None):
-        nc, nk, ns = num_consts, num_carry, num_state
+        nk, ns = num_carry, num_state
+        parts = RevolveLayout(num_consts, nk, ns, _num_ys(body, nk, num_ys), length is None, resume).split(arrays)
         if length is None:   # a while loop: its schedule is made now that the trip count is known
-            length = int(arrays[nc + nk])
-            arrays = arrays[:nc + nk] + arrays[nc + nk + 1:]
+            length = int(parts.trip[0])
         actions = schedule.schedule_for(length, checkpoint)
         pos, slots = 0, {}
         if resume:   # the forward pass ran the first sweep: its slots, and the carry at the last step
             _, positions, first = schedule.first_sweep(length, checkpoint)
-            slots = {j: ([np.array(a[j]) for a in arrays[nc:nc + nk]], int(positions[j])) for j in range(checkpoint)}
-            arrays = arrays[:nc] + arrays[nc + nk:]
+            slots = {j: ([np.array(a[j]) for a in parts.snaps], int(positions[j])) for j in range(checkpoint)}
             actions, pos = actions[first:], length - 1
-        n_y = _num_ys(body, nk, num_ys)
-        n_xs = len(arrays) - nc - nk - ns - n_y
-        consts = list(arrays[:nc])
-        cur = list(arrays[nc:nc + nk])
-        xs = arrays[nc + nk:nc + nk + n_xs]
-        state = list(arrays[nc + nk + n_xs:nc + nk + n_xs + ns])
-        ct_ys = arrays[nc + nk + n_xs + ns:]
+        consts, cur, xs, state, ct_ys = parts.consts, parts.carry, parts.xs, parts.state, parts.ct_ys
         ct_xs = [np.zeros_like(xs[i]) for i in dx]
         for op, arg in actions:
             if op == schedule.ADVANCE:
@@ -188,14 +276,15 @@ class While(Primitive):
     multiple_results = True
 
     def abstract_eval(self, *avals, cond, body, num_consts, checkpoint=None):
-        carry = tuple(avals[num_consts:])
+        carry = tuple(WhileLayout(num_consts).split(avals).carry)
         if _avals(body, "outputs") != carry:
             raise TypeError(f"while_loop: the body returns {[str(a) for a in _avals(body, 'outputs')]}, the carry is "
                             f"{[str(a) for a in carry]}")
         return carry + (Aval((), np.dtype(np.int64)),)
 
     def impl(self, *arrays, cond, body, num_consts, checkpoint=None):
-        consts, carry = list(arrays[:num_consts]), list(arrays[num_consts:])
+        parts = WhileLayout(num_consts).split(arrays)
+        consts, carry = parts.consts, parts.carry
         n = 0
         while bool(_run(cond, consts + carry)[0]):
             carry = [np.asarray(v) for v in _run(body, consts + carry)]
