@@ -327,68 +327,20 @@ class _LoopUnit:
 
 
 def _call_unit(k: CallKernel) -> Unit:
-    """A whole-array kernel (matmul, concatenate, unslice; the others from cpu_calls.KERNELS) as
-    `kernel(operands..., outputs...)`."""
+    """A whole-array kernel (cpu_calls.KERNELS) as `kernel(operands..., outputs...)`."""
     e = k.eqn
-    out = e.outputs[0]
+    name = e.primitive.name
+    write = cpu_calls.KERNELS.get(name)
+    if write is None:
+        raise TracekernError(f"the cpu backend cannot compile primitive {name} (from {e.source})")
     ops = [f"p{j}" for j in range(len(k.operands))]
     dsts = [f"p{len(ops) + j}" for j in range(len(e.outputs))]
-    dst = dsts[0]
     t = _Text()
-    t.emit(0, f"@njit({_FLAGS.replace(', nogil=True', '') if e.primitive.name in cpu_calls.OBJECT_MODE else _FLAGS})")
+    t.emit(0, f"@njit({_FLAGS.replace(', nogil=True', '') if name in cpu_calls.OBJECT_MODE else _FLAGS})")
     t.emit(0, f"def kernel({', '.join(ops + dsts)}):")
-    name = e.primitive.name
-    if name == "matmul":
-        _matmul(t, ops, dst, out, e)
-    elif name == "concatenate":
-        # explicit loops, not slice assignment: Numba's generic setitem took 3x as long (8.3 against
-        # 2.5 us for 16k float32 values), and a loop over contiguous memory vectorises
-        axis, offset = e.params["axis"], 0
-        for op, v in zip(ops, e.inputs):
-            at = [f"{offset} + i{a}" if a == axis and offset else f"i{a}" for a in range(len(out.shape))]
-            _copy_loops(t, v.shape, f"{dst}[{', '.join(at) or '()'}] = {op}[{', '.join(f'i{a}' for a in range(len(v.shape))) or '()'}]", e)
-            offset += v.shape[axis]
-    elif name == "unslice":
-        zero = literal(0, out.dtype)
-        _copy_loops(t, out.shape, f"{dst}[{', '.join(f'i{a}' for a in range(len(out.shape))) or '()'}] = {zero}", e)
-        src = e.inputs[0]
-        at = [f"{a} + i{d} * {c}" if c != 1 else (f"{a} + i{d}" if a else f"i{d}")
-              for d, (a, _, c) in enumerate(e.params["index"])]
-        whole = ", ".join(f"i{d}" for d in range(len(src.shape))) or "()"
-        _copy_loops(t, src.shape, f"{dst}[{', '.join(at) or '()'}] = {ops[0]}[{whole}]", e)
-    elif name in cpu_calls.KERNELS:
-        cpu_calls.KERNELS[name](t, ops, dsts, e)
-    else:
-        raise TracekernError(f"the cpu backend cannot compile primitive {name} (from {e.source})")
+    write(t, k, ops, dsts)
     source, lines = _module(name, [t])
     return Unit(source, lines)
-
-
-def _copy_loops(t: _Text, shape: tuple, statement: str, e) -> None:
-    """`statement` inside a loop nest over `shape` (loop variables i0, i1, ...)."""
-    depth = loop_nest(t, 1, shape, [f"i{a}" for a in range(len(shape))])
-    t.emit(depth, statement, eqn=e)
-
-
-def _matmul(t: _Text, ops: list[str], C0: str, out: Var, e) -> None:
-    """C = A @ B over the batch axes (operands have the output's batch shape), BLAS for floats."""
-    batch = out.shape[:-2]
-    k_dim = e.inputs[0].shape[-1]
-    depth = loop_nest(t, 1, [f"{C0}.shape[{d}]" for d in range(len(batch))], [f"q{d}" for d in range(len(batch))])
-    sub = "".join(f"q{d}, " for d in range(len(batch)))
-    A, B, C = (f"{x}[{sub[:-2]}]" if batch else x for x in (*ops, C0))
-    if out.dtype.kind in "fc" and k_dim > 0 and out.size > 0:
-        t.emit(depth, f"np.dot({A}, {B}, {C})", eqn=e)
-        return
-    # integer and bool matmul (no BLAS), and empty products
-    acc_dtype = cpu_math.ACCUMULATOR[out.dtype.name] if out.dtype.kind != "f" else out.dtype.name
-    n_out = len(out.shape)
-    t.emit(depth, f"for r in range({C0}.shape[{n_out - 2}]):")
-    t.emit(depth + 1, f"for s in range({C0}.shape[{n_out - 1}]):")
-    t.emit(depth + 2, f"t = np.{acc_dtype}(0)")
-    t.emit(depth + 2, f"for u in range({k_dim}):")
-    t.emit(depth + 3, f"t += {A}[r, u] * {B}[u, s]")
-    t.emit(depth + 2, f"{C}[r, s] = {cpu_math.CASTS[out.dtype.name]}(t)", eqn=e)
 
 
 # ----------------------------------------------------------------------------- steps
@@ -458,7 +410,7 @@ def _calls(plan: fusion.Plan) -> list:
         if isinstance(k, LoopKernel):
             lu = _LoopUnit(k)
             out.append(_Call(pos, lu.unit(), list(lu.params), k.writes))
-        elif k.eqn.primitive.name in CONTROL or k.eqn.primitive.name == "print":
+        elif k.eqn.primitive.name in CONTROL or k.eqn.primitive.name in cpu_calls.STEP:
             out.append(k)
         else:
             out.append(_Call(pos, _call_unit(k), list(k.operands) + [(v, False) for v in k.eqn.outputs], list(k.eqn.outputs)))
@@ -947,13 +899,8 @@ class _Renderer(ControlRenderer):
                 self.emit(1, f"{self.names.get(v) or self.fresh(v)} = r{tag}[{i}]")
         elif e.primitive.name in CONTROL:
             getattr(self, "control_" + e.primitive.name)(e, ops)
-        elif e.primitive.name == "print":   # runs as Python, in program order (kernels are sequential)
-            items = [repr(p[1]) if p[0] == "text" else ops[p[1]] for p in e.params["parts"]]
-            self.emit(1, "with objmode():", eqn=e)
-            sep = repr(e.params["sep"])
-            self.emit(2, f"print({', '.join(items + [f'sep={sep}', 'flush=True'])})", eqn=e)
-        else:
-            raise TracekernError(f"the cpu backend cannot compile primitive {e.primitive.name} (from {e.source})")
+        else:   # (statements of the step itself: cpu_calls.STEP; _calls() keeps no other CallKernel)
+            cpu_calls.STEP[e.primitive.name](self, k, ops, [self.names.get(v) or self.fresh(v) for v in e.outputs])
 
     def subcall(self, graph: Graph, args: list[str]) -> str:
         extra = ["X"] if self.exact_mode else ["X", "F"]

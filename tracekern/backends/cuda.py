@@ -338,18 +338,6 @@ def _unflatten(kn: _Kernel, flat: str, dims: Sequence[int], names: Sequence[str]
     kn.emit(depth, f"{names[0]} = {rest}")
 
 
-def _load_tile(kn: _Kernel, d: int, tile: str, src: str, pre: str, row0: str, col0: str, rows: int, cols: int,
-               transposed: bool, acc: str) -> None:
-    """Each thread loads one element of a tile of the logical (rows x cols) operand into
-    tile[r, c]. A transposed operand is stored (cols x rows): its threads swap roles, so that
-    neighbouring threads (threadIdx.x) read neighbouring addresses either way."""
-    r, c = ("tx", "ty") if transposed else ("ty", "tx")
-    kn.emit(d, f"r = {row0} + {r}")
-    kn.emit(d, f"c = {col0} + {c}")
-    at = f"{src}[{pre}c, r]" if transposed else f"{src}[{pre}r, c]"
-    kn.emit(d, f"{tile}[{r}, {c}] = {acc}({at}) if r < {rows} and c < {cols} else {acc}(0)")
-
-
 class _Renderer(ControlRenderer):
     Kernel = _Kernel              # (what cuda_calls' kernels are written with)
     unflatten = staticmethod(_unflatten)
@@ -597,124 +585,14 @@ class _Renderer(ControlRenderer):
     def call(self, k: CallKernel) -> None:
         e = k.eqn
         ops = [self.names[v] for v, _ in k.operands]
-        out = e.outputs[0] if e.outputs else None
         name = e.primitive.name
-        if name == "matmul":
-            self.alloc(out)
-            self.matmul(k, out)
-        elif name == "concatenate":
-            self.alloc(out)
-            axis, offset = e.params["axis"], 0
-            for v, op in zip(e.inputs, ops):
-                self.copy_into(out, v, op, lambda idx, o=offset: [f"{i} + {o}" if a == axis else i for a, i in enumerate(idx)], e)
-                offset += v.shape[axis]
-        elif name == "unslice":
-            self.alloc(out)
-            self.fill(out, literal(0, out.dtype), e)
-            index = e.params["index"]
-            self.copy_into(out, e.inputs[0], ops[0],
-                           lambda idx: [f"{a} + {c} * {i}" for i, (a, _, c) in zip(idx, index)], e)
-        elif name in CONTROL:
+        if name in CONTROL:
             getattr(self, "control_" + name)(e, ops)
-        elif name in cuda_calls.KERNELS:   # (whole-array kernels registered per primitive)
-            cuda_calls.KERNELS[name](self, k, ops)
-        elif name == "print":   # on the host, in program order (a host read waits for the stream)
-            items = [repr(p[1]) if p[0] == "text" else ops[p[1]] for p in e.params["parts"]]
-            self.emit(1, f"R.print([{', '.join(items)}], {e.params['sep']!r})", eqn=e)
-        else:
+            return
+        write = cuda_calls.KERNELS.get(name)   # (whole-array kernels registered per primitive)
+        if write is None:
             raise TracekernError(f"the cuda backend cannot compile primitive {name} (from {e.source})")
-
-    def copy_into(self, out: Var, v: Var, op: str, where, e) -> None:
-        size = _size(v.shape)
-        if size == 0:
-            return
-        kn, T = _Kernel(), min(self.launch.threads, size)
-        idx = fusion.identity_index(v.shape)
-        src, dst = kn.param(op, v), kn.param(self.names[out], out)
-        kn.emit(1, f"for f in range(cuda.grid(1), {size}, cuda.gridsize(1)):")
-        _unflatten(kn, "f", v.shape, idx, 2)
-        kn.emit(2, f"{dst}[{_index(where(list(idx)))}] = {src}[{_index(idx)}]")
-        self.launch_kernel(kn, f"{e.primitive.name}: copy {v.aval} into {out.aval}", self.blocks(size, T), T, eqn=e)
-
-    def fill(self, out: Var, value: str, e) -> None:
-        size = _size(out.shape)
-        if size == 0:
-            return
-        kn, T = _Kernel(), min(self.launch.threads, size)
-        idx = fusion.identity_index(out.shape)
-        dst = kn.param(self.names[out], out)
-        kn.emit(1, f"for f in range(cuda.grid(1), {size}, cuda.gridsize(1)):")
-        _unflatten(kn, "f", out.shape, idx, 2)
-        kn.emit(2, f"{dst}[{_index(idx)}] = {value}")
-        self.launch_kernel(kn, f"fill {out.aval}", self.blocks(size, T), T, eqn=e)
-
-    def matmul(self, k: CallKernel, out: Var) -> None:
-        """C = A @ B: on cuBLAS for floats on a GPU (backends/cublas.py), else in t x t tiles through
-        shared memory. A transposed operand (the plan passes the value whose last-two-axes transpose
-        it is) is a cuBLAS operation, or in the tiled kernel loaded with its rows along threadIdx.x,
-        so neighbouring threads read neighbouring addresses either way (_load_tile)."""
-        e = k.eqn
-        (a_var, a_t), (b_var, b_t) = k.operands
-        batch = out.shape[:-2]
-        m, n = out.shape[-2:]
-        K = e.inputs[0].shape[-1]
-        nb = _size(batch)
-        if m * n * nb == 0:
-            return
-        depth = 1
-        if self.launch.cublas and out.dtype.kind in "fc" and K > 0:
-            A, B, C = self.names[a_var], self.names[b_var], self.names[out]
-            call = f"R.gemm({A}, {a_t}, {B}, {b_t}, {C}, {self.module.tf32})"
-            strided = [x for v, x in ((a_var, A), (b_var, B)) if v in self.graph.inputs]
-            if not strided:   # (buffers made here are C-contiguous)
-                self.emit(1, f"{call}  # matmul -> {out.aval} on cuBLAS", eqn=e)
-                return
-            self.emit(1, f"if R.dense({', '.join(strided)}):", eqn=e)
-            self.emit(2, f"{call}  # matmul -> {out.aval} on cuBLAS", eqn=e)
-            self.emit(1, "else:   # a strided input: the tiled kernel")
-            depth = 2
-        self.tiled_matmul(k, out, depth)
-
-    def tiled_matmul(self, k: CallKernel, out: Var, depth: int) -> None:
-        e = k.eqn
-        t = self.launch.tile
-        (a_var, a_t), (b_var, b_t) = k.operands
-        batch = out.shape[:-2]
-        m, n = out.shape[-2:]
-        K = e.inputs[0].shape[-1]
-        nb = _size(batch)
-        acc_dtype = np.dtype(out.dtype.name if out.dtype.kind in "fc" else cuda_math.ACCUMULATOR[out.dtype.name])
-        acc = CASTS[acc_dtype.name]
-        kn = _Kernel()
-        A, B, C = kn.param(self.names[a_var], a_var), kn.param(self.names[b_var], b_var), kn.param(self.names[out], out)
-        q = [f"q{d}" for d in range(len(batch))]
-        pre = "".join(f"{x}, " for x in q)
-        self.shared(kn, "sa", f"({t}, {t})", acc)
-        self.shared(kn, "sb", f"({t}, {t})", acc)
-        kn.emit(1, "tx = cuda.threadIdx.x")
-        kn.emit(1, "ty = cuda.threadIdx.y")
-        kn.emit(1, f"for bq in range(cuda.blockIdx.z, {nb}, cuda.gridDim.z):")
-        _unflatten(kn, "bq", batch, q, 2)
-        kn.emit(2, f"for rb in range(cuda.blockIdx.y, {-(-m // t)}, cuda.gridDim.y):")
-        kn.emit(3, f"for cb in range(cuda.blockIdx.x, {-(-n // t)}, cuda.gridDim.x):")
-        kn.emit(4, f"row = rb * {t} + ty")
-        kn.emit(4, f"col = cb * {t} + tx")
-        kn.emit(4, f"acc = {acc}(0)")
-        kn.emit(4, f"for kt in range({-(-K // t)}):")
-        d = 5
-        _load_tile(kn, d, "sa", A, pre, f"rb * {t}", f"kt * {t}", m, K, a_t, acc)
-        _load_tile(kn, d, "sb", B, pre, f"kt * {t}", f"cb * {t}", K, n, b_t, acc)
-        kn.emit(d, "cuda.syncthreads()")
-        kn.emit(d, f"for u in range({t}):")
-        kn.emit(d + 1, "acc += sa[ty, u] * sb[u, tx]")
-        kn.emit(d, "cuda.syncthreads()")
-        kn.emit(4, f"if row < {m} and col < {n}:")
-        kn.emit(5, f"{C}[{pre}row, col] = {CASTS[out.dtype.name]}(acc)")
-        cap = self.launch.max_blocks if self.launch.simulator else 65535 ** 3   # (grid-stride loops cover the rest)
-        gx = min(-(-n // t), 65535, cap)
-        gy = min(-(-m // t), 65535, max(1, cap // gx))
-        grid = (gx, gy, min(nb, 65535, max(1, cap // (gx * gy))))
-        self.launch_kernel(kn, f"matmul -> {out.aval}", grid, (t, t), eqn=e, depth=depth)
+        write(self, k, ops, [self.alloc(v) for v in e.outputs])
 
     # -- loops on the device -------------------------------------------------------------------------
     def control_scan(self, e, ops: list[str]) -> None:
@@ -880,7 +758,7 @@ def _device_loop_ok(body: Graph, plan: fusion.Plan, outputs: int | None = None) 
     matmul, branch, nested loop or print), and each of its first `outputs` outputs (all by
     default) made by the body itself, once (not an input passed through, which needs a copy)."""
     for k in plan.kernels:
-        if isinstance(k, CallKernel) and k.eqn.primitive.name not in ("concatenate", "unslice"):
+        if isinstance(k, CallKernel) and k.eqn.primitive.name not in cuda_calls.IN_DEVICE_LOOPS:
             return False
     made = {v for k in plan.kernels for v in (k.writes if isinstance(k, LoopKernel) else k.eqn.outputs)}
     outs = list(body.outputs)
