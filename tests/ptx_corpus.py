@@ -23,10 +23,10 @@ import tracekern as tk
 import tracekern.numpy as tnp
 from tests.conftest import make_input
 from tests.test_primitives import BCAST, BINARY, MATMUL, REDUCTIONS, SHAPE_OPS, UNARY
-from tracekern.backends import cache
+from tracekern.backends import cache, cuda_runtime, ptx_check
 from tracekern.backends import cuda as tkcuda
 
-GPU_LAUNCH = tkcuda.Launch(threads=256, max_blocks=132 * 8, tile=16, min_chunk=8, simulator=False)
+GPU_LAUNCH = cuda_runtime.Launch(threads=256, max_blocks=132 * 8, tile=16, min_chunk=8, simulator=False)
 CC = (8, 0)
 
 
@@ -189,7 +189,7 @@ _JOBS: list = []
 def _check(i: int) -> str:
     body, py_func, params, name = _JOBS[i]
     try:
-        bad = tkcuda.ptx_float64(py_func, list(params), CC)
+        bad = ptx_check.ptx_float64(py_func, list(params), CC)
     except Exception as err:   # a typing error the simulator cannot see
         return f"does not compile: {type(err).__name__}: {str(err)[:400]}\n{body}"
     return f"float64 in a float32 kernel: {bad[:3]}\n{body}" if bad else ""
@@ -221,7 +221,7 @@ def main(which: str) -> dict:
                   "        p1[f] = p0[f] * 0.1\n")
         _without_a_gpu()
         return {"kernels": 1, "float32_kernels": 1,
-                "problems": tkcuda.module_ptx_float64(source, [("k0", [("float32", 1), ("float32", 1)])])}
+                "problems": ptx_check.module_ptx_float64(source, [("k0", [("float32", 1), ("float32", 1)])])}
     _without_a_gpu()
     seen: dict = {}
     for step in _lower_all(which):
