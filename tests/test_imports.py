@@ -147,8 +147,9 @@ LAYERS = {
     "tracekern.backends.cpu": ["tracekern.trace", "tracekern.autodiff", "tracekern.api", "tracekern.numpy"],
     "tracekern.backends.cuda": ["tracekern.trace", "tracekern.autodiff", "tracekern.api", "tracekern.numpy"],
     "tracekern.backends.interpret": ["tracekern.trace", "tracekern.autodiff", "tracekern.api", "tracekern.numpy"],
-    # the CUDA runtime and the PTX check render nothing
-    "tracekern.backends.cuda_runtime": ["tracekern.backends.render", "tracekern.backends.fusion", "tracekern.backends.cuda"],
+    # the CUDA runtime and the PTX check read no plan and render nothing
+    "tracekern.backends.cuda_runtime": ["tracekern.backends.fusion", "tracekern.backends.cuda",
+                                        "tracekern.backends.cuda_calls"],
     "tracekern.backends.ptx_check": ["tracekern.backends.render", "tracekern.backends.fusion", "tracekern.backends.cuda"],
 }
 
