@@ -27,8 +27,8 @@ from ..errors import TracekernError
 from ..ir import Graph, Var
 from ..settings import config
 from . import cache, cpu_calls, cpu_math, fusion, render, scalar_rules, threads, tiers, units, vmath, workers
-from .fusion import CallKernel, Compute, Index, Literal, LoopKernel, Read
-from .render import CONTROL, ControlRenderer, flat_loop, identity_literal, literal, loop_nest
+from .fusion import CallKernel, Compute, LoopKernel, Read
+from .render import CONTROL, ControlRenderer, Idioms, Lines, Target, flat_loop, identity_literal, loop_nest, scalar_statement
 from .units import Unit
 
 # staging's plan cache keeps this backend's finished steps: their compiled units are on disk
@@ -64,20 +64,18 @@ def _index(idx: Sequence[str]) -> str:
     return ", ".join("0" if i == "0" else f"U({i})" for i in idx)
 
 
-class _Text:
-    """Lines of one generated function, and the equation each line comes from."""
-
-    def __init__(self):
-        self.lines: list[str] = []
-        self.line_eqn: dict[int, object] = {}
-
-    def emit(self, depth: int, text: str, eqn=None) -> None:
-        self.lines.append("    " * depth + text)
-        if eqn is not None:
-            self.line_eqn[len(self.lines)] = eqn
+TARGET = Target("cpu", on_device=False, functions=cpu_math.functions, casts=cpu_math.CASTS, index=_index,
+                kernels=cpu_calls.KERNELS, loops="prange over chunks of axis 0, a loop nest per chunk")
+# how a driver allocates and copies: plain Python (NumPy), an njit driver, a loop compiled whole (its workspace)
+PYTHON = Idioms(empty=lambda dims, dtype: f"np.empty(({''.join(f'{d}, ' for d in dims)}), np.{np.dtype(dtype).name})",
+                copy="{x}.copy()", assign="{dst}[...] = {src}", truth="{x}[()]", contiguous="np.ascontiguousarray({x})")
+NJIT = Idioms(empty=lambda dims, dtype: _empty(dims, dtype), copy="{x}.copy()", assign="{dst}[...] = {src}",
+              truth="{x}[()]", contiguous="np.ascontiguousarray({x})")
+INLINED = Idioms(empty=lambda dims, dtype: _empty(dims, dtype), copy="fresh_copy({x})", assign="assign({dst}, {src})",
+                 truth="{x}[()]", contiguous="contiguous({x})")
 
 
-def _module(what: str, functions: list[_Text], imports: Sequence[str] = ()) -> tuple[str, dict]:
+def _module(what: str, functions: list[Lines], imports: Sequence[str] = ()) -> tuple[str, dict]:
     """A generated module's source from its functions, and its line -> equation map."""
     head = _header(what) + "".join(line + "\n" for line in imports) + "\n"
     lines, line_eqn, offset = [], {}, head.count("\n")
@@ -176,8 +174,8 @@ class _LoopUnit:
         source, lines = _module(f"loop over {list(self.k.domain)}", [self.function(v) for v in self.variants])
         return Unit(source, lines, flagged=self.flagged, parallel=self.parallel)
 
-    def function(self, variant: Variant) -> _Text:
-        k, t = self.k, _Text()
+    def function(self, variant: Variant) -> Lines:
+        k, t = self.k, Lines()
         flag = variant.flags
         t.emit(0, f"@njit({_FLAGS}{', parallel=True' if self.parallel else ''})")
         t.emit(0, f"def {variant.name('kernel', '_exact')}({', '.join(self.names[key] for key in self.params)}):")
@@ -232,33 +230,21 @@ class _LoopUnit:
         return t
 
     @staticmethod
-    def filled(t: _Text, name: str, shape: tuple, dtype: str, value: str) -> None:
+    def filled(t: Lines, name: str, shape: tuple, dtype: str, value: str) -> None:
         t.emit(1, f"{name} = {_empty(shape, dtype)}")
         t.emit(1, f"{name}.fill({value})")
 
-    def scalar(self, t: _Text, stmt, depth: int, variant: Variant = PLAIN) -> None:
-        if isinstance(stmt, Read):
-            pins, index = fusion.pinned(stmt.index)
-            if (stmt.var, pins) not in self.names:   # (a value this loop writes, read back: never pinned)
-                pins, index = (), stmt.index
-            t.emit(depth, f"{stmt.name} = {self.names[(stmt.var, pins)]}[{_index(index)}]")
-        elif isinstance(stmt, Literal):
-            e = stmt.eqn
-            t.emit(depth, f"{stmt.name} = {literal(e.params['value'], e.outputs[0].dtype)}")
-        elif isinstance(stmt, Index):
-            t.emit(depth, f"{stmt.name} = {stmt.expr}")
-        else:
-            e = stmt.eqn
-            dtype = e.inputs[0].dtype if e.inputs else e.outputs[0].dtype
-            expr = stmt.template.format(*stmt.args, **cpu_math.functions(dtype, variant.exact))
-            out = e.outputs[0].dtype
-            if not (out.kind == "f" and all(v.dtype == out for v in e.inputs)):
-                # (float arithmetic on one dtype stays in it; ints widen to int64 in Numba; a
-                # cast per statement also costs type-inference time)
-                expr = f"{cpu_math.CASTS[out.name]}({expr})"
-            t.emit(depth, f"{stmt.name} = {expr}  # {e.primitive.name}", eqn=e)
+    def scalar(self, t: Lines, stmt, depth: int, variant: Variant = PLAIN) -> None:
+        t.emit(depth, *scalar_statement(TARGET, stmt, self.read, variant.exact))
 
-    def nest(self, t: _Text, reds: list, base: int, variant: Variant) -> None:
+    def read(self, stmt: Read) -> tuple[str, tuple]:
+        """The parameter a Read reads, and at what index: a pinned view's (see fusion.pinned)."""
+        pins, index = fusion.pinned(stmt.index)
+        if (stmt.var, pins) not in self.names:   # (a value this loop writes, read back: never pinned)
+            pins, index = (), stmt.index
+        return self.names[(stmt.var, pins)], index
+
+    def nest(self, t: Lines, reds: list, base: int, variant: Variant) -> None:
         """The loop nest of one chunk (rows lo .. lo + m0 of axis 0), its body and its reductions."""
         D = self.k.domain
         n = len(D)
@@ -301,7 +287,7 @@ class _LoopUnit:
             cuts.add(self.k.epilogue_first)
         return [0] + sorted({1} | {a for a in cuts if 1 < a < n})
 
-    def epilogue(self, t: _Text, depth: int, variant: Variant) -> None:
+    def epilogue(self, t: Lines, depth: int, variant: Variant) -> None:
         """The epilogue's statements and stores, once the reductions' results at this kept index are
         written (backends/fusion.py)."""
         k = self.k
@@ -312,7 +298,7 @@ class _LoopUnit:
         for v in k.epilogue:
             t.emit(depth, f"{self.names[(v, ())]}[{_index(k.epilogue_index(v))}] = {k.epilogue_results[v]}")
 
-    def body(self, t: _Text, reds: list, depth: int, idx: tuple, variant: Variant = PLAIN) -> None:
+    def body(self, t: Lines, reds: list, depth: int, idx: tuple, variant: Variant = PLAIN) -> None:
         k = self.k
         for stmt in k.body:
             if isinstance(stmt, Read) and not stmt.index and idx:
@@ -334,7 +320,7 @@ class _LoopUnit:
                 t.emit(depth, f"{cell} = " + r["combine"].format(acc=cell, x=x, **r["fns"]), eqn=r["e"])
 
     @staticmethod
-    def finish(t: _Text, r: dict, chunks: int) -> None:
+    def finish(t: Lines, r: dict, chunks: int) -> None:
         shape = r["e"].outputs[0].shape
         q = [f"q{a}" for a in range(len(shape))]
         depth = loop_nest(t, 1, shape, q)
@@ -352,12 +338,12 @@ def _call_unit(k: CallKernel) -> Unit:
     """A whole-array kernel (cpu_calls.KERNELS) as `kernel(operands..., outputs...)`."""
     e = k.eqn
     name = e.primitive.name
-    write = cpu_calls.KERNELS.get(name)
+    write = TARGET.kernels.get(name)
     if write is None:
         raise TracekernError(f"the cpu backend cannot compile primitive {name} (from {e.source})")
     ops = [f"p{j}" for j in range(len(k.operands))]
     dsts = [f"p{len(ops) + j}" for j in range(len(e.outputs))]
-    t = _Text()
+    t = Lines()
     t.emit(0, f"@njit({_FLAGS.replace(', nogil=True', '') if name in cpu_calls.OBJECT_MODE else _FLAGS})")
     t.emit(0, f"def kernel({', '.join(ops + dsts)}):")
     write(t, k, ops, dsts)
@@ -791,12 +777,7 @@ class _Renderer(ControlRenderer):
             self.names[v] = self.extra(self.const_value(v))
         self.variant = variant
         self.workspace, self.out_names = [], list(outs)
-        for pos, item in enumerate(self.items):
-            if isinstance(item, _Call):
-                self.unit_call(item, variant)
-            else:
-                self.call(item)
-            self.release(pos)
+        self.walk(self.items)
         # outputs a kernel did not write in place (inputs passed through, constants, a value returned
         # twice, results of control flow) are copied into their arrays
         for j, v in enumerate(self.graph.outputs):
@@ -859,12 +840,7 @@ class _Renderer(ControlRenderer):
             if self.module.used and not self.sub:
                 self.emit(1, f"F = {self.h_empty([1], np.dtype(bool))}")
                 self.emit(1, "F[0] = False")
-        for pos, item in enumerate(self.items):
-            if isinstance(item, _Call):
-                self.unit_call(item, variant)
-            else:
-                self.call(item)
-            self.release(pos)
+        self.walk(self.items)
         outs = []
         if flag and self.sub:
             self.emit(1, "if any_big:")
@@ -894,6 +870,12 @@ class _Renderer(ControlRenderer):
         return name
 
     # -- kernel units -----------------------------------------------------------------------
+    def kernel(self, item, pos: int) -> None:
+        if isinstance(item, _Call):
+            self.unit_call(item, self.variant)
+        else:
+            self.call(item)
+
     def unit_call(self, c: _Call, variant: Variant) -> None:
         k = self.plan.kernels[c.pos]
         for v in c.writes:
@@ -928,22 +910,9 @@ class _Renderer(ControlRenderer):
     def subcall(self, graph: Graph, args: list[str]) -> str:
         return f"{self.module.sub(graph, self.variant)}({', '.join(args + self.variant.extra)})"
 
-    def h_empty(self, dims: list, dtype: np.dtype) -> str:
-        if self.jitted:
-            return _empty(dims, dtype)
-        return f"np.empty(({''.join(f'{d}, ' for d in dims)}), np.{np.dtype(dtype).name})"
-
-    def h_copy(self, x: str) -> str:
-        return f"fresh_copy({x})" if self.inlined else f"{x}.copy()"
-
-    def h_assign(self, dst: str, src: str) -> str:
-        return f"assign({dst}, {src})" if self.inlined else f"{dst}[...] = {src}"
-
-    def h_truth(self, x: str) -> str:
-        return f"{x}[()]"
-
-    def h_contiguous(self, x: str) -> str:
-        return f"contiguous({x})" if self.inlined else f"np.ascontiguousarray({x})"
+    @property
+    def idioms(self) -> Idioms:
+        return INLINED if self.inlined else (NJIT if self.jitted else PYTHON)
 
     def h_schedule(self, acts: str, k: str, n: str, checkpoint: str, depth: int) -> None:
         if not self.jitted:
@@ -972,14 +941,14 @@ class _LoopFunction:
 
     def __init__(self, module: _Module, e, name: str, variant: Variant):
         self.m, self.e, self.name, self.variant = module, e, name, variant
-        self.t = _Text()
+        self.t = Lines()
         self.args = [f"a{i}" for i in range(len(e.inputs))]
         self.work: list[str] = []
 
     def emit(self, depth: int, text: str) -> None:
         self.t.emit(depth, text, eqn=self.e)
 
-    def render(self) -> _Text:
+    def render(self) -> Lines:
         e = self.e
         objmode = e.primitive.name == "scan_revolve" and e.params["length"] is None   # (its schedule)
         nogil = "" if objmode or any(_has_objmode(g) for g in _subgraphs(e)) else ", nogil=True"

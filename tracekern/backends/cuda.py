@@ -25,8 +25,8 @@ from ..ir import Graph, Var
 from ..settings import config
 from . import cache, cublas, cuda_calls, cuda_math, fusion, render, scalar_rules, units
 from .cuda_runtime import Launch, launch_config, runtime
-from .fusion import CallKernel, Index, Literal, LoopKernel, Read
-from .render import CASTS, CONTROL, ControlRenderer, identity_literal, literal
+from .fusion import CallKernel, LoopKernel
+from .render import CASTS, CONTROL, ControlRenderer, Idioms, Lines, Target, identity_literal, plain_index, scalar_statement
 from .units import Unit
 
 _IMPORTS = """import math
@@ -47,8 +47,12 @@ def _size(shape) -> int:
     return int(np.prod(shape, dtype=np.int64)) if len(shape) else 1
 
 
-def _index(idx: Sequence[str]) -> str:
-    return ", ".join(idx) if idx else "()"
+_index = plain_index
+TARGET = Target("cuda", on_device=True, functions=lambda dtype, exact=False: cuda_math.functions(dtype), casts=CASTS,
+                index=plain_index, kernels=cuda_calls.KERNELS, loops="grid-stride loops, a kernel launch each")
+# the host code's allocation and copies: on the device, through the runtime R (cuda_runtime.Runtime)
+IDIOMS = Idioms(empty=lambda dims, dtype: f"R.empty(({''.join(f'{d}, ' for d in dims)}), np.{np.dtype(dtype).name})",
+                copy="R.copy({x})", assign="R.assign({dst}, {src})", truth="R.scalar({x})", contiguous="{x}")
 
 
 class CompiledStep:
@@ -168,18 +172,12 @@ class _Module:
         return self.subs[id(graph)]
 
 
-class _Kernel:
+class _Kernel(Lines):
     """The lines of one kernel being rendered, and its parameters (host expression -> name)."""
 
     def __init__(self):
-        self.lines: list[str] = []
-        self.line_eqn: dict[int, object] = {}
+        super().__init__()
         self.params: dict[str, tuple[str, Var | tuple]] = {}
-
-    def emit(self, depth: int, text: str, eqn=None) -> None:
-        self.lines.append("    " * depth + text)
-        if eqn is not None:
-            self.line_eqn[len(self.lines)] = eqn
 
     def param(self, host: str, what: Var | tuple) -> str:
         if host not in self.params:
@@ -199,21 +197,15 @@ def _unflatten(kn: _Kernel, flat: str, dims: Sequence[int], names: Sequence[str]
     kn.emit(depth, f"{names[0]} = {rest}")
 
 
-class _HostLines:
+class _HostLines(Lines):
     """Where a host function is written: its lines, each kernel launch a compile unit of the module
     (_Module.kernel) launched on the step's stream."""
 
     one_block_size = False   # reductions of few elements launch fewer threads a block
 
     def __init__(self, module: _Module):
+        super().__init__()
         self.module = module
-        self.lines: list[str] = []
-        self.line_eqn: dict[int, object] = {}
-
-    def emit(self, depth: int, text: str, eqn=None) -> None:
-        self.lines.append("    " * depth + text)
-        if eqn is not None:
-            self.line_eqn[len(self.lines)] = eqn
 
     def launch(self, kn: _Kernel, comment: str, grid, block, eqn=None, depth: int = 1) -> None:
         params = [(n, what) for n, what in kn.params.values()]
@@ -245,6 +237,7 @@ class _Renderer(ControlRenderer):
 
     Kernel = _Kernel              # (what cuda_calls' kernels are written with)
     unflatten = staticmethod(_unflatten)
+    idioms = IDIOMS
 
     def __init__(self, plan: fusion.Plan, module: _Module, sub: bool = False, out: _HostLines | _Phases | None = None,
                  outputs: Sequence[str] = ()):
@@ -272,19 +265,16 @@ class _Renderer(ControlRenderer):
         self.module.on_device.update(self.bind_arguments(args))
         args.append("X")
         self.emit(0, f"def {name}({', '.join(args)}):")
-        self.walk()
+        self.walk(self.plan.kernels)
         inputs = set(g.inputs) | set(self.plan.consts)
         outs = [f"R.copy({self.names[v]})" if v in inputs else self.names[v] for v in g.outputs]
         self.emit(1, f"return ({', '.join(outs)},)" if outs else "return ()")
 
-    def walk(self) -> None:
-        """The plan's kernels in order, each buffer returned to the pool when it dies."""
-        for pos, k in enumerate(self.plan.kernels):
-            if isinstance(k, LoopKernel):
-                self.loop(k, pos)
-            else:
-                self.call(k)
-            self.release(pos)
+    def kernel(self, k, pos: int) -> None:
+        if isinstance(k, LoopKernel):
+            self.loop(k, pos)
+        else:
+            self.call(k)
 
     # -- buffers and launches ---------------------------------------------------------------
     def alloc(self, v: Var) -> str:
@@ -301,20 +291,7 @@ class _Renderer(ControlRenderer):
 
     # -- loop kernels ---------------------------------------------------------------------------
     def scalar(self, kn: _Kernel, stmt, depth: int) -> None:
-        if isinstance(stmt, Read):
-            kn.emit(depth, f"{stmt.name} = {kn.param(self.names[stmt.var], stmt.var)}[{_index(stmt.index)}]")
-        elif isinstance(stmt, Literal):
-            kn.emit(depth, f"{stmt.name} = {literal(stmt.eqn.params['value'], stmt.eqn.outputs[0].dtype)}")
-        elif isinstance(stmt, Index):
-            kn.emit(depth, f"{stmt.name} = {stmt.expr}")
-        else:
-            e = stmt.eqn
-            dtype = e.inputs[0].dtype if e.inputs else e.outputs[0].dtype
-            expr = stmt.template.format(*stmt.args, **cuda_math.functions(dtype))
-            out = e.outputs[0].dtype
-            if not (out.kind == "f" and all(v.dtype == out for v in e.inputs)):
-                expr = f"{CASTS[out.name]}({expr})"
-            kn.emit(depth, f"{stmt.name} = {expr}  # {e.primitive.name}", eqn=e)
+        kn.emit(depth, *scalar_statement(TARGET, stmt, lambda r: (kn.param(self.names[r.var], r.var), r.index)))
 
     def body(self, kn: _Kernel, k: LoopKernel, depth: int, stores: bool) -> None:
         for stmt in k.body:
@@ -501,7 +478,7 @@ class _Renderer(ControlRenderer):
         if name in CONTROL:
             getattr(self, "control_" + name)(e, ops)
             return
-        write = cuda_calls.KERNELS.get(name)   # (whole-array kernels registered per primitive)
+        write = TARGET.kernels.get(name)   # (whole-array kernels registered per primitive)
         if write is None:
             raise TracekernError(f"the cuda backend cannot compile primitive {name} (from {e.source})")
         write(self, k, ops, [self.alloc(v) for v in e.outputs])
@@ -645,18 +622,6 @@ class _Renderer(ControlRenderer):
     def subcall(self, graph: Graph, args: list[str]) -> str:
         return f"{self.module.sub(graph)}(R, {', '.join(args + ['X'])})"
 
-    def h_empty(self, dims: list, dtype: np.dtype) -> str:
-        return f"R.empty(({''.join(f'{d}, ' for d in dims)}), np.{np.dtype(dtype).name})"
-
-    def h_copy(self, x: str) -> str:
-        return f"R.copy({x})"
-
-    def h_assign(self, dst: str, src: str) -> str:
-        return f"R.assign({dst}, {src})"
-
-    def h_truth(self, x: str) -> str:
-        return f"R.scalar({x})"
-
     def h_schedule(self, acts: str, k: str, n: str, checkpoint: str, depth: int) -> None:
         self.emit(depth, f"{k} = schedule_slots({n}, {checkpoint})")
         self.emit(depth, f"{acts} = schedule_actions({n}, {k})")
@@ -736,7 +701,7 @@ class _DeviceLoop:
                          outputs=[f"o{self.tag}_{k}" for k in range(len(graph.outputs))])
         body.serial = self.r.serial   # (the enclosing function's: the body's buffers are made in it)
         self.r.module.on_device.update(body.bind_arguments([]))
-        body.walk()
+        body.walk(plan.kernels)
         for text in body.out.host:
             self.r.emit(1, text)
         where = {f"a{k}": x for k, x in enumerate(inputs)}
