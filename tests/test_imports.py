@@ -147,9 +147,8 @@ LAYERS = {
     "tracekern.backends.cpu": ["tracekern.trace", "tracekern.autodiff", "tracekern.api", "tracekern.numpy"],
     "tracekern.backends.cuda": ["tracekern.trace", "tracekern.autodiff", "tracekern.api", "tracekern.numpy"],
     "tracekern.backends.interpret": ["tracekern.trace", "tracekern.autodiff", "tracekern.api", "tracekern.numpy"],
-    # the CUDA runtime and the PTX check read no plan and render nothing
-    "tracekern.backends.cuda_runtime": ["tracekern.backends.fusion", "tracekern.backends.cuda",
-                                        "tracekern.backends.cuda_calls"],
+    # the CUDA runtime and the PTX check render nothing (the runtime takes cuda_math's device functions)
+    "tracekern.backends.cuda_runtime": ["tracekern.backends.cuda", "tracekern.backends.cuda_calls"],
     "tracekern.backends.ptx_check": ["tracekern.backends.render", "tracekern.backends.fusion", "tracekern.backends.cuda"],
 }
 
