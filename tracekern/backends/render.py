@@ -63,7 +63,7 @@ class Target:
     casts: dict[str, str]                            # the cast function of each dtype
     index: Callable[[Sequence[str]], str]            # an element's index inside a loop kernel, from its loop variables
     kernels: dict[str, Callable]                     # whole-array kernels, registered per primitive
-    loops: str                                       # its loop kernels' skeleton, in words
+    loops: str                                       # its loop kernels' skeleton, in words (its renderer writes it)
 
 
 def plain_index(idx: Sequence[str]) -> str:
