@@ -24,10 +24,10 @@ import tracekern as tk
 import tracekern.numpy as tnp
 from tests.conftest import make_input
 from tests.test_primitives import BCAST, BINARY, MATMUL, REDUCTIONS, SHAPE_OPS, UNARY
-from tracekern.backends import cache
+from tracekern.backends import cache, cuda_runtime, ptx_check
 from tracekern.backends import cuda as tkcuda
 
-GPU_LAUNCH = tkcuda.Launch(threads=256, max_blocks=132 * 8, tile=16, min_chunk=8, simulator=False)
+GPU_LAUNCH = cuda_runtime.Launch(threads=256, max_blocks=132 * 8, tile=16, min_chunk=8, simulator=False)
 CC = (8, 0)
 
 
@@ -190,7 +190,7 @@ _JOBS: list = []
 def _check(i: int) -> str:
     body, py_func, params, name = _JOBS[i]
     try:
-        bad = tkcuda.ptx_float64(py_func, list(params), CC)
+        bad = ptx_check.ptx_float64(py_func, list(params), CC)
     except Exception as err:   # a typing error the simulator cannot see
         return f"does not compile: {type(err).__name__}: {str(err)[:400]}\n{body}"
     return f"float64 in a float32 kernel: {bad[:3]}\n{body}" if bad else ""
@@ -236,7 +236,7 @@ def _contraction() -> dict:
                 tkcuda.compile_graph = compile_graph
             for source, params in [kp for step in steps for kp in step.kernels]:
                 py_func = cache.load_module(source).kernel.py_func
-                ptx, _ = cuda.compile_ptx(py_func, tkcuda._kernel_signature(params), cc=CC)
+                ptx, _ = cuda.compile_ptx(py_func, ptx_check._kernel_signature(params), cc=CC)
                 got = report.setdefault(f"{name} {np.dtype(dtype).name}", {"fma": 0, "mul.rn": 0})
                 got["fma"] += len(re.findall(r"\bfma\.rn\.f(32|64)", ptx))
                 got["mul.rn"] += len(re.findall(r"\bmul\.rn\.f(32|64)", ptx))
@@ -254,7 +254,7 @@ def main(which: str) -> dict:
                   "        p1[f] = p0[f] * 0.1\n")
         _without_a_gpu()
         return {"kernels": 1, "float32_kernels": 1,
-                "problems": tkcuda.module_ptx_float64(source, [("k0", [("float32", 1), ("float32", 1)])])}
+                "problems": ptx_check.module_ptx_float64(source, [("k0", [("float32", 1), ("float32", 1)])])}
     _without_a_gpu()
     seen: dict = {}
     for step in _lower_all(which):

@@ -172,7 +172,7 @@ def test_the_hermitian_edges_kernel_compiles_to_ptx():
     """cufft.py's own kernel (the imaginary parts of the zero and n/2 frequencies dropped before a c2r) types
     for complex64 and complex128 without the simulator, complex64 with no float64 instruction."""
     code = ("from numba import cuda, types\n"
-            "from tracekern.backends import cufft, cuda as C\n"
+            "from tracekern.backends import cufft, ptx_check as C\n"
             "for c in (types.complex64, types.complex128):\n"
             "    ptx, _ = cuda.compile_ptx(cufft._edges.py_func, types.void(types.Array(c, 2, 'C'), types.int64), cc=(8, 0))\n"
             "    assert c == types.complex128 or not [l for l in ptx.splitlines() if C._F64.search(l)], ptx\n"

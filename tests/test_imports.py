@@ -148,6 +148,9 @@ LAYERS = {
     "tracekern.backends.cpu": ["tracekern.trace", "tracekern.autodiff", "tracekern.api", "tracekern.numpy"],
     "tracekern.backends.cuda": ["tracekern.trace", "tracekern.autodiff", "tracekern.api", "tracekern.numpy"],
     "tracekern.backends.interpret": ["tracekern.trace", "tracekern.autodiff", "tracekern.api", "tracekern.numpy"],
+    # the CUDA runtime and the PTX check render nothing (the runtime takes cuda_math's device functions)
+    "tracekern.backends.cuda_runtime": ["tracekern.backends.cuda", "tracekern.backends.cuda_calls"],
+    "tracekern.backends.ptx_check": ["tracekern.backends.render", "tracekern.backends.fusion", "tracekern.backends.cuda"],
 }
 
 
@@ -233,3 +236,95 @@ def test_the_cuda_check_catches_each_form():
         fine = name == "cpu" or "cuda" in names or label == f"{name}"
     """)
     assert cuda_comparisons(ast.parse(source)) == [2, 3, 5, 6, 7, 9]
+# -- backends differ by tables ------------------------------------------------------------------------
+# Dispatch on primitive names is a table look-up (a registry of kernel writers, a named set such as
+# render.CONTROL): in tracekern/backends/, no `if`/`elif` chain tests a primitive's name (an expression
+# ending in `.primitive.name`, or a local variable assigned from one) against a string literal (`==`/`!=`
+# a str constant, `in`/`not in` a literal tuple, list or set of str), and no function has two such
+# tests. One lone `if` is one question about one equation, not dispatch (cpu._gemm_macs: "is it a
+# float matmul"), and so is a conditional expression choosing a value (`"sort" if ... else ...`);
+# membership in a named table (`name in CONTROL`, `name in KERNELS`) is the look-up itself.
+
+
+def _is_primitive_name(node: ast.AST, aliases: set[str]) -> bool:
+    if isinstance(node, ast.Attribute) and node.attr == "name" and isinstance(node.value, ast.Attribute) \
+            and node.value.attr == "primitive":
+        return True
+    return isinstance(node, ast.Name) and node.id in aliases
+
+
+def _is_literal_name(node: ast.AST) -> bool:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return True
+    return isinstance(node, (ast.Tuple, ast.List, ast.Set)) and bool(node.elts) and all(
+        isinstance(x, ast.Constant) and isinstance(x.value, str) for x in node.elts)
+
+
+def _tests_a_name(test: ast.AST, aliases: set[str]) -> bool:
+    for node in ast.walk(test):
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            if any(_is_primitive_name(s, aliases) for s in sides) and any(_is_literal_name(s) for s in sides):
+                return True
+    return False
+
+
+def name_dispatch(source: str) -> list[tuple[str, list[int]]]:
+    """(function, lines of its if tests on primitive names) for every function that has more than one."""
+    found = []
+    for fn in ast.walk(ast.parse(source)):
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        aliases = {t.id for node in ast.walk(fn) if isinstance(node, ast.Assign)
+                   and _is_primitive_name(node.value, set()) for t in node.targets if isinstance(t, ast.Name)}
+        chained = set()   # the `if`s of if/elif chains
+        for node in ast.walk(fn):
+            if isinstance(node, ast.If) and len(node.orelse) == 1 and isinstance(node.orelse[0], ast.If):
+                chained |= {id(node), id(node.orelse[0])}
+        lines = [(node.lineno, id(node) in chained) for node in ast.walk(fn) if isinstance(node, (ast.If, ast.While))
+                 and _tests_a_name(node.test, aliases)]
+        if len(lines) > 1 or any(in_chain for _, in_chain in lines):
+            found.append((fn.name, sorted(line for line, _ in lines)))
+    return found
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "tracekern" / "backends").glob("*.py")), ids=lambda p: p.name)
+def test_backends_dispatch_by_tables_not_by_name_chains(path):
+    found = name_dispatch(path.read_text())
+    assert not found, f"{path.name}: if/elif on primitive names (register the primitive instead): {found}"
+
+
+def test_the_name_dispatch_check_catches_a_chain_and_allows_tables():
+    chain = textwrap.dedent("""
+        def call(self, k):
+            name = k.eqn.primitive.name
+            if name == "matmul":
+                pass
+            elif name in ("concatenate", "unslice"):
+                pass
+        def two_ifs(e):
+            if e.primitive.name == "print":
+                return 1
+            if e.primitive.name != "cond":
+                return 2
+        def one_in_a_chain(self, e):
+            if e.primitive.name in CONTROL:
+                pass
+            elif e.primitive.name == "print":
+                pass
+        """)
+    assert name_dispatch(chain) == [("call", [4, 6]), ("two_ifs", [9, 11]), ("one_in_a_chain", [16])]
+    allowed = textwrap.dedent("""
+        def call(self, k):
+            name = k.eqn.primitive.name
+            if name in CONTROL:
+                pass
+            elif name in KERNELS:
+                KERNELS[name](self, k)
+            x = "a" if name == "sort" else "b"
+            if k.eqn.primitive.name == "matmul" and k.eqn.outputs[0].dtype.kind == "f":
+                return x
+            if k.eqn.outputs[0].dtype.name == "float32":
+                return x
+        """)
+    assert name_dispatch(allowed) == []

@@ -52,3 +52,49 @@ def test_a_while_loop_makes_its_schedule_when_it_runs(backend):
 
     source = tk.jit(tk.grad(loss), backend=backend).lower(np.ones(3)).source
     assert "schedule_actions(n" in source and ", 2)" in source
+
+
+# -- a third target (tests/toy_target.py): adding a backend is a Target, registry entries and a renderer of its
+# loop skeleton (README: Adding a backend); it runs plain Python loops, compared with the NumPy oracle
+
+
+@pytest.fixture
+def toy(monkeypatch):
+    from tracekern import backends
+
+    monkeypatch.setitem(backends.MODULES, "toy", "tests.toy_target")
+    return "toy"
+
+
+def _toy_programs():
+    rng = np.random.default_rng(0)
+    x, w, v = rng.normal(size=(3, 4)), rng.normal(size=(4, 2)), rng.normal(size=(4,))
+
+    def mlp(x, w):
+        h = np.tanh(x @ w)
+        return np.sum(tk.numpy.softmax(h, axis=-1) * h) + np.max(np.sin(x), axis=0).sum()
+
+    def control(v):
+        c, ys = tk.scan(lambda c, r: (np.tanh(c * r + 0.5), c.sum()), v, np.stack([v, v * 0.5, v]))
+        c = tk.while_loop(lambda c: c.sum() < 5, lambda c: c * 1.5 + 1, c)
+        c = tk.cond(c.sum() > 0, lambda a: np.exp(a * 0.1), lambda a: -a, c)
+        return np.sum(np.concatenate([c, ys])) + np.mean(c * c)
+
+    return [("mlp", mlp, (x, w)), ("control", control, (v,))]
+
+
+@pytest.mark.parametrize("name", ["mlp", "control"])
+def test_a_toy_third_target_runs_programs_and_their_gradients_as_interpret_does(toy, name):
+    _, fn, args = next(p for p in _toy_programs() if p[0] == name)
+    argnums = tuple(range(len(args)))
+    for f in (fn, tk.value_and_grad(fn, argnums=argnums)):
+        want = tk.jit(f, backend="interpret")(*args)
+        got = tk.jit(f, backend=toy)(*args)
+        want_leaves, want_tree = tk.tree_flatten(want)
+        got_leaves, got_tree = tk.tree_flatten(got)
+        assert got_tree == want_tree and len(got_leaves) == len(want_leaves) > 0
+        for g, w in zip(got_leaves, want_leaves):
+            assert g.shape == w.shape and g.dtype == w.dtype
+            np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12)
+    source = tk.jit(fn, backend=toy).lower(*args).source   # (plain loops; matmul from the toy's registry)
+    assert "for i0 in range(" in source and ("np.matmul(" in source) == (name == "mlp")

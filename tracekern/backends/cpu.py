@@ -28,8 +28,8 @@ from ..ir import Graph, Var
 from ..primitives.control import RevolveLayout, ScanLayout, WhileLayout
 from ..settings import config
 from . import cache, cpu_calls, cpu_math, fusion, render, scalar_rules, threads, tiers, units, vmath, workers
-from .fusion import CallKernel, Compute, Index, Literal, LoopKernel, Read
-from .render import CONTROL, ControlRenderer, flat_loop, identity_literal, literal, loop_nest
+from .fusion import CallKernel, Compute, LoopKernel, Read
+from .render import CONTROL, ControlRenderer, Idioms, Lines, Target, flat_loop, identity_literal, loop_nest, scalar_statement
 from .units import Unit
 
 # staging's plan cache keeps this backend's finished steps: their compiled units are on disk
@@ -65,20 +65,18 @@ def _index(idx: Sequence[str]) -> str:
     return ", ".join("0" if i == "0" else f"U({i})" for i in idx)
 
 
-class _Text:
-    """Lines of one generated function, and the equation each line comes from."""
-
-    def __init__(self):
-        self.lines: list[str] = []
-        self.line_eqn: dict[int, object] = {}
-
-    def emit(self, depth: int, text: str, eqn=None) -> None:
-        self.lines.append("    " * depth + text)
-        if eqn is not None:
-            self.line_eqn[len(self.lines)] = eqn
+TARGET = Target("cpu", on_device=False, functions=cpu_math.functions, casts=cpu_math.CASTS, index=_index,
+                kernels=cpu_calls.KERNELS, loops="prange over chunks of axis 0, a loop nest per chunk")
+# how a driver allocates and copies: plain Python (NumPy), an njit driver, a loop compiled whole (its workspace)
+PYTHON = Idioms(empty=lambda dims, dtype: f"np.empty(({''.join(f'{d}, ' for d in dims)}), np.{np.dtype(dtype).name})",
+                copy="{x}.copy()", assign="{dst}[...] = {src}", truth="{x}[()]", contiguous="np.ascontiguousarray({x})")
+NJIT = Idioms(empty=lambda dims, dtype: _empty(dims, dtype), copy="{x}.copy()", assign="{dst}[...] = {src}",
+              truth="{x}[()]", contiguous="np.ascontiguousarray({x})")
+INLINED = Idioms(empty=lambda dims, dtype: _empty(dims, dtype), copy="fresh_copy({x})", assign="assign({dst}, {src})",
+                 truth="{x}[()]", contiguous="contiguous({x})")
 
 
-def _module(what: str, functions: list[_Text], imports: Sequence[str] = ()) -> tuple[str, dict]:
+def _module(what: str, functions: list[Lines], imports: Sequence[str] = ()) -> tuple[str, dict]:
     """A generated module's source from its functions, and its line -> equation map."""
     head = _header(what) + "".join(line + "\n" for line in imports) + "\n"
     lines, line_eqn, offset = [], {}, head.count("\n")
@@ -87,6 +85,30 @@ def _module(what: str, functions: list[_Text], imports: Sequence[str] = ()) -> t
             line_eqn[offset + len(lines) + n] = e
         lines += fn.lines + ["", ""]
     return head + "\n".join(lines).rstrip() + "\n", line_eqn
+
+
+@dataclass(frozen=True)
+class Variant:
+    """Which sin/cos/tan a rendering calls. A kernel, a step and a sub-graph's function are each described
+    once and rendered per variant: FAST calls vmath's vectorised forms, exact for |x| < TRIG_LIMIT, and
+    tracks a flag raised when an argument is beyond that (a kernel and a step return it first, a
+    sub-graph's function sets F[0]); EXACT calls libm's, and is what a step whose flag was raised runs
+    instead (Numba compiles it on its first call: the libm variant costs compile time only when a large
+    argument appears). PLAIN: a kernel or step with no sin/cos/tan in loops, rendered once, no flag."""
+    exact: bool      # libm's sin/cos/tan
+    flags: bool      # tracks the flag (`big`, `any_big`, F)
+
+    def name(self, base: str, suffix: str = "_x") -> str:
+        """The name of a function in this variant: the EXACT one's takes the suffix."""
+        return base + suffix if self.exact else base
+
+    @property
+    def extra(self) -> list[str]:
+        """The arguments every function of a driver module takes after its own: X, and F where it flags."""
+        return ["X", "F"] if self.flags else ["X"]
+
+
+FAST, EXACT, PLAIN = Variant(exact=False, flags=True), Variant(exact=True, flags=False), Variant(exact=False, flags=False)
 
 
 # ----------------------------------------------------------------------------- kernel units
@@ -138,28 +160,26 @@ def pinned_view(x: np.ndarray, pins: tuple) -> np.ndarray:
 
 
 class _LoopUnit:
-    """Renders one loop kernel as `kernel(p0, p1, ...)` (and `kernel_exact`, with libm's sin/cos/tan,
-    when it has a trig flag to return)."""
+    """Renders one loop kernel as `kernel(p0, p1, ...)`: PLAIN, or FAST (it returns the trig flag) and
+    EXACT (`kernel_exact`, with libm's sin/cos/tan) when it calls sin/cos/tan in its loops."""
 
     def __init__(self, k: LoopKernel):
         self.k = k
         self.params = loop_params(k)
         self.names = {key: f"p{j}" for j, key in enumerate(self.params)}
         self.flagged = _has_trig(k)
+        self.variants = (FAST, EXACT) if self.flagged else (PLAIN,)
         self.parallel = k.parallel and not _raises(k)
 
     def unit(self) -> Unit:
-        fns = [self.function("kernel", exact=False)]
-        if self.flagged:
-            fns.append(self.function("kernel_exact", exact=True))
-        source, lines = _module(f"loop over {list(self.k.domain)}", fns)
+        source, lines = _module(f"loop over {list(self.k.domain)}", [self.function(v) for v in self.variants])
         return Unit(source, lines, flagged=self.flagged, parallel=self.parallel)
 
-    def function(self, name: str, exact: bool) -> _Text:
-        k, t = self.k, _Text()
-        flag = self.flagged and not exact
+    def function(self, variant: Variant) -> Lines:
+        k, t = self.k, Lines()
+        flag = variant.flags
         t.emit(0, f"@njit({_FLAGS}{', parallel=True' if self.parallel else ''})")
-        t.emit(0, f"def {name}({', '.join(self.names[key] for key in self.params)}):")
+        t.emit(0, f"def {variant.name('kernel', '_exact')}({', '.join(self.names[key] for key in self.params)}):")
         D = k.domain
         n = len(D)
         reds = []
@@ -180,9 +200,9 @@ class _LoopUnit:
                 self.filled(t, r["scratch"], tuple(out.shape), acc_dtype.name, ident)
             reds.append(r)
         if n == 0:
-            self.body(t, reds, 1, (), exact=True)
+            self.body(t, reds, 1, (), EXACT)
             if k.epilogue:
-                self.epilogue(t, 1, exact=True, flag=False)
+                self.epilogue(t, 1, EXACT)
             return t
         for stmt in k.body:  # 0-d values are loop invariant (and Numba's prange mistypes 0-d arrays)
             if isinstance(stmt, Read) and not stmt.index:
@@ -195,14 +215,14 @@ class _LoopUnit:
         t.emit(2, f"m0 = {rows} if lo + {rows} <= {D[0]} else {D[0]} - lo")
         if flag:
             t.emit(2, "big = False")
-        self.nest(t, reds, 2, exact=exact, flag=flag)
+        self.nest(t, reds, 2, variant)
         if flag:
             t.emit(2, "bigc[c] = big")
         for r in reds:  # combine per-chunk partial results in a fixed order
             if "scratch" in r:
                 self.finish(t, r, k.num_chunks)
         if k.epilogue and k.epilogue_first == 0:   # (after the whole loop: a few scalars, with libm)
-            self.epilogue(t, 1, exact=True, flag=False)
+            self.epilogue(t, 1, EXACT)
         if flag:
             t.emit(1, "big = False")
             t.emit(1, f"for c in range({k.num_chunks}):")
@@ -211,33 +231,21 @@ class _LoopUnit:
         return t
 
     @staticmethod
-    def filled(t: _Text, name: str, shape: tuple, dtype: str, value: str) -> None:
+    def filled(t: Lines, name: str, shape: tuple, dtype: str, value: str) -> None:
         t.emit(1, f"{name} = {_empty(shape, dtype)}")
         t.emit(1, f"{name}.fill({value})")
 
-    def scalar(self, t: _Text, stmt, depth: int, exact: bool = False) -> None:
-        if isinstance(stmt, Read):
-            pins, index = fusion.pinned(stmt.index)
-            if (stmt.var, pins) not in self.names:   # (a value this loop writes, read back: never pinned)
-                pins, index = (), stmt.index
-            t.emit(depth, f"{stmt.name} = {self.names[(stmt.var, pins)]}[{_index(index)}]")
-        elif isinstance(stmt, Literal):
-            e = stmt.eqn
-            t.emit(depth, f"{stmt.name} = {literal(e.params['value'], e.outputs[0].dtype)}")
-        elif isinstance(stmt, Index):
-            t.emit(depth, f"{stmt.name} = {stmt.expr}")
-        else:
-            e = stmt.eqn
-            dtype = e.inputs[0].dtype if e.inputs else e.outputs[0].dtype
-            expr = stmt.template.format(*stmt.args, **cpu_math.functions(dtype, exact))
-            out = e.outputs[0].dtype
-            if not (out.kind == "f" and all(v.dtype == out for v in e.inputs)):
-                # (float arithmetic on one dtype stays in it; ints widen to int64 in Numba; a
-                # cast per statement also costs type-inference time)
-                expr = f"{cpu_math.CASTS[out.name]}({expr})"
-            t.emit(depth, f"{stmt.name} = {expr}  # {e.primitive.name}", eqn=e)
+    def scalar(self, t: Lines, stmt, depth: int, variant: Variant = PLAIN) -> None:
+        t.emit(depth, *scalar_statement(TARGET, stmt, self.read, variant.exact))
 
-    def nest(self, t: _Text, reds: list, base: int, exact: bool, flag: bool) -> None:
+    def read(self, stmt: Read) -> tuple[str, tuple]:
+        """The parameter a Read reads, and at what index: a pinned view's (see fusion.pinned)."""
+        pins, index = fusion.pinned(stmt.index)
+        if (stmt.var, pins) not in self.names:   # (a value this loop writes, read back: never pinned)
+            pins, index = (), stmt.index
+        return self.names[(stmt.var, pins)], index
+
+    def nest(self, t: Lines, reds: list, base: int, variant: Variant) -> None:
         """The loop nest of one chunk (rows lo .. lo + m0 of axis 0), its body and its reductions."""
         D = self.k.domain
         n = len(D)
@@ -254,9 +262,9 @@ class _LoopUnit:
                 end = starts[level + 1] if level + 1 < len(starts) else n
                 flat_loop(t, depth, D[axis:end], [f"i{a}" for a in range(axis, end)], f"f{axis}")
         inner = base + len(starts)
-        self.body(t, reds, inner, tuple(f"i{a}" for a in range(n)), exact, flag)
+        self.body(t, reds, inner, tuple(f"i{a}" for a in range(n)), variant)
         if self.k.epilogue and self.k.epilogue_first == n:
-            self.epilogue(t, inner, exact, flag)
+            self.epilogue(t, inner, variant)
         for level, axis in reversed(list(enumerate(starts))):
             depth = base + level
             for r in reds:
@@ -266,7 +274,7 @@ class _LoopUnit:
                     target = f"{r['scratch']}[c]" if axis == 0 else f"{r['out']}[{_index([f'i{a}' for a in range(axis)])}]"
                     t.emit(depth, f"{target} = {r['acc']}")
             if self.k.epilogue and 0 < axis == self.k.epilogue_first < n:
-                self.epilogue(t, depth, exact, flag)
+                self.epilogue(t, depth, variant)
 
     def segments(self, reds: list) -> list[int]:
         """The first axis of each loop of the nest: every axis up to render.FLAT_ABOVE axes; more,
@@ -280,24 +288,24 @@ class _LoopUnit:
             cuts.add(self.k.epilogue_first)
         return [0] + sorted({1} | {a for a in cuts if 1 < a < n})
 
-    def epilogue(self, t: _Text, depth: int, exact: bool, flag: bool) -> None:
+    def epilogue(self, t: Lines, depth: int, variant: Variant) -> None:
         """The epilogue's statements and stores, once the reductions' results at this kept index are
         written (backends/fusion.py)."""
         k = self.k
         for stmt in k.epilogue_body:
-            self.scalar(t, stmt, depth, exact)
-            if flag and isinstance(stmt, Compute) and stmt.eqn.primitive.name in _TRIG:
+            self.scalar(t, stmt, depth, variant)
+            if variant.flags and isinstance(stmt, Compute) and stmt.eqn.primitive.name in _TRIG:
                 t.emit(depth, f"big = big | (abs({stmt.args[0]}) >= TRIG_LIMIT)")
         for v in k.epilogue:
             t.emit(depth, f"{self.names[(v, ())]}[{_index(k.epilogue_index(v))}] = {k.epilogue_results[v]}")
 
-    def body(self, t: _Text, reds: list, depth: int, idx: tuple, exact: bool = False, flag: bool = False) -> None:
+    def body(self, t: Lines, reds: list, depth: int, idx: tuple, variant: Variant = PLAIN) -> None:
         k = self.k
         for stmt in k.body:
             if isinstance(stmt, Read) and not stmt.index and idx:
                 continue  # read once before the loop
-            self.scalar(t, stmt, depth, exact)
-            if flag and isinstance(stmt, Compute) and stmt.eqn.primitive.name in _TRIG:
+            self.scalar(t, stmt, depth, variant)
+            if variant.flags and isinstance(stmt, Compute) and stmt.eqn.primitive.name in _TRIG:
                 t.emit(depth, f"big = big | (abs({stmt.args[0]}) >= TRIG_LIMIT)")
         for v in k.stores:
             t.emit(depth, f"{self.names[(v, ())]}[{_index(idx)}] = {k.results[v]}")
@@ -313,7 +321,7 @@ class _LoopUnit:
                 t.emit(depth, f"{cell} = " + r["combine"].format(acc=cell, x=x, **r["fns"]), eqn=r["e"])
 
     @staticmethod
-    def finish(t: _Text, r: dict, chunks: int) -> None:
+    def finish(t: Lines, r: dict, chunks: int) -> None:
         shape = r["e"].outputs[0].shape
         q = [f"q{a}" for a in range(len(shape))]
         depth = loop_nest(t, 1, shape, q)
@@ -328,68 +336,20 @@ class _LoopUnit:
 
 
 def _call_unit(k: CallKernel) -> Unit:
-    """A whole-array kernel (matmul, concatenate, unslice; the others from cpu_calls.KERNELS) as
-    `kernel(operands..., outputs...)`."""
+    """A whole-array kernel (cpu_calls.KERNELS) as `kernel(operands..., outputs...)`."""
     e = k.eqn
-    out = e.outputs[0]
+    name = e.primitive.name
+    write = TARGET.kernels.get(name)
+    if write is None:
+        raise TracekernError(f"the cpu backend cannot compile primitive {name} (from {e.source})")
     ops = [f"p{j}" for j in range(len(k.operands))]
     dsts = [f"p{len(ops) + j}" for j in range(len(e.outputs))]
-    dst = dsts[0]
-    t = _Text()
-    t.emit(0, f"@njit({_FLAGS.replace(', nogil=True', '') if e.primitive.name in cpu_calls.OBJECT_MODE else _FLAGS})")
+    t = Lines()
+    t.emit(0, f"@njit({_FLAGS.replace(', nogil=True', '') if name in cpu_calls.OBJECT_MODE else _FLAGS})")
     t.emit(0, f"def kernel({', '.join(ops + dsts)}):")
-    name = e.primitive.name
-    if name == "matmul":
-        _matmul(t, ops, dst, out, e)
-    elif name == "concatenate":
-        # explicit loops, not slice assignment: Numba's generic setitem took 3x as long (8.3 against
-        # 2.5 us for 16k float32 values), and a loop over contiguous memory vectorises
-        axis, offset = e.params["axis"], 0
-        for op, v in zip(ops, e.inputs):
-            at = [f"{offset} + i{a}" if a == axis and offset else f"i{a}" for a in range(len(out.shape))]
-            _copy_loops(t, v.shape, f"{dst}[{', '.join(at) or '()'}] = {op}[{', '.join(f'i{a}' for a in range(len(v.shape))) or '()'}]", e)
-            offset += v.shape[axis]
-    elif name == "unslice":
-        zero = literal(0, out.dtype)
-        _copy_loops(t, out.shape, f"{dst}[{', '.join(f'i{a}' for a in range(len(out.shape))) or '()'}] = {zero}", e)
-        src = e.inputs[0]
-        at = [f"{a} + i{d} * {c}" if c != 1 else (f"{a} + i{d}" if a else f"i{d}")
-              for d, (a, _, c) in enumerate(e.params["index"])]
-        whole = ", ".join(f"i{d}" for d in range(len(src.shape))) or "()"
-        _copy_loops(t, src.shape, f"{dst}[{', '.join(at) or '()'}] = {ops[0]}[{whole}]", e)
-    elif name in cpu_calls.KERNELS:
-        cpu_calls.KERNELS[name](t, ops, dsts, e)
-    else:
-        raise TracekernError(f"the cpu backend cannot compile primitive {name} (from {e.source})")
+    write(t, k, ops, dsts)
     source, lines = _module(name, [t])
     return Unit(source, lines)
-
-
-def _copy_loops(t: _Text, shape: tuple, statement: str, e) -> None:
-    """`statement` inside a loop nest over `shape` (loop variables i0, i1, ...)."""
-    depth = loop_nest(t, 1, shape, [f"i{a}" for a in range(len(shape))])
-    t.emit(depth, statement, eqn=e)
-
-
-def _matmul(t: _Text, ops: list[str], C0: str, out: Var, e) -> None:
-    """C = A @ B over the batch axes (operands have the output's batch shape), BLAS for floats."""
-    batch = out.shape[:-2]
-    k_dim = e.inputs[0].shape[-1]
-    depth = loop_nest(t, 1, [f"{C0}.shape[{d}]" for d in range(len(batch))], [f"q{d}" for d in range(len(batch))])
-    sub = "".join(f"q{d}, " for d in range(len(batch)))
-    A, B, C = (f"{x}[{sub[:-2]}]" if batch else x for x in (*ops, C0))
-    if out.dtype.kind in "fc" and k_dim > 0 and out.size > 0:
-        t.emit(depth, f"gemm({A}, {B}, {C})", eqn=e)   # (cpu_math.gemm: np.dot, cached once per machine)
-        return
-    # integer and bool matmul (no BLAS), and empty products
-    acc_dtype = cpu_math.ACCUMULATOR[out.dtype.name] if out.dtype.kind != "f" else out.dtype.name
-    n_out = len(out.shape)
-    t.emit(depth, f"for r in range({C0}.shape[{n_out - 2}]):")
-    t.emit(depth + 1, f"for s in range({C0}.shape[{n_out - 1}]):")
-    t.emit(depth + 2, f"t = np.{acc_dtype}(0)")
-    t.emit(depth + 2, f"for u in range({k_dim}):")
-    t.emit(depth + 3, f"t += {A}[r, u] * {B}[u, s]")
-    t.emit(depth + 2, f"{C}[r, s] = {cpu_math.CASTS[out.dtype.name]}(t)", eqn=e)
 
 
 # ----------------------------------------------------------------------------- steps
@@ -459,7 +419,7 @@ def _calls(plan: fusion.Plan) -> list:
         if isinstance(k, LoopKernel):
             lu = _LoopUnit(k)
             out.append(_Call(pos, lu.unit(), list(lu.params), k.writes))
-        elif k.eqn.primitive.name in CONTROL or k.eqn.primitive.name == "print":
+        elif k.eqn.primitive.name in CONTROL or k.eqn.primitive.name in cpu_calls.STEP:
             out.append(k)
         else:
             out.append(_Call(pos, _call_unit(k), list(k.operands) + [(v, False) for v in k.eqn.outputs], list(k.eqn.outputs)))
@@ -724,15 +684,16 @@ class _Module:
         return all(_largest(g) <= SMALL_BODY_ELEMENTS or _kernel_calls(self.plan(g)) <= NJIT_DRIVER_CALLS
                    for g in _subgraphs(e))
 
-    def loop_function(self, e, exact: bool) -> str:
-        """The njit function running loop `e` whole: `loopN(operands..., X[, F])` returns its outputs."""
-        key = (id(e), exact)
+    def loop_function(self, e, variant: Variant) -> str:
+        """The njit function running loop `e` whole: `loopN(operands..., X[, F])` returns its outputs
+        (rendered FAST and EXACT: `loopN_x`)."""
+        key = (id(e), variant)
         if key not in self.loops:
             n = len(self.loops) // 2
-            for variant in (False, True):   # (both names taken first: rendering may name loops nested in it)
-                self.loops[(id(e), variant)] = f"loop{n}" + ("_x" if variant else "")
-            for variant in (False, True):
-                text = _LoopFunction(self, e, self.loops[(id(e), variant)], variant).render()
+            for v in (FAST, EXACT):   # (both names taken first: rendering may name loops nested in it)
+                self.loops[(id(e), v)] = v.name(f"loop{n}")
+            for v in (FAST, EXACT):
+                text = _LoopFunction(self, e, self.loops[(id(e), v)], v).render()
                 self.lines += text.lines + ["", ""]
         return self.loops[key]
 
@@ -748,23 +709,24 @@ class _Module:
 
     def imports(self) -> list[str]:
         return [f"from {u.module_name} import kernel as {self.aliases[d]}"
-                + (f", kernel_exact as {self.aliases[d]}x" if u.flagged else "") for d, u in self.kernels.items()]
+                + (f", kernel_exact as {EXACT.name(self.aliases[d], 'x')}" if u.flagged else "")
+                for d, u in self.kernels.items()]
 
-    def sub(self, graph: Graph, exact: bool) -> str:
+    def sub(self, graph: Graph, variant: Variant) -> str:
         """The function of a sub-graph: `subN` uses vectorised sin/cos/tan and sets F[0] when an
         argument is beyond their range (the step then runs `step_exact`, which calls `subN_x`,
         the same with libm's)."""
-        key = (id(graph), exact)
+        key = (id(graph), variant)
         if key not in self.subs:
-            name = f"sub{len(self.subs) // 2}" + ("_x" if exact else "")
-            self.subs[key] = name
-            self.subs[(id(graph), not exact)] = name[:-2] if exact else name + "_x"
+            n = len(self.subs) // 2
+            for v in (FAST, EXACT):
+                self.subs[(id(graph), v)] = v.name(f"sub{n}")
             plan = fusion.plan(passes.inline_calls(graph))
             r = _Renderer(plan, self, sub=True)
             r.prepare()
             self.sub_jitted[id(graph)] = r.jitted
-            for variant in (False, True):
-                r.function(self.subs[(id(graph), variant)], exact=variant, flag=not variant)
+            for v in (FAST, EXACT):
+                r.function(self.subs[(id(graph), v)], v)
                 self.lines += r.lines + ["", ""]
                 r.lines = []
         return self.subs[key]
@@ -788,6 +750,7 @@ class _Renderer(ControlRenderer):
         self.inlined = inlined
         self.workspace: list[tuple] = []
         self.indent = 0
+        self.variant = PLAIN   # (of the function being rendered: function(), inline())
 
     def flag_needed(self) -> bool:
         return self.has_trig() or self.module.used
@@ -802,26 +765,21 @@ class _Renderer(ControlRenderer):
 
     _offset = 0
 
-    def inline(self, ins: list[str], outs: list[str], prefix: str, indent: int, exact: bool, flag: bool) -> list[tuple]:
+    def inline(self, ins: list[str], outs: list[str], prefix: str, indent: int, variant: Variant) -> list[tuple]:
         """The graph's statements for a compiled loop's function (self.lines): its inputs named `ins`,
         its outputs written into the arrays named `outs`, its intermediate arrays `<prefix>w0`, ...
         (the workspace: returns their (shape, dtype), for the loop to allocate once). Its other local
-        names start with `prefix`, so that several graphs share one function. flag: the function has
-        `any_big` (True when a sin/cos/tan argument needed libm) and F."""
+        names start with `prefix`, so that several graphs share one function. A FAST variant: the function
+        has `any_big` (True when a sin/cos/tan argument needed libm) and F."""
         self.start_function()
         self.lines, self.prefix, self.indent = [], prefix, indent - 1
         for v, name in zip(self.graph.inputs, ins):
             self.names[v] = name
         for v in self.plan.consts:
             self.names[v] = self.extra(self.const_value(v))
-        self.exact_mode, self.flag_mode = exact, flag
+        self.variant = variant
         self.workspace, self.out_names = [], list(outs)
-        for pos, item in enumerate(self.items):
-            if isinstance(item, _Call):
-                self.unit_call(item, exact, flag)
-            else:
-                self.call(item)
-            self.release(pos)
+        self.walk(self.items)
         # outputs a kernel did not write in place (inputs passed through, constants, a value returned
         # twice, results of control flow) are copied into their arrays
         for j, v in enumerate(self.graph.outputs):
@@ -831,23 +789,20 @@ class _Renderer(ControlRenderer):
         return list(self.workspace)
 
     def render(self) -> str:
-        """The driver module's source: `step`, and where a kernel has sin/cos/tan in loops, `step_exact`.
-
-        `step` computes sin/cos/tan with vmath's vectorised forms, exact for |x| < TRIG_LIMIT, and
-        returns a flag first: True when some argument was beyond that. The caller then runs
-        `step_exact`, the same graph with libm's sin/cos/tan. Numba compiles a function on its first
-        call, so the libm variant costs compile time only when a large argument appears."""
+        """The driver module's source: `step` (PLAIN); or, where a kernel has sin/cos/tan in loops or the
+        step calls sub-graph functions, `step` (FAST: it returns the flag first, and when it is True the
+        caller runs `step_exact`, the EXACT variant: see Variant)."""
         self.prepare()
         trig = self.flag_needed()   # (a sub-graph may have sin/cos/tan)
         head = _header("the driver of one step") + "".join(line + "\n" for line in self.module.imports()) + "\n"
         subs = self.module.lines
         self._offset = head.count("\n") + len(subs)
         self.lines = []
-        self.function("step", exact=False, flag=trig)
-        if trig:
-            self.emit(0, "")
-            self.emit(0, "")
-            self.function("step_exact", exact=True, flag=False)
+        for j, variant in enumerate((FAST, EXACT) if trig else (PLAIN,)):
+            if j:
+                self.emit(0, "")
+                self.emit(0, "")
+            self.function(variant.name("step", "_exact"), variant)
         return head + "\n".join(subs + self.lines) + "\n\n" + self.listing() + "\n"
 
     def prepare(self) -> None:
@@ -857,19 +812,20 @@ class _Renderer(ControlRenderer):
             if isinstance(k, CallKernel) and k.eqn.primitive.name in CONTROL:
                 self.module.used = True
                 if self.module.compiles_whole(k.eqn):
-                    self.module.loop_function(k.eqn, exact=False)
+                    self.module.loop_function(k.eqn, FAST)
                     continue
                 for key in ("true", "false", "cond", "body", "back"):
                     if key in k.eqn.params:
-                        self.module.sub(k.eqn.params[key], exact=False)
+                        self.module.sub(k.eqn.params[key], FAST)
                         self.jitted = self.jitted and self.module.sub_jitted[id(k.eqn.params[key])]
 
-    def function(self, name: str, exact: bool, flag: bool) -> None:
+    def function(self, name: str, variant: Variant) -> None:
         g = self.graph
         self.start_function()
         args = []
         self.bind_arguments(args)
-        self.exact_mode, self.flag_mode = exact, flag
+        self.variant = variant
+        flag = variant.flags
         if self.module.used:
             args.append("X")
         if self.sub and flag:
@@ -886,12 +842,7 @@ class _Renderer(ControlRenderer):
             if self.module.used and not self.sub:
                 self.emit(1, f"F = {self.h_empty([1], np.dtype(bool))}")
                 self.emit(1, "F[0] = False")
-        for pos, item in enumerate(self.items):
-            if isinstance(item, _Call):
-                self.unit_call(item, exact, flag)
-            else:
-                self.call(item)
-            self.release(pos)
+        self.walk(self.items)
         outs = []
         if flag and self.sub:
             self.emit(1, "if any_big:")
@@ -921,7 +872,13 @@ class _Renderer(ControlRenderer):
         return name
 
     # -- kernel units -----------------------------------------------------------------------
-    def unit_call(self, c: _Call, exact: bool, flag: bool) -> None:
+    def kernel(self, item, pos: int) -> None:
+        if isinstance(item, _Call):
+            self.unit_call(item, self.variant)
+        else:
+            self.call(item)
+
+    def unit_call(self, c: _Call, variant: Variant) -> None:
         k = self.plan.kernels[c.pos]
         for v in c.writes:
             self.alloc(v)
@@ -929,9 +886,9 @@ class _Renderer(ControlRenderer):
         fn = self.module.aliases[c.unit.digest]
         args = ", ".join(self.names[v] + view(how) for v, how in c.args)
         eqn = k.eqn if isinstance(k, CallKernel) else None
-        if c.unit.flagged and exact:
-            self.emit(1, f"{fn}x({args})", eqn=eqn)
-        elif c.unit.flagged and flag:
+        if c.unit.flagged and variant.exact:
+            self.emit(1, f"{variant.name(fn, 'x')}({args})", eqn=eqn)
+        elif c.unit.flagged and variant.flags:
             self.emit(1, f"any_big = any_big | {fn}({args})", eqn=eqn)
         else:
             self.emit(1, f"{fn}({args})", eqn=eqn)
@@ -943,40 +900,21 @@ class _Renderer(ControlRenderer):
         self.emit(1, f"# {e.primitive.name} -> {', '.join(str(v.aval) for v in e.outputs)}", eqn=e)
         if e.primitive.name in CONTROL and self.module.compiles_whole(e):
             tag = self.tag()
-            extra = ["X"] if self.exact_mode else ["X", "F"]
-            self.emit(1, f"r{tag} = {self.module.loop_function(e, self.exact_mode)}({', '.join(ops + extra)})", eqn=e)
+            call = self.module.loop_function(e, self.variant)
+            self.emit(1, f"r{tag} = {call}({', '.join(ops + self.variant.extra)})", eqn=e)
             for i, v in enumerate(e.outputs):   # (the loop's own arrays: no copy needed)
                 self.emit(1, f"{self.names.get(v) or self.fresh(v)} = r{tag}[{i}]")
         elif e.primitive.name in CONTROL:
             getattr(self, "control_" + e.primitive.name)(e, ops)
-        elif e.primitive.name == "print":   # runs as Python, in program order (kernels are sequential)
-            items = [repr(p[1]) if p[0] == "text" else ops[p[1]] for p in e.params["parts"]]
-            self.emit(1, "with objmode():", eqn=e)
-            sep = repr(e.params["sep"])
-            self.emit(2, f"print({', '.join(items + [f'sep={sep}', 'flush=True'])})", eqn=e)
-        else:
-            raise TracekernError(f"the cpu backend cannot compile primitive {e.primitive.name} (from {e.source})")
+        else:   # (statements of the step itself: cpu_calls.STEP; _calls() keeps no other CallKernel)
+            cpu_calls.STEP[e.primitive.name](self, k, ops, [self.names.get(v) or self.fresh(v) for v in e.outputs])
 
     def subcall(self, graph: Graph, args: list[str]) -> str:
-        extra = ["X"] if self.exact_mode else ["X", "F"]
-        return f"{self.module.sub(graph, self.exact_mode)}({', '.join(args + extra)})"
+        return f"{self.module.sub(graph, self.variant)}({', '.join(args + self.variant.extra)})"
 
-    def h_empty(self, dims: list, dtype: np.dtype) -> str:
-        if self.jitted:
-            return _empty(dims, dtype)
-        return f"np.empty(({''.join(f'{d}, ' for d in dims)}), np.{np.dtype(dtype).name})"
-
-    def h_copy(self, x: str) -> str:
-        return f"fresh_copy({x})" if self.inlined else f"{x}.copy()"
-
-    def h_assign(self, dst: str, src: str) -> str:
-        return f"assign({dst}, {src})" if self.inlined else f"{dst}[...] = {src}"
-
-    def h_truth(self, x: str) -> str:
-        return f"{x}[()]"
-
-    def h_contiguous(self, x: str) -> str:
-        return f"contiguous({x})" if self.inlined else f"np.ascontiguousarray({x})"
+    @property
+    def idioms(self) -> Idioms:
+        return INLINED if self.inlined else (NJIT if self.jitted else PYTHON)
 
     def h_schedule(self, acts: str, k: str, n: str, checkpoint: str, depth: int) -> None:
         if not self.jitted:
@@ -1003,26 +941,25 @@ class _LoopFunction:
     not a function per body: Numba optimises again, with LLVM, all the code a function links, so
     every level of calls would cost that once more at compile time."""
 
-    def __init__(self, module: _Module, e, name: str, exact: bool):
-        self.m, self.e, self.name, self.exact = module, e, name, exact
-        self.t = _Text()
+    def __init__(self, module: _Module, e, name: str, variant: Variant):
+        self.m, self.e, self.name, self.variant = module, e, name, variant
+        self.t = Lines()
         self.args = [f"a{i}" for i in range(len(e.inputs))]
         self.work: list[str] = []
 
     def emit(self, depth: int, text: str) -> None:
         self.t.emit(depth, text, eqn=self.e)
 
-    def render(self) -> _Text:
+    def render(self) -> Lines:
         e = self.e
         objmode = e.primitive.name == "scan_revolve" and RevolveLayout.of(e.params).while_loop   # (its schedule)
         nogil = "" if objmode or any(_has_objmode(g) for g in _subgraphs(e)) else ", nogil=True"
-        extra = ["X"] if self.exact else ["X", "F"]
         self.t.emit(0, f"@njit(cache=True, error_model='numpy', no_cfunc_wrapper=True{nogil})")
-        self.t.emit(0, f"def {self.name}({', '.join(self.args + extra)}):")
-        if not self.exact:
+        self.t.emit(0, f"def {self.name}({', '.join(self.args + self.variant.extra)}):")
+        if self.variant.flags:
             self.emit(1, "any_big = False  # a sin/cos/tan argument >= TRIG_LIMIT somewhere")
         out = getattr(self, "while_" if e.primitive.name == "while" else e.primitive.name)()
-        if not self.exact:
+        if self.variant.flags:
             self.emit(1, "if any_big:")
             self.emit(2, "F[0] = True")
         self.emit(1, f"return ({', '.join(out)},)")
@@ -1032,7 +969,7 @@ class _LoopFunction:
         """The statements of a sub-graph at this depth (its workspace declared by declare())."""
         r = _Renderer(self.m.plan(graph), self.m, sub=True, inlined=True)
         r.prepare()
-        for i, (shape, dtype) in enumerate(r.inline(ins, outs, prefix, depth, self.exact, flag=not self.exact)):
+        for i, (shape, dtype) in enumerate(r.inline(ins, outs, prefix, depth, self.variant)):
             self.work.append(f"{prefix}w{i} = {_empty(list(shape), dtype)}")
         return r.lines
 

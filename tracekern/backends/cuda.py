@@ -5,17 +5,16 @@ in buffers allocated by the plan's liveness, and results are device arrays.
 Loop kernels run a grid-stride loop over their domain. Reductions are deterministic (the same bits
 on every run): each output element is folded from fixed chunks, a chunk by one block (a tree in
 shared memory) when the last axis is reduced, else by one thread; a second kernel folds the chunks'
-partial results in order. Matmul is a tiled shared-memory kernel. Loops and branches run on the host
-(render.py), their bodies as functions that launch kernels. Launch sizes come from the device's
-properties; on Numba's simulator they are at most 2 blocks of at most 32 threads (it runs a Python thread per
-CUDA thread)."""
+partial results in order. Matmul is cuBLAS or a tiled shared-memory kernel (cuda_calls). Loops and
+branches run on the host (render.py), their bodies as functions that launch kernels, or on the device as
+one cooperative kernel (_DeviceLoop). Launch sizes come from the device's properties (cuda_runtime.py,
+which also runs what the host code calls); on Numba's simulator they are at most 2 blocks of at most 32
+threads (it runs a Python thread per CUDA thread). ptx_check.py checks float32 kernels for float64."""
 from __future__ import annotations
 
-import functools
 import re
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 from numba.core.errors import NumbaError
@@ -25,9 +24,10 @@ from ..errors import TracekernError
 from ..ir import Graph, Var
 from ..primitives.control import RevolveLayout, ScanLayout
 from ..settings import config
-from . import cache, cublas, cuda_calls, cuda_math, cufft, fusion, render, scalar_rules, units
-from .fusion import CallKernel, Index, Literal, LoopKernel, Read
-from .render import CASTS, CONTROL, ControlRenderer, identity_literal, literal
+from . import cache, cublas, cuda_calls, cuda_math, fusion, render, scalar_rules, units
+from .cuda_runtime import Launch, launch_config, runtime
+from .fusion import CallKernel, LoopKernel
+from .render import CASTS, CONTROL, ControlRenderer, Idioms, Lines, Target, identity_literal, plain_index, scalar_statement
 from .units import Unit
 
 _IMPORTS = """import math
@@ -35,32 +35,6 @@ import numpy as np
 from numba import cuda
 from tracekern.backends.cuda_math import *  # noqa: F403
 """
-
-
-@dataclass(frozen=True)
-class Launch:
-    """Launch sizes, baked into the generated source (shared arrays need them at compile time)."""
-    threads: int       # threads per block of the 1-D kernels: a power of two
-    max_blocks: int    # grid-stride loops cover the rest
-    tile: int          # matmul tiles are tile x tile
-    min_chunk: int     # elements a thread folds at least before a reduction splits into partials
-    simulator: bool
-    cublas: bool = False   # float matmuls on cuBLAS (nvmath-python installed; never on the simulator)
-
-
-@functools.cache
-def launch_config() -> Launch:
-    if cuda_math.SIMULATOR:   # each simulated thread is a Python thread: keep launches small
-        return Launch(threads=32, max_blocks=2, tile=4, min_chunk=1, simulator=True)
-    from numba import cuda
-
-    if not cuda.is_available():
-        raise TracekernError("backend='cuda' found no usable CUDA GPU (numba.cuda.is_available() is False). "
-                             "On a machine without one, set NUMBA_ENABLE_CUDASIM=1 before numba is imported to "
-                             "run on Numba's CUDA simulator (slow; for tests), or use backend='cpu'.")
-    dev = cuda.get_current_device()
-    return Launch(threads=256, max_blocks=dev.MULTIPROCESSOR_COUNT * 8, tile=16, min_chunk=8, simulator=False,
-                  cublas=cublas.library() is not None)
 
 
 def _header(what: str, launch: Launch) -> str:
@@ -74,121 +48,13 @@ def _size(shape) -> int:
     return int(np.prod(shape, dtype=np.int64)) if len(shape) else 1
 
 
-def _index(idx: Sequence[str]) -> str:
-    return ", ".join(idx) if idx else "()"
-
-
-class Runtime:
-    """What the generated host code calls: allocation, copies and host reads on one stream."""
-
-    def __init__(self):
-        from numba import cuda
-
-        self.cuda = cuda
-        self.stream = cuda.default_stream()
-        self._grids: dict = {}
-
-    def empty(self, shape, dtype):
-        return self.cuda.device_array(tuple(int(s) for s in shape), np.dtype(dtype), stream=self.stream)
-
-    def upload(self, x):
-        x = np.asarray(x)   # (not np.ascontiguousarray: it makes 0-d arrays 1-d)
-        return self.cuda.to_device(x if x.flags.c_contiguous else x.copy(), stream=self.stream)
-
-    def input(self, x):
-        """A device view of an argument: device arrays as they are, __cuda_array_interface__ objects
-        without a copy, anything else copied to the device once."""
-        if hasattr(x, "copy_to_host"):
-            return x
-        if hasattr(x, "__cuda_array_interface__"):
-            return self.cuda.as_cuda_array(x)
-        return self.upload(x)
-
-    def copy(self, x):
-        out = self.empty(x.shape, x.dtype)
-        out.copy_to_device(x, stream=self.stream)
-        return out
-
-    def assign(self, dst, src) -> None:
-        dst.copy_to_device(src, stream=self.stream)
-
-    def host(self, x):
-        out = x.copy_to_host(stream=self.stream)
-        self.stream.synchronize()
-        return out
-
-    def scalar(self, x):
-        return self.host(x)[()]
-
-    def print(self, items: list, sep: str) -> None:
-        print(*[self.host(x) if hasattr(x, "copy_to_host") else x for x in items], sep=sep, flush=True)
-
-    # -- cuBLAS (backends/cublas.py) ----------------------------------------------------------
-    def pointer(self, x) -> int:
-        """A device array's address (on the simulator: its host memory's, for a cuBLAS stand-in)."""
-        return x.ctypes.data if cuda_math.SIMULATOR else x.device_ctypes_pointer.value
-
-    def stream_handle(self) -> int:
-        h = getattr(self.stream, "handle", None)
-        if h is None:
-            return 0
-        try:
-            return int(h)
-        except TypeError:
-            return int(getattr(h, "value", 0) or 0)
-
-    def workspace(self, nbytes: int):
-        buf = self.empty((nbytes,), np.uint8)
-        return _Memory(buf, self.pointer(buf), nbytes)
-
-    def cooperative(self, kernel, block: int, *args) -> None:
-        """Launch a kernel that synchronises its whole grid (a device loop): as many blocks as can be
-        resident at once on this GPU (one block on the simulator, which runs blocks one by one)."""
-        if cuda_math.SIMULATOR:
-            kernel[1, block, self.stream](*args)
-            return
-        key = (id(kernel), tuple(kernel.typeof_pyval(a) for a in args))
-        grid = self._grids.get(key)
-        if grid is None:
-            compiled = kernel.compile(key[1])
-            grid = self._grids[key] = max(1, compiled.max_cooperative_grid_blocks(block))
-        kernel[grid, block, self.stream](*args)
-
-    @staticmethod
-    def dense(*arrays) -> bool:
-        """Whether every array is C-contiguous (cuBLAS needs a leading dimension; an input on the
-        device may be any strided view, which the tiled kernel takes instead)."""
-        return all(a.flags["C_CONTIGUOUS"] if hasattr(a, "flags") else a.is_c_contiguous() for a in arrays)
-
-    def gemm(self, a, a_t: bool, b, b_t: bool, c, tf32: bool) -> None:
-        """c = op(a) @ op(b) on cuBLAS, on this stream (asynchronous)."""
-        plan = _gemm_plan(tuple(a.shape), a_t, tuple(b.shape), b_t)
-        device = 0 if cuda_math.SIMULATOR else self.cuda.get_current_device().id
-        cublas.blas(device, self.workspace).gemm(self.stream_handle(), np.dtype(c.dtype), plan, self.pointer(a),
-                                                 self.pointer(b), self.pointer(c), tf32)
-
-
-    # -- cuFFT (backends/cufft.py) ------------------------------------------------------------
-    def fft(self, x, out, kind: str, inverse: bool, ndim: int) -> None:
-        """out = the unnormalized transform of x over its last ndim axes, on cuFFT (asynchronous)."""
-        cufft.run(self, x, out, kind, inverse, ndim, cuda_math.SIMULATOR)
-
-
-@dataclass(frozen=True)
-class _Memory:
-    array: object
-    pointer: int
-    nbytes: int
-
-
-@functools.lru_cache(maxsize=1024)
-def _gemm_plan(a_shape, a_t, b_shape, b_t):
-    return cublas.gemm_plan(a_shape, a_t, b_shape, b_t)
-
-
-@functools.cache
-def runtime() -> Runtime:
-    return Runtime()
+_index = plain_index
+TARGET = Target("cuda", on_device=True, functions=lambda dtype, exact=False: cuda_math.functions(dtype), casts=CASTS,
+                index=plain_index, kernels=cuda_calls.KERNELS, loops="grid-stride loops, a kernel launch each",
+                float_templates=cuda_math.UNCONTRACTED)
+# the host code's allocation and copies: on the device, through the runtime R (cuda_runtime.Runtime)
+IDIOMS = Idioms(empty=lambda dims, dtype: f"R.empty(({''.join(f'{d}, ' for d in dims)}), np.{np.dtype(dtype).name})",
+                copy="R.copy({x})", assign="R.assign({dst}, {src})", truth="R.scalar({x})", contiguous="{x}")
 
 
 class CompiledStep:
@@ -304,22 +170,16 @@ class _Module:
             name = self.subs[id(graph)] = f"sub{len(self.subs)}"
             r = _Renderer(fusion.plan(passes.inline_calls(graph)), self, sub=True)
             r.function(name)
-            self.host_lines += r.lines + ["", ""]
+            self.host_lines += r.out.lines + ["", ""]
         return self.subs[id(graph)]
 
 
-class _Kernel:
+class _Kernel(Lines):
     """The lines of one kernel being rendered, and its parameters (host expression -> name)."""
 
     def __init__(self):
-        self.lines: list[str] = []
-        self.line_eqn: dict[int, object] = {}
+        super().__init__()
         self.params: dict[str, tuple[str, Var | tuple]] = {}
-
-    def emit(self, depth: int, text: str, eqn=None) -> None:
-        self.lines.append("    " * depth + text)
-        if eqn is not None:
-            self.line_eqn[len(self.lines)] = eqn
 
     def param(self, host: str, what: Var | tuple) -> str:
         if host not in self.params:
@@ -339,31 +199,57 @@ def _unflatten(kn: _Kernel, flat: str, dims: Sequence[int], names: Sequence[str]
     kn.emit(depth, f"{names[0]} = {rest}")
 
 
-def _load_tile(kn: _Kernel, d: int, tile: str, src: str, pre: str, row0: str, col0: str, rows: int, cols: int,
-               transposed: bool, acc: str) -> None:
-    """Each thread loads one element of a tile of the logical (rows x cols) operand into
-    tile[r, c]. A transposed operand is stored (cols x rows): its threads swap roles, so that
-    neighbouring threads (threadIdx.x) read neighbouring addresses either way."""
-    r, c = ("tx", "ty") if transposed else ("ty", "tx")
-    kn.emit(d, f"r = {row0} + {r}")
-    kn.emit(d, f"c = {col0} + {c}")
-    at = f"{src}[{pre}c, r]" if transposed else f"{src}[{pre}r, c]"
-    kn.emit(d, f"{tile}[{r}, {c}] = {acc}({at}) if r < {rows} and c < {cols} else {acc}(0)")
+class _HostLines(Lines):
+    """Where a host function is written: its lines, each kernel launch a compile unit of the module
+    (_Module.kernel) launched on the step's stream."""
+
+    one_block_size = False   # reductions of few elements launch fewer threads a block
+
+    def __init__(self, module: _Module):
+        super().__init__()
+        self.module = module
+
+    def launch(self, kn: _Kernel, comment: str, grid, block, eqn=None, depth: int = 1) -> None:
+        params = [(n, what) for n, what in kn.params.values()]
+        name = self.module.kernel(params, kn.lines, kn.line_eqn)
+        self.emit(depth, f"{name}[{grid}, {block}, R.stream]({', '.join(kn.params)})  # {comment}", eqn=eqn)
+
+
+class _Phases:
+    """Where a device loop's body is written (_DeviceLoop.graph): each kernel launch becomes a phase (its
+    lines and parameters, host expression -> name), and the host statements (the body's buffers) are
+    made once before the loop (`host`)."""
+
+    one_block_size = True    # every phase uses launch.threads a block
+
+    def __init__(self):
+        self.host: list[str] = []
+        self.phases: list[_Kernel] = []
+
+    def emit(self, depth: int, text: str, eqn=None) -> None:
+        self.host.append(text)
+
+    def launch(self, kn: _Kernel, comment: str, grid, block, eqn=None, depth: int = 1) -> None:
+        self.phases.append(kn)
 
 
 class _Renderer(ControlRenderer):
+    """Renders a plan as a host function that launches its kernels (into `out`: _HostLines), or as the
+    phases of a device loop (_Phases), its outputs then written to the arrays named `outputs`."""
+
     Kernel = _Kernel              # (what cuda_calls' kernels are written with)
     unflatten = staticmethod(_unflatten)
-    one_block_size = False   # every kernel uses launch.threads a block (the phases of a device loop)
+    idioms = IDIOMS
 
-    def __init__(self, plan: fusion.Plan, module: _Module, sub: bool = False):
+    def __init__(self, plan: fusion.Plan, module: _Module, sub: bool = False, out: _HostLines | _Phases | None = None,
+                 outputs: Sequence[str] = ()):
         super().__init__(plan, module, sub)
         self.launch = module.launch
+        self.out = out or _HostLines(module)
+        self.out_names = list(outputs)
 
     def emit(self, depth: int, text: str, eqn=None) -> None:
-        self.lines.append("    " * depth + text)
-        if eqn is not None:
-            self.line_eqn[len(self.lines)] = eqn
+        self.out.emit(depth, text, eqn)
 
     def render(self) -> tuple[str, dict]:
         self.function("step")
@@ -371,8 +257,8 @@ class _Renderer(ControlRenderer):
         head = _header("the host launcher of one step", m.launch) + "".join(line + "\n" for line in m.imports()) + "\n"
         before = m.host_lines
         offset = head.count("\n") + len(before)
-        source = head + "\n".join(before + self.lines) + "\n\n" + self.listing() + "\n"
-        return source, {line + offset: e for line, e in self.line_eqn.items()}
+        source = head + "\n".join(before + self.out.lines) + "\n\n" + self.listing() + "\n"
+        return source, {line + offset: e for line, e in self.out.line_eqn.items()}
 
     def function(self, name: str) -> None:
         """The host function: launches the plan's kernels in order and returns its outputs."""
@@ -381,42 +267,33 @@ class _Renderer(ControlRenderer):
         self.module.on_device.update(self.bind_arguments(args))
         args.append("X")
         self.emit(0, f"def {name}({', '.join(args)}):")
-        for pos, k in enumerate(self.plan.kernels):
-            if isinstance(k, LoopKernel):
-                self.loop(k, pos)
-            else:
-                self.call(k)
-            self.release(pos)
+        self.walk(self.plan.kernels)
         inputs = set(g.inputs) | set(self.plan.consts)
         outs = [f"R.copy({self.names[v]})" if v in inputs else self.names[v] for v in g.outputs]
         self.emit(1, f"return ({', '.join(outs)},)" if outs else "return ()")
 
+    def kernel(self, k, pos: int) -> None:
+        if isinstance(k, LoopKernel):
+            self.loop(k, pos)
+        else:
+            self.call(k)
+
     # -- buffers and launches ---------------------------------------------------------------
+    def alloc(self, v: Var) -> str:
+        if self.out_names and v in self.graph.outputs:   # (a device loop's body: a row of ys, a carry's half)
+            name = self.names[v] = self.out_names[self.graph.outputs.index(v)]
+            return name
+        return super().alloc(v)
+
     def launch_kernel(self, kn: _Kernel, comment: str, grid, block, eqn=None, depth: int = 1) -> None:
-        params = [(n, what) for n, what in kn.params.values()]
-        name = self.module.kernel(params, kn.lines, kn.line_eqn)
-        self.emit(depth, f"{name}[{grid}, {block}, R.stream]({', '.join(kn.params)})  # {comment}", eqn=eqn)
+        self.out.launch(kn, comment, grid, block, eqn, depth)
 
     def blocks(self, work: int, per_block: int) -> int:
         return max(1, min(self.launch.max_blocks, -(-work // per_block)))
 
     # -- loop kernels ---------------------------------------------------------------------------
     def scalar(self, kn: _Kernel, stmt, depth: int) -> None:
-        if isinstance(stmt, Read):
-            kn.emit(depth, f"{stmt.name} = {kn.param(self.names[stmt.var], stmt.var)}[{_index(stmt.index)}]")
-        elif isinstance(stmt, Literal):
-            kn.emit(depth, f"{stmt.name} = {literal(stmt.eqn.params['value'], stmt.eqn.outputs[0].dtype)}")
-        elif isinstance(stmt, Index):
-            kn.emit(depth, f"{stmt.name} = {stmt.expr}")
-        else:
-            e = stmt.eqn
-            dtype = e.inputs[0].dtype if e.inputs else e.outputs[0].dtype
-            template = cuda_math.UNCONTRACTED.get(stmt.template, stmt.template) if dtype.kind == "f" else stmt.template
-            expr = template.format(*stmt.args, **cuda_math.functions(dtype))
-            out = e.outputs[0].dtype
-            if not (out.kind == "f" and all(v.dtype == out for v in e.inputs)):
-                expr = f"{CASTS[out.name]}({expr})"
-            kn.emit(depth, f"{stmt.name} = {expr}  # {e.primitive.name}", eqn=e)
+        kn.emit(depth, *scalar_statement(TARGET, stmt, lambda r: (kn.param(self.names[r.var], r.var), r.index)))
 
     def body(self, kn: _Kernel, k: LoopKernel, depth: int, stores: bool) -> None:
         for stmt in k.body:
@@ -492,7 +369,7 @@ class _Renderer(ControlRenderer):
         idx = fusion.identity_index(D)
         by_block = len(D) - 1 in axes
         T = L.threads
-        while T > 1 and T // 2 >= R and not self.one_block_size:   # (small reductions: fewer threads; a power of two)
+        while T > 1 and T // 2 >= R and not self.out.one_block_size:   # (small reductions: fewer threads; a power of two)
             T //= 2
         if by_block:
             P = max(1, min(-(-L.max_blocks // M), -(-R // (T * L.min_chunk))))
@@ -599,124 +476,14 @@ class _Renderer(ControlRenderer):
     def call(self, k: CallKernel) -> None:
         e = k.eqn
         ops = [self.names[v] for v, _ in k.operands]
-        out = e.outputs[0] if e.outputs else None
         name = e.primitive.name
-        if name == "matmul":
-            self.alloc(out)
-            self.matmul(k, out)
-        elif name == "concatenate":
-            self.alloc(out)
-            axis, offset = e.params["axis"], 0
-            for v, op in zip(e.inputs, ops):
-                self.copy_into(out, v, op, lambda idx, o=offset: [f"{i} + {o}" if a == axis else i for a, i in enumerate(idx)], e)
-                offset += v.shape[axis]
-        elif name == "unslice":
-            self.alloc(out)
-            self.fill(out, literal(0, out.dtype), e)
-            index = e.params["index"]
-            self.copy_into(out, e.inputs[0], ops[0],
-                           lambda idx: [f"{a} + {c} * {i}" for i, (a, _, c) in zip(idx, index)], e)
-        elif name in CONTROL:
+        if name in CONTROL:
             getattr(self, "control_" + name)(e, ops)
-        elif name in cuda_calls.KERNELS:   # (whole-array kernels registered per primitive)
-            cuda_calls.KERNELS[name](self, k, ops)
-        elif name == "print":   # on the host, in program order (a host read waits for the stream)
-            items = [repr(p[1]) if p[0] == "text" else ops[p[1]] for p in e.params["parts"]]
-            self.emit(1, f"R.print([{', '.join(items)}], {e.params['sep']!r})", eqn=e)
-        else:
+            return
+        write = TARGET.kernels.get(name)   # (whole-array kernels registered per primitive)
+        if write is None:
             raise TracekernError(f"the cuda backend cannot compile primitive {name} (from {e.source})")
-
-    def copy_into(self, out: Var, v: Var, op: str, where, e) -> None:
-        size = _size(v.shape)
-        if size == 0:
-            return
-        kn, T = _Kernel(), min(self.launch.threads, size)
-        idx = fusion.identity_index(v.shape)
-        src, dst = kn.param(op, v), kn.param(self.names[out], out)
-        kn.emit(1, f"for f in range(cuda.grid(1), {size}, cuda.gridsize(1)):")
-        _unflatten(kn, "f", v.shape, idx, 2)
-        kn.emit(2, f"{dst}[{_index(where(list(idx)))}] = {src}[{_index(idx)}]")
-        self.launch_kernel(kn, f"{e.primitive.name}: copy {v.aval} into {out.aval}", self.blocks(size, T), T, eqn=e)
-
-    def fill(self, out: Var, value: str, e) -> None:
-        size = _size(out.shape)
-        if size == 0:
-            return
-        kn, T = _Kernel(), min(self.launch.threads, size)
-        idx = fusion.identity_index(out.shape)
-        dst = kn.param(self.names[out], out)
-        kn.emit(1, f"for f in range(cuda.grid(1), {size}, cuda.gridsize(1)):")
-        _unflatten(kn, "f", out.shape, idx, 2)
-        kn.emit(2, f"{dst}[{_index(idx)}] = {value}")
-        self.launch_kernel(kn, f"fill {out.aval}", self.blocks(size, T), T, eqn=e)
-
-    def matmul(self, k: CallKernel, out: Var) -> None:
-        """C = A @ B: on cuBLAS for floats on a GPU (backends/cublas.py), else in t x t tiles through
-        shared memory. A transposed operand (the plan passes the value whose last-two-axes transpose
-        it is) is a cuBLAS operation, or in the tiled kernel loaded with its rows along threadIdx.x,
-        so neighbouring threads read neighbouring addresses either way (_load_tile)."""
-        e = k.eqn
-        (a_var, a_t), (b_var, b_t) = k.operands
-        batch = out.shape[:-2]
-        m, n = out.shape[-2:]
-        K = e.inputs[0].shape[-1]
-        nb = _size(batch)
-        if m * n * nb == 0:
-            return
-        depth = 1
-        if self.launch.cublas and out.dtype.kind in "fc" and K > 0:
-            A, B, C = self.names[a_var], self.names[b_var], self.names[out]
-            call = f"R.gemm({A}, {a_t}, {B}, {b_t}, {C}, {self.module.tf32})"
-            strided = [x for v, x in ((a_var, A), (b_var, B)) if v in self.graph.inputs]
-            if not strided:   # (buffers made here are C-contiguous)
-                self.emit(1, f"{call}  # matmul -> {out.aval} on cuBLAS", eqn=e)
-                return
-            self.emit(1, f"if R.dense({', '.join(strided)}):", eqn=e)
-            self.emit(2, f"{call}  # matmul -> {out.aval} on cuBLAS", eqn=e)
-            self.emit(1, "else:   # a strided input: the tiled kernel")
-            depth = 2
-        self.tiled_matmul(k, out, depth)
-
-    def tiled_matmul(self, k: CallKernel, out: Var, depth: int) -> None:
-        e = k.eqn
-        t = self.launch.tile
-        (a_var, a_t), (b_var, b_t) = k.operands
-        batch = out.shape[:-2]
-        m, n = out.shape[-2:]
-        K = e.inputs[0].shape[-1]
-        nb = _size(batch)
-        acc_dtype = np.dtype(out.dtype.name if out.dtype.kind in "fc" else cuda_math.ACCUMULATOR[out.dtype.name])
-        acc = CASTS[acc_dtype.name]
-        kn = _Kernel()
-        A, B, C = kn.param(self.names[a_var], a_var), kn.param(self.names[b_var], b_var), kn.param(self.names[out], out)
-        q = [f"q{d}" for d in range(len(batch))]
-        pre = "".join(f"{x}, " for x in q)
-        self.shared(kn, "sa", f"({t}, {t})", acc)
-        self.shared(kn, "sb", f"({t}, {t})", acc)
-        kn.emit(1, "tx = cuda.threadIdx.x")
-        kn.emit(1, "ty = cuda.threadIdx.y")
-        kn.emit(1, f"for bq in range(cuda.blockIdx.z, {nb}, cuda.gridDim.z):")
-        _unflatten(kn, "bq", batch, q, 2)
-        kn.emit(2, f"for rb in range(cuda.blockIdx.y, {-(-m // t)}, cuda.gridDim.y):")
-        kn.emit(3, f"for cb in range(cuda.blockIdx.x, {-(-n // t)}, cuda.gridDim.x):")
-        kn.emit(4, f"row = rb * {t} + ty")
-        kn.emit(4, f"col = cb * {t} + tx")
-        kn.emit(4, f"acc = {acc}(0)")
-        kn.emit(4, f"for kt in range({-(-K // t)}):")
-        d = 5
-        _load_tile(kn, d, "sa", A, pre, f"rb * {t}", f"kt * {t}", m, K, a_t, acc)
-        _load_tile(kn, d, "sb", B, pre, f"kt * {t}", f"cb * {t}", K, n, b_t, acc)
-        kn.emit(d, "cuda.syncthreads()")
-        kn.emit(d, f"for u in range({t}):")
-        kn.emit(d + 1, "acc += sa[ty, u] * sb[u, tx]")
-        kn.emit(d, "cuda.syncthreads()")
-        kn.emit(4, f"if row < {m} and col < {n}:")
-        kn.emit(5, f"{C}[{pre}row, col] = {CASTS[out.dtype.name]}(acc)")
-        cap = self.launch.max_blocks if self.launch.simulator else 65535 ** 3   # (grid-stride loops cover the rest)
-        gx = min(-(-n // t), 65535, cap)
-        gy = min(-(-m // t), 65535, max(1, cap // gx))
-        grid = (gx, gy, min(nb, 65535, max(1, cap // (gx * gy))))
-        self.launch_kernel(kn, f"matmul -> {out.aval}", grid, (t, t), eqn=e, depth=depth)
+        write(self, k, ops, [self.alloc(v) for v in e.outputs])
 
     # -- loops on the device -------------------------------------------------------------------------
     def control_scan(self, e, ops: list[str]) -> None:
@@ -855,18 +622,6 @@ class _Renderer(ControlRenderer):
     def subcall(self, graph: Graph, args: list[str]) -> str:
         return f"{self.module.sub(graph)}(R, {', '.join(args + ['X'])})"
 
-    def h_empty(self, dims: list, dtype: np.dtype) -> str:
-        return f"R.empty(({''.join(f'{d}, ' for d in dims)}), np.{np.dtype(dtype).name})"
-
-    def h_copy(self, x: str) -> str:
-        return f"R.copy({x})"
-
-    def h_assign(self, dst: str, src: str) -> str:
-        return f"R.assign({dst}, {src})"
-
-    def h_truth(self, x: str) -> str:
-        return f"R.scalar({x})"
-
     def h_schedule(self, acts: str, k: str, n: str, checkpoint: str, depth: int) -> None:
         self.emit(depth, f"{k} = schedule_slots({n}, {checkpoint})")
         self.emit(depth, f"{acts} = schedule_actions({n}, {k})")
@@ -880,7 +635,7 @@ def _device_loop_ok(body: Graph, plan: fusion.Plan, outputs: int | None = None) 
     matmul, branch, nested loop or print), and each of its first `outputs` outputs (all by
     default) made by the body itself, once (not an input passed through, which needs a copy)."""
     for k in plan.kernels:
-        if isinstance(k, CallKernel) and k.eqn.primitive.name not in ("concatenate", "unslice"):
+        if isinstance(k, CallKernel) and k.eqn.primitive.name not in cuda_calls.IN_DEVICE_LOOPS:
             return False
     made = {v for k in plan.kernels for v in (k.writes if isinstance(k, LoopKernel) else k.eqn.outputs)}
     outs = list(body.outputs)
@@ -942,15 +697,18 @@ class _DeviceLoop:
     def graph(self, depth: int, graph: Graph, plan: fusion.Plan, inputs: list, outputs: list) -> None:
         """Phases running one step of `graph` (its plan): input k is inputs[k], output k written to
         outputs[k], each (host array, row index or None). Its other buffers are made on the host once."""
-        body = _LoopBody(plan, self.r.module, self.tag, self.r.serial)
-        body.function()
-        for text in body.host:
+        body = _Renderer(plan, self.r.module, sub=True, out=_Phases(),
+                         outputs=[f"o{self.tag}_{k}" for k in range(len(graph.outputs))])
+        body.serial = self.r.serial   # (the enclosing function's: the body's buffers are made in it)
+        self.r.module.on_device.update(body.bind_arguments([]))
+        body.walk(plan.kernels)
+        for text in body.out.host:
             self.r.emit(1, text)
         where = {f"a{k}": x for k, x in enumerate(inputs)}
         for k, v in enumerate(graph.outputs):
             if v in body.names:
                 where[body.names[v]] = outputs[k]
-        for kn in body.phases:
+        for kn in body.out.phases:
             args = []
             for host, (_, what) in kn.params.items():
                 base, index = where.get(host, (host, None))
@@ -964,93 +722,3 @@ class _DeviceLoop:
         sig = [self.avals.get(h, ("int64", 2)) for h in self.params]
         name = self.r.module.loop_kernel(text, sig)
         self.r.emit(1, f"R.cooperative({name}, {self.r.launch.threads}, {', '.join(self.params)})  # {comment}", eqn=e)
-
-
-def _row_arg(host: str, param) -> str:
-    base, _, index = host.partition("[")
-    return f"{param(base)}[{index}"
-
-
-class _LoopBody(_Renderer):
-    """A scan body's plan rendered as phases of a device loop: each kernel launch becomes a phase
-    (its lines and parameters, host expression -> name), and the host statements (the body's
-    buffers) are made once before the loop (`host`). Every phase uses launch.threads a block."""
-
-    one_block_size = True
-
-    def __init__(self, plan: fusion.Plan, module: _Module, tag: int, serial):
-        super().__init__(plan, module, sub=True)
-        self.loop_tag = tag
-        self.serial = serial      # the enclosing function's: the body's buffers are made in it
-        self.phases: list[_Kernel] = []
-        self.host: list[str] = []
-        self.avals: dict[str, tuple] = {}
-
-    def emit(self, depth: int, text: str, eqn=None) -> None:
-        self.host.append(text)
-
-    def launch_kernel(self, kn, comment, grid, block, eqn=None, depth: int = 1) -> None:
-        for host, (_, what) in kn.params.items():
-            self.avals[host] = (what.dtype.name, len(what.shape)) if isinstance(what, Var) else what
-        self.phases.append(kn)
-
-    def alloc(self, v: Var) -> str:
-        if v in self.graph.outputs:   # written where the step's output goes: a row of ys, a carry half
-            name = self.names[v] = f"o{self.loop_tag}_{self.graph.outputs.index(v)}"
-            return name
-        return super().alloc(v)   # (numbered by the enclosing function's serial: no clash with its names)
-
-    def function(self, name: str = "") -> None:
-        self.names, self.pool = {}, {}
-        self.module.on_device.update(self.bind_arguments([]))
-        for pos, k in enumerate(self.plan.kernels):
-            if isinstance(k, LoopKernel):
-                self.loop(k, pos)
-            else:
-                self.call(k)
-            self.release(pos)
-
-
-def _kernel_signature(params: list[tuple[str, int]]):
-    from numba import types
-    from numba.np.numpy_support import from_dtype
-
-    return types.void(*[types.Array(from_dtype(np.dtype(d)), nd, "C") for d, nd in params])
-
-
-# libdevice's sinf/cosf/tanf reduce arguments beyond about 1e5 (Payne-Hanek) with one float64
-# multiply: this sequence is allowed in float32 kernels, nothing else in float64 is.
-_F64 = re.compile(r"\.f64\b|%fd\d")   # a float64 instruction or register (not %f64: float32 register 64)
-_LIBDEVICE_F64 = re.compile(r"^\s*(\.reg \.f64\s|cvt\.rn\.f64\.s64\s|mul\.f64\s+%fd\d+, %fd\d+, 0d3BF921FB54442D19;|cvt\.rn\.f32\.f64\s)")
-
-
-def ptx_float64(py_func, params: list[tuple[str, int]], cc=(8, 0)) -> list[str]:
-    """Compile one generated kernel to PTX (no GPU needed; a typing error raises) and return its
-    float64 instructions if all its arrays are float32 or integer (an accidental double: a constant,
-    an accumulator, a math function that promotes); float64 kernels return []."""
-    from numba import cuda
-
-    ptx, _ = cuda.compile_ptx(py_func, _kernel_signature(params), cc=cc)
-    if any(np.dtype(d) in (np.float64, np.complex128) for d, _ in params):
-        return []
-    return [line.strip() for line in ptx.splitlines() if _F64.search(line) and not _LIBDEVICE_F64.match(line)]
-
-
-def module_ptx_float64(module_source: str, kernels: list, cc=(8, 0)) -> list[str]:
-    """ptx_float64 for every kernel of a generated module: "name: instructions" per offending kernel."""
-    namespace: dict = {}
-    exec(compile(module_source, "<tracekern cuda module>", "exec"), namespace)
-    found = []
-    for name, params in kernels:
-        fn = namespace[name]
-        bad = ptx_float64(getattr(fn, "py_func", fn), params, cc)
-        if bad:
-            found.append(f"{name}: {bad[:3]}")
-    return found
-
-
-def lines_of(source: str, name: str) -> list[str]:
-    """The source lines of kernel `name` in a generated module (for error messages and tests)."""
-    m = re.search(rf"^def {name}\(.*?(?=^\S)", source + "\n#", re.S | re.M)
-    return m.group(0).splitlines() if m else []
-

@@ -1,25 +1,99 @@
-"""What the kernel renderers share: literals typed to their dtype, and control flow written once
-(cond, scan, while and scan_revolve as loops in the generated step, calling a function per
-sub-graph: a loop body, a branch).
+"""What the kernel renderers share, written once: the line buffer, the scalar statement of a fused loop,
+literals typed to their dtype, loop nests, the walk over a plan's kernels, and control flow (cond, scan,
+while and scan_revolve as loops in the generated step, calling a function per sub-graph: a loop body, a
+branch).
 
-cpu renders these into its njit step, cuda into its host launcher; each supplies the few statements
-that differ (the hooks below: allocation, copies, reading a flag on the host, the run-time schedule)."""
+A backend is a Target (its tables: math and cast names, element indexing, how its host code allocates
+and copies, whether its arrays live on a device, its whole-array kernels registered per primitive) and a
+renderer of its own loop skeleton. cpu renders control flow into its njit step, cuda into its host
+launcher; each supplies the few statements that differ (its Idioms, and the hooks below: the run-time
+schedule, a trip count)."""
 from __future__ import annotations
 
 import itertools
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from .. import schedule
 from ..ir import Graph, Var, format_graph
 from ..primitives.control import RevolveLayout, ScanLayout, WhileLayout
+from . import fusion
 
 CONTROL = ("cond", "scan", "while", "scan_revolve")
 # the names both math modules (cpu_math, cuda_math) give the casts to each dtype
 CASTS = {"float32": "f32", "float64": "f64", "int32": "i32", "int64": "i64", "bool": "boolean", "complex64": "c64",
          "complex128": "c128"}
+
+
+class Lines:
+    """The line buffer of one generated function: its lines, and the equation each line comes from (by
+    line number, from 1)."""
+
+    def __init__(self):
+        self.lines: list[str] = []
+        self.line_eqn: dict[int, object] = {}
+
+    def emit(self, depth: int, text: str, eqn=None) -> None:
+        self.lines.append("    " * depth + text)
+        if eqn is not None:
+            self.line_eqn[len(self.lines)] = eqn
+
+
+@dataclass(frozen=True)
+class Idioms:
+    """How the code a renderer writes outside its kernels (a driver, a host launcher, a compiled loop)
+    allocates, copies and reads arrays: str.format templates, but `empty`, a function of (dims, dtype)."""
+    empty: Callable[[Sequence, np.dtype], str]   # a new uninitialised array, dims given as ints or expressions
+    copy: str          # {x}: a fresh copy of array x
+    assign: str        # {dst}, {src}: the statement copying array src into the (same-shaped) view dst
+    truth: str         # {x}: a 0-d bool array's value where the code runs
+    contiguous: str    # {x}: x, C-contiguous
+
+
+@dataclass(frozen=True)
+class Target:
+    """A backend's tables: what its renderer looks up rather than decides. Adding a backend is a Target,
+    its registry entries (a kernel writer per primitive, the signature (renderer, call kernel, operand
+    names, output names)), and a renderer of its loop skeleton (README: Adding a backend)."""
+    name: str
+    on_device: bool                                  # its arrays live on a device (its host code holds device arrays)
+    functions: Callable[[np.dtype, bool], dict]      # the math names of the scalar templates, per dtype (exact: libm trig)
+    casts: dict[str, str]                            # the cast function of each dtype
+    index: Callable[[Sequence[str]], str]            # an element's index inside a loop kernel, from its loop variables
+    kernels: dict[str, Callable]                     # whole-array kernels, registered per primitive
+    loops: str                                       # its loop kernels' skeleton, in words (its renderer writes it)
+    float_templates: dict[str, str] = field(default_factory=dict)   # scalar templates it writes otherwise for floats
+
+
+def plain_index(idx: Sequence[str]) -> str:
+    """`i, j`, or `()` for a 0-d array."""
+    return ", ".join(idx) if idx else "()"
+
+
+def scalar_statement(target: Target, stmt, array: Callable, exact: bool = False) -> tuple[str, object]:
+    """One statement of a fused loop's body (fusion.Read, Literal, Index or Compute) as a line, and the
+    equation it comes from (a Compute's, else None). array(stmt): the array name a Read reads and the
+    index it reads at (the renderer's parameters); exact: libm's sin/cos/tan (Target.functions)."""
+    if isinstance(stmt, fusion.Read):
+        name, index = array(stmt)
+        return f"{stmt.name} = {name}[{target.index(index)}]", None
+    if isinstance(stmt, fusion.Literal):
+        return f"{stmt.name} = {literal(stmt.eqn.params['value'], stmt.eqn.outputs[0].dtype)}", None
+    if isinstance(stmt, fusion.Index):
+        return f"{stmt.name} = {stmt.expr}", None
+    e = stmt.eqn
+    dtype = e.inputs[0].dtype if e.inputs else e.outputs[0].dtype
+    template = target.float_templates.get(stmt.template, stmt.template) if dtype.kind == "f" else stmt.template
+    expr = template.format(*stmt.args, **target.functions(dtype, exact))
+    out = e.outputs[0].dtype
+    if not (out.kind == "f" and all(v.dtype == out for v in e.inputs)):
+        # (float arithmetic on one dtype stays in it; ints widen to int64 in Numba; a cast per
+        # statement also costs type-inference time)
+        expr = f"{target.casts[out.name]}({expr})"
+    return f"{stmt.name} = {expr}  # {e.primitive.name}", e
 
 
 def kernel_registry() -> tuple[dict, Callable]:
@@ -136,21 +210,25 @@ class ControlRenderer(ABC):
     def subcall(self, graph: Graph, args: list[str]) -> str:
         """Call of the sub-graph's function: returns a tuple of arrays."""
 
+    @property
     @abstractmethod
+    def idioms(self) -> Idioms:
+        """How the function being rendered allocates, copies and reads arrays."""
+
     def h_empty(self, dims: list, dtype: np.dtype) -> str:
-        """A new uninitialised array, dims given as ints or expressions."""
+        return self.idioms.empty(dims, dtype)
 
-    @abstractmethod
     def h_copy(self, x: str) -> str:
-        """A fresh copy of array x."""
+        return self.idioms.copy.format(x=x)
 
-    @abstractmethod
     def h_assign(self, dst: str, src: str) -> str:
-        """The statement copying array src into the (same-shaped) view dst."""
+        return self.idioms.assign.format(dst=dst, src=src)
 
-    @abstractmethod
     def h_truth(self, x: str) -> str:
-        """A 0-d bool array's value where the loop runs."""
+        return self.idioms.truth.format(x=x)
+
+    def h_contiguous(self, x: str) -> str:
+        return self.idioms.contiguous.format(x=x)
 
     @abstractmethod
     def h_schedule(self, acts: str, k: str, n: str, checkpoint: str, depth: int) -> None:
@@ -161,10 +239,18 @@ class ControlRenderer(ABC):
     def h_trip(self, name: str, n: str) -> None:
         """Statements binding `name` to a 0-d int64 array holding n."""
 
-    def h_contiguous(self, x: str) -> str:
-        return x
+    @abstractmethod
+    def kernel(self, item, pos: int) -> None:
+        """Render kernel `pos` of the plan (a loop kernel, a whole-array kernel, control flow)."""
 
     # -- shared ----------------------------------------------------------------------------
+    def walk(self, items: Sequence) -> None:
+        """The plan's kernels in order (items: the plan's kernels, or what the renderer made of them),
+        each buffer returned to the pool when it dies."""
+        for pos, item in enumerate(items):
+            self.kernel(item, pos)
+            self.release(pos)
+
     def start_function(self) -> None:
         """Forget the previous function's names: each function numbers its buffers and loops from 0."""
         self.names, self.pool, self.serial = {}, {}, itertools.count()
