@@ -34,8 +34,10 @@ from .units import Unit
 # staging's plan cache keeps this backend's finished steps: their compiled units are on disk
 PLAN_CACHE = True
 _TRIG = ("sin", "cos", "tan")
-# a loop that calls one of these and sums float32 values stages them (_LoopUnit.staged), STAGE at a time
-STAGED_BY = ("exp", "log", "log1p", "expm1", "tanh", "sin", "cos", "tan", "pow")
+# A loop that calls one of vmath's functions is bound by the latency of their polynomials, not by memory: it
+# vectorises as wide as the machine allows (cpu_math.wide_vectors) and stages its float32 sums (_LoopUnit.staged),
+# STAGE values at a time
+HEAVY = ("exp", "log", "log1p", "expm1", "tanh", "sin", "cos", "tan", "pow")
 STAGE = 256
 _IMPORTS = """import numpy as np
 from numba import njit, objmode, prange
@@ -149,6 +151,7 @@ class _LoopUnit:
         self.names = {key: f"p{j}" for j, key in enumerate(self.params)}
         self.flagged = _has_trig(k)
         self.parallel = k.parallel and not _raises(k)
+        self.heavy = any(isinstance(s, Compute) and s.eqn.primitive.name in HEAVY for s in k.body)
 
     def unit(self) -> Unit:
         fns = [self.function("kernel", exact=False)]
@@ -197,6 +200,8 @@ class _LoopUnit:
         t.emit(2, f"m0 = {rows} if lo + {rows} <= {D[0]} else {D[0]} - lo")
         if flag:
             t.emit(2, "big = False")
+        if self.heavy:   # (in the chunk's loop: a prange loop's body is a function of its own)
+            t.emit(2, "wide_vectors()")
         for r in self.staged(reds):
             t.emit(2, f"{r['stage']} = {_empty((STAGE,), 'float32')}")
         self.nest(t, reds, 2, exact=exact, flag=flag)
@@ -317,7 +322,7 @@ class _LoopUnit:
         n = len(self.k.domain)
         if n == 0 or n > render.FLAT_ABOVE or (self.k.epilogue and self.k.epilogue_first == n):
             return []
-        if not any(isinstance(s, Compute) and s.eqn.primitive.name in STAGED_BY for s in self.k.body):
+        if not self.heavy:
             return []
         out = [r for r in reds if r["layout"] == "suffix" and r["first"] < n and r["acc_cast"] == "f64"
                and r["e"].inputs[0].dtype == np.float32]
