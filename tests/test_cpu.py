@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import tracekern as tk
+from tracekern.backends import cpu_math
 
 TOL = {np.float32: dict(rtol=2e-5, atol=1e-5), np.float64: dict(rtol=1e-11, atol=1e-12)}
 
@@ -154,8 +155,6 @@ def test_a_float32_sum_staged_in_a_heavy_loop_still_accumulates_in_float64(shape
 def test_heavy_loops_may_use_the_widest_vectors():
     """cpu_math.wide_vectors marks the function it is called in for LLVM's widest vectors (512 bits where
     the machine has AVX-512; nothing changes elsewhere); plain arithmetic loops are not marked."""
-    from tracekern.backends import cpu_math
-
     @numba.njit
     def marked(x):
         cpu_math.wide_vectors()
