@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import tracekern as tk
+from tracekern.backends import cpu_math
 
 TOL = {np.float32: dict(rtol=2e-5, atol=1e-5), np.float64: dict(rtol=1e-11, atol=1e-12)}
 
@@ -116,6 +117,60 @@ def test_parallel_results_do_not_depend_on_the_number_of_threads():
     assert v1 == v2
     np.testing.assert_array_equal(g1, g2)
     assert "prange" in f.lower(x).source
+
+
+@pytest.mark.parametrize("shape, axis", [((70_001,), None), ((1000,), None), ((3, 700), 1), ((5, 300), None)])
+def test_a_float32_sum_staged_in_a_heavy_loop_still_accumulates_in_float64(shape, axis):
+    """A loop that computes transcendentals stages its float32 sum STAGE values at a time and adds them in
+    float64 (cpu._LoopUnit.staged): the sum is float64's, exactly, over partial blocks, uneven chunks and an
+    inner axis. 2**24 then ones: a float32 accumulator (or NumPy's float32 sum) would drop the ones."""
+    x = np.ones(shape, np.float32)
+    x.flat[0] = 2.0 ** 24
+    x.flat[-1] = 2.0 ** 24
+
+    def f(x):
+        return np.sum(x + 0 * np.tanh(x), axis=axis)   # (the tanh makes the loop heavy; its value is 0)
+
+    source = tk.jit(f).lower(x).source
+    assert "stage0" in source and "wide_vectors()" in source
+    got = tk.jit(f)(x)
+    want = np.sum(x.astype(np.float64), axis=axis).astype(np.float32)
+    assert got.dtype == np.float32 and got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+    # value and gradient of a heavy chain against the interpreter, and against central differences
+    w = np.random.default_rng(5).uniform(-1, 1, shape).astype(np.float32)
+
+    def chain(x):
+        return np.sum(np.exp(-np.sin(np.tanh(x)) ** 2) * 0.5)
+
+    assert "stage0" in tk.value_and_grad(chain).lower(w).source
+    (v, g), (vi, gi) = tk.value_and_grad(chain)(w), tk.jit(tk.value_and_grad(chain), backend="interpret")(w)
+    np.testing.assert_allclose(v, vi, rtol=2e-6)
+    np.testing.assert_allclose(g, gi, **TOL[np.float32])
+    w64, e = w.astype(np.float64), 1e-6
+    fd = (np.exp(-np.sin(np.tanh(w64 + e)) ** 2) - np.exp(-np.sin(np.tanh(w64 - e)) ** 2)) * 0.5 / (2 * e)
+    np.testing.assert_allclose(g, fd, rtol=1e-4, atol=1e-5)
+
+
+def test_heavy_loops_may_use_the_widest_vectors():
+    """cpu_math.wide_vectors marks the function it is called in for LLVM's widest vectors (512 bits where
+    the machine has AVX-512; nothing changes elsewhere); plain arithmetic loops are not marked."""
+    @numba.njit
+    def marked(x):
+        cpu_math.wide_vectors()
+        return x + 1
+
+    @numba.njit
+    def plain(x):
+        return x + 1
+
+    marked(1.0)
+    plain(1.0)
+    assert '"prefer-vector-width"="512"' in next(iter(marked.inspect_llvm().values()))
+    assert "prefer-vector-width" not in next(iter(plain.inspect_llvm().values()))
+    x = np.ones(1 << 17, np.float32)
+    assert "wide_vectors()" not in tk.jit(lambda x: np.sum(x * 2 + 1)).lower(x).source
+    assert "wide_vectors()" in tk.jit(lambda x: np.exp(x) * 2).lower(x).source
 
 
 def test_compile_errors_name_the_primitive_and_the_users_line(monkeypatch):

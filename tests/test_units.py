@@ -109,7 +109,7 @@ def test_kernel_source_is_canonical():
     layer shape are the same text in a 2-layer and a 5-layer program."""
     a = _step(*_mlp(2))
     b = _step(*_mlp(5))
-    allowed = re.compile(r"^(p\d+|s\d+|e\d+_\d+|acc\d+|part\d+|mem\d+|big|bigc|lo|m0|c|cc|j0|[iqrsu]\d*|t)$")
+    allowed = re.compile(r"^(p\d+|s\d+|e\d+_\d+|acc\d+|part\d+|mem\d+|stage\d+|big|bigc|lo|m0|c|cc|j0|bs|be|bj|[iqrsu]\d*|t)$")
     for source in a.modules[:-1] + b.modules[:-1]:
         body = source.split("def kernel", 1)[1]
         assert "Var#" not in body

@@ -35,6 +35,11 @@ from .units import Unit
 # staging's plan cache keeps this backend's finished steps: their compiled units are on disk
 PLAN_CACHE = True
 _TRIG = ("sin", "cos", "tan")
+# A loop that calls one of vmath's functions is bound by the latency of their polynomials, not by memory: it
+# vectorises as wide as the machine allows (cpu_math.wide_vectors) and stages its float32 sums (_LoopUnit.staged),
+# STAGE values at a time
+HEAVY = ("exp", "log", "log1p", "expm1", "tanh", "sin", "cos", "tan", "pow")
+STAGE = 256
 _IMPORTS = """import numpy as np
 from numba import njit, objmode, prange
 from tracekern.backends.cpu_math import *  # noqa: F403
@@ -170,6 +175,7 @@ class _LoopUnit:
         self.flagged = _has_trig(k)
         self.variants = (FAST, EXACT) if self.flagged else (PLAIN,)
         self.parallel = k.parallel and not _raises(k)
+        self.heavy = any(isinstance(s, Compute) and s.eqn.primitive.name in HEAVY for s in k.body)
 
     def unit(self) -> Unit:
         source, lines = _module(f"loop over {list(self.k.domain)}", [self.function(v) for v in self.variants])
@@ -215,6 +221,10 @@ class _LoopUnit:
         t.emit(2, f"m0 = {rows} if lo + {rows} <= {D[0]} else {D[0]} - lo")
         if flag:
             t.emit(2, "big = False")
+        if self.heavy:   # (in the chunk's loop: a prange loop's body is a function of its own)
+            t.emit(2, "wide_vectors()")
+        for r in self.staged(reds):
+            t.emit(2, f"{r['stage']} = {_empty((STAGE,), 'float32')}")
         self.nest(t, reds, 2, variant)
         if flag:
             t.emit(2, "bigc[c] = big")
@@ -250,21 +260,33 @@ class _LoopUnit:
         D = self.k.domain
         n = len(D)
         starts = self.segments(reds)
+        staged = self.staged(reds)
         for level, axis in enumerate(starts):
             depth = base + level
             for r in reds:
                 if r["layout"] == "suffix" and r["first"] == axis:
                     t.emit(depth, f"{r['acc']} = {r['ident']}")
-            if axis == 0:
+            if staged and level == len(starts) - 1:   # the innermost loop, in blocks of STAGE
+                j = "j0" if axis == 0 else f"i{axis}"
+                t.emit(depth, f"for bs in range(0, {'m0' if axis == 0 else D[axis]}, {STAGE}):")
+                t.emit(depth + 1, f"be = min(bs + {STAGE}, {'m0' if axis == 0 else D[axis]})")
+                t.emit(depth + 1, f"for {j} in range(bs, be):")
+                if axis == 0:
+                    t.emit(depth + 2, "i0 = lo + j0")
+            elif axis == 0:
                 t.emit(depth, "for j0 in range(m0):")
                 t.emit(depth + 1, "i0 = lo + j0")
             else:
                 end = starts[level + 1] if level + 1 < len(starts) else n
                 flat_loop(t, depth, D[axis:end], [f"i{a}" for a in range(axis, end)], f"f{axis}")
-        inner = base + len(starts)
-        self.body(t, reds, inner, tuple(f"i{a}" for a in range(n)), variant)
+        inner = base + len(starts) + (1 if staged else 0)
+        self.body(t, reds, inner, tuple(f"i{a}" for a in range(n)), variant, staged)
         if self.k.epilogue and self.k.epilogue_first == n:
             self.epilogue(t, inner, variant)
+        for r in staged:   # the block's values, added in the accumulator's dtype
+            t.emit(inner - 1, "for bj in range(be - bs):")
+            t.emit(inner, f"{r['acc']} = " + r["combine"].format(acc=r["acc"], x=f"{r['acc_cast']}({r['stage']}[U(bj)])",
+                                                                  **r["fns"]), eqn=r["e"])
         for level, axis in reversed(list(enumerate(starts))):
             depth = base + level
             for r in reds:
@@ -299,7 +321,25 @@ class _LoopUnit:
         for v in k.epilogue:
             t.emit(depth, f"{self.names[(v, ())]}[{_index(k.epilogue_index(v))}] = {k.epilogue_results[v]}")
 
-    def body(self, t: Lines, reds: list, depth: int, idx: tuple, variant: Variant = PLAIN) -> None:
+    def staged(self, reds: list) -> list:
+        """The reductions that accumulate across the innermost loop in a wider dtype (float32 sums in
+        float64) in a loop whose body computes transcendentals: their values are staged, STAGE at a
+        time, in a float32 buffer and added in float64 after each block. A float64 accumulator in the
+        loop makes LLVM vectorise all of it at float64's width, half as many float32 lanes, and such a
+        loop is bound by its polynomials' latency (W1 of issue 26: 1.6x faster staged). Each one gets
+        its buffer ("stage"), made by the chunk."""
+        n = len(self.k.domain)
+        if n == 0 or n > render.FLAT_ABOVE or (self.k.epilogue and self.k.epilogue_first == n):
+            return []
+        if not self.heavy:
+            return []
+        out = [r for r in reds if r["layout"] == "suffix" and r["first"] < n and r["acc_cast"] == "f64"
+               and r["e"].inputs[0].dtype == np.float32]
+        for j, r in enumerate(out):
+            r["stage"] = f"stage{j}"
+        return out
+
+    def body(self, t: Lines, reds: list, depth: int, idx: tuple, variant: Variant = PLAIN, staged: Sequence = ()) -> None:
         k = self.k
         for stmt in k.body:
             if isinstance(stmt, Read) and not stmt.index and idx:
@@ -312,7 +352,10 @@ class _LoopUnit:
         for r in reds:
             x = f"{r['acc_cast']}({k.results[r['e']]})"
             kept = [idx[a] for a in r["kept"]]
-            if r["layout"] == "suffix" and r["first"] == len(idx):  # nothing reduced
+            if r in staged:
+                j = "j0" if len(idx) == 1 else idx[-1]
+                t.emit(depth, f"{r['stage']}[U({j} - bs)] = {k.results[r['e']]}")
+            elif r["layout"] == "suffix" and r["first"] == len(idx):  # nothing reduced
                 t.emit(depth, f"{r['out']}[{_index(idx)}] = {x}")
             elif r["layout"] == "suffix":
                 t.emit(depth, f"{r['acc']} = " + r["combine"].format(acc=r["acc"], x=x, **r["fns"]), eqn=r["e"])

@@ -20,6 +20,13 @@ from numba.extending import intrinsic
 # LLVM inlines these small functions into the fused loops anyway (the loops still vectorise).
 # cache=True: compiled once per machine, not once per process (see _named).
 INLINE = dict(error_model="numpy", cache=True)
+# vmath's own functions may fuse a multiply and an add into one FMA ("contract", nothing else of
+# fastmath): a fused loop of them is bound by the latency of its polynomials' Horner chains, which
+# FMA halves (W1 of issue 26: 1.4x), and each FMA rounds once where a multiply and an add rounded
+# twice, so no result is less accurate (tests/test_cpu_math.py). A machine without FMA gets the
+# multiply and the add, as before. Only here: cpu_math's other functions (complex ones, say) keep
+# NumPy's roundings, and so do the kernels' own statements (x * 0.9 + 0.1 is two roundings in NumPy).
+VMATH = dict(INLINE, fastmath={"contract"})
 
 _NAMED: dict[str, object] = {}
 _NAMED_TYPES: dict[type, type] = {}
@@ -44,14 +51,14 @@ def _named(obj, name: str):
     return obj
 
 
-def jit_named(name: str):
+def jit_named(name: str, flags: dict = INLINE):
     """njit (cached on disk) for a function that a factory makes once per dtype. Each gets its own
     qualified name: Numba names a function's cache files and its machine-code symbols by qualified
     name plus a per-process counter, so closures of one code object, cached by one process and
     compiled fresh by another, could share a symbol, and the wrong one would be linked."""
     def deco(fn):
         fn.__qualname__ = fn.__name__ = name
-        return _named(njit(**INLINE)(fn), name)
+        return _named(njit(**flags)(fn), name)
 
     return deco
 
@@ -136,7 +143,7 @@ def _make(dtype):
     expm1_poly = _horner([T(1 / math.factorial(k + 2)) for k in reversed(range(F.expm1_terms))])
     SHIFTER = T(1.5 * 2.0 ** F.mant)
 
-    @jit_named(f"exp_{sfx}")
+    @jit_named(f"exp_{sfx}", VMATH)
     def exp(x):
         xc = LO if x < LO else x          # NaN passes both clamps unchanged
         xc = HI if xc > HI else xc
@@ -151,7 +158,7 @@ def _make(dtype):
         k2 = k - k1
         return p * from_bits(I((k1 + BIAS) << MANT)) * from_bits(I((k2 + BIAS) << MANT))
 
-    @jit_named(f"log_{sfx}")
+    @jit_named(f"log_{sfx}", VMATH)
     def log(x):
         sub = x < MIN_NORMAL
         xs = x * SUB_SCALE if sub else x
@@ -174,14 +181,14 @@ def _make(dtype):
         special = -INF if x == ZERO else (NAN if (x < ZERO or x != x) else INF)
         return res if (x > ZERO and x < INF) else special
 
-    @jit_named(f"log1p_{sfx}")
+    @jit_named(f"log1p_{sfx}", VMATH)
     def log1p(x):
         u = ONE + x
         d = u - ONE
         res = log(u) * (x / (ZERO + (ONE if d == ZERO else d)))
         return x if (d == ZERO or x == INF) else res
 
-    @jit_named(f"expm1_{sfx}")
+    @jit_named(f"expm1_{sfx}", VMATH)
     def expm1(x):
         # |x| < 0.35: x + x*x*P(x) (Taylor), no cancellation; elsewhere exp(x) - 1 loses nothing
         p = expm1_poly[0]
@@ -191,7 +198,7 @@ def _make(dtype):
         small = x if x == ZERO else small  # keeps -0.0
         return small if abs(x) < EXPM1_SMALL else exp(x) - ONE
 
-    @jit_named(f"tanh_{sfx}")
+    @jit_named(f"tanh_{sfx}", VMATH)
     def tanh(x):
         a = abs(x)
         z = x * x
@@ -214,7 +221,9 @@ exp_f64, log_f64, log1p_f64, expm1_f64, tanh_f64 = _make("float64")
 # -- sin, cos, tan: reduce by pi/2 in float64 (Cody-Waite, three parts), then Taylor on |r| <= pi/4;
 #    float32 evaluates the polynomials in float32 after the same float64 reduction.
 _PIO2 = (1.57079632673412561417e+00, 6.07710050630396597660e-11, 2.02226624879595063154e-21)  # fdlibm pio2_1, pio2_2, pio2_2t
-TRIG_LIMIT = 2.0 ** 19   # k * _PIO2[0] stays exact below this; beyond it a step runs its libm variant
+# k * _PIO2[0] stays exact below this; beyond it a step runs its libm variant. A float32 (exact): the kernels' check
+# of a float32 argument, abs(x) >= TRIG_LIMIT, then compares float32s, with no float64 in the loop
+TRIG_LIMIT = np.float32(2.0 ** 19)
 
 
 def _make_trig(dtype):
@@ -224,7 +233,7 @@ def _make_trig(dtype):
     sin_poly = _horner([T((-1) ** k / math.factorial(2 * k + 1)) for k in reversed(range(terms[0]))])  # sin r = r * P(r*r)
     cos_poly = _horner([T((-1) ** k / math.factorial(2 * k)) for k in reversed(range(terms[1]))])
 
-    @jit_named(f"reduce_{sfx}")
+    @jit_named(f"reduce_{sfx}", VMATH)
     def reduce(x):
         """(sin r, cos r, quadrant) with x = r + quadrant * pi/2."""
         xd = np.float64(x)
@@ -241,19 +250,19 @@ def _make_trig(dtype):
         return r * ps, pc, np.int64(k) & 3
 
     # the value in quadrant q is s, c, -s, -c (plain selects, so loops stay vectorised)
-    @jit_named(f"sin_{sfx}")
+    @jit_named(f"sin_{sfx}", VMATH)
     def sin(x):
         s, c, q = reduce(x)
         v = c if (q & 1) == 1 else s
         return -v if (q & 2) == 2 else v
 
-    @jit_named(f"cos_{sfx}")
+    @jit_named(f"cos_{sfx}", VMATH)
     def cos(x):
         s, c, q = reduce(x)
         v = s if (q & 1) == 1 else c
         return v if ((q + 1) & 2) == 0 else -v
 
-    @jit_named(f"tan_{sfx}")
+    @jit_named(f"tan_{sfx}", VMATH)
     def tan(x):
         s, c, q = reduce(x)
         odd = (q & 1) == 1
@@ -275,7 +284,7 @@ sin_f64, cos_f64, tan_f64, sin_exact_f64, cos_exact_f64, tan_exact_f64 = _make_t
 
 # -- pow: float32 through float64 exp/log (exact enough to round correctly almost always);
 #    float64 calls libm, whose special cases NumPy follows.
-@njit(**INLINE)
+@njit(**VMATH)
 def pow_f32(x, y):
     xd, yd = np.float64(x), np.float64(y)
     ax = abs(xd)
