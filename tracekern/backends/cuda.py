@@ -180,6 +180,7 @@ class _Kernel(Lines):
     def __init__(self):
         super().__init__()
         self.params: dict[str, tuple[str, Var | tuple]] = {}
+        self.constants: set[str] = set()   # its statements whose values are constants (render.scalar_statement)
 
     def param(self, host: str, what: Var | tuple) -> str:
         if host not in self.params:
@@ -293,7 +294,8 @@ class _Renderer(ControlRenderer):
 
     # -- loop kernels ---------------------------------------------------------------------------
     def scalar(self, kn: _Kernel, stmt, depth: int) -> None:
-        kn.emit(depth, *scalar_statement(TARGET, stmt, lambda r: (kn.param(self.names[r.var], r.var), r.index)))
+        kn.emit(depth, *scalar_statement(TARGET, stmt, lambda r: (kn.param(self.names[r.var], r.var), r.index),
+                                         constants=kn.constants))
 
     def body(self, kn: _Kernel, k: LoopKernel, depth: int, stores: bool) -> None:
         for stmt in k.body:

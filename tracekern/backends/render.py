@@ -73,20 +73,29 @@ def plain_index(idx: Sequence[str]) -> str:
     return ", ".join(idx) if idx else "()"
 
 
-def scalar_statement(target: Target, stmt, array: Callable, exact: bool = False) -> tuple[str, object]:
+def scalar_statement(target: Target, stmt, array: Callable, exact: bool = False,
+                     constants: set | None = None) -> tuple[str, object]:
     """One statement of a fused loop's body (fusion.Read, Literal, Index or Compute) as a line, and the
     equation it comes from (a Compute's, else None). array(stmt): the array name a Read reads and the
-    index it reads at (the renderer's parameters); exact: libm's sin/cos/tan (Target.functions)."""
+    index it reads at (the renderer's parameters); exact: libm's sin/cos/tan (Target.functions).
+    constants: the kernel's statements so far whose values are constants (this call adds to it): a
+    Compute of constants keeps its plain template, which the compiler folds (Target.float_templates
+    are calls it cannot fold)."""
     if isinstance(stmt, fusion.Read):
         name, index = array(stmt)
         return f"{stmt.name} = {name}[{target.index(index)}]", None
     if isinstance(stmt, fusion.Literal):
+        if constants is not None:
+            constants.add(stmt.name)
         return f"{stmt.name} = {literal(stmt.eqn.params['value'], stmt.eqn.outputs[0].dtype)}", None
     if isinstance(stmt, fusion.Index):
         return f"{stmt.name} = {stmt.expr}", None
     e = stmt.eqn
     dtype = e.inputs[0].dtype if e.inputs else e.outputs[0].dtype
-    template = target.float_templates.get(stmt.template, stmt.template) if dtype.kind == "f" else stmt.template
+    folded = constants is not None and bool(stmt.args) and all(a in constants for a in stmt.args)
+    if folded:
+        constants.add(stmt.name)
+    template = stmt.template if folded or dtype.kind != "f" else target.float_templates.get(stmt.template, stmt.template)
     expr = template.format(*stmt.args, **target.functions(dtype, exact))
     out = e.outputs[0].dtype
     if not (out.kind == "f" and all(v.dtype == out for v in e.inputs)):
