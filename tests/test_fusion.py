@@ -35,11 +35,41 @@ def test_views_are_index_arithmetic_and_a_value_two_loops_need_is_recomputed_in_
 
 
 def test_matmul_is_a_call_kernel_with_a_transposed_operand_passed_as_a_view():
-    p = plan_of(lambda a, b: np.tanh(a.T @ b), np.ones((4, 3)), np.ones((4, 2)))
+    k = fusion.SMALL_CONTRACTION + 1       # (a shorter contraction is a loop: see the next test)
+    p = plan_of(lambda a, b: np.tanh(a.T @ b), np.ones((k, 3)), np.ones((k, 2)))
     call = next(k for k in p.kernels if isinstance(k, CallKernel))
     assert call.eqn.primitive.name == "matmul"
     assert [t for _, t in call.operands] == [True, False]
     assert call.operands[0][0] is p.graph.inputs[0]     # the argument itself, read transposed
+
+
+def test_a_small_contraction_is_a_loop_of_products_and_sums_not_a_blas_call():
+    """A float matmul over k <= SMALL_CONTRACTION is k products added in a loop (no call kernel):
+    its output and its computed operands stored as the GEMM's were, an operand that is a view of
+    an argument read in place, and the constant column k read at k, not passed as a view of its own."""
+    p = plan_of(lambda a, b: np.tanh(np.exp(a) @ b.T), np.ones((5, 3)), np.ones((4, 3)))
+    assert all(isinstance(k, LoopKernel) for k in p.kernels)
+    mats = [s for k in p.kernels for s in k.body if isinstance(s, Compute) and s.eqn.primitive.name in ("mul", "add")]
+    assert len(mats) == 3 + 2                          # a0 b0 + a1 b1 + a2 b2
+    stored = {v for k in p.kernels for v in k.writes}
+    exp_out = next(e.outputs[0] for e in p.graph.eqns if e.primitive.name == "exp")
+    assert exp_out in stored and p.graph.inputs[1] not in stored
+    for k in p.kernels:
+        assert all(pins == () for _, pins in k.operands)
+    big = plan_of(lambda a, b: a @ b, np.ones((5, 9)), np.ones((9, 4)))
+    assert [type(k) for k in big.kernels] == [CallKernel]
+
+
+def test_a_concatenation_gathered_into_a_larger_loop_is_materialized_once():
+    """A concatenation read at a gathered index by a larger loop is stored once (each read of it
+    in the loop would evaluate all its pieces to select one)."""
+    idx = np.array([3, 0, 2, 1, 3, 3, 0, 1, 2, 2])
+    p = plan_of(lambda a, b: np.concatenate([np.sin(a), np.cos(b)])[idx][:, None] * np.ones((10, 6)),
+                np.ones(2), np.ones(2))
+    cat = next(e.outputs[0] for e in p.graph.eqns if e.primitive.name == "concatenate")
+    assert any(cat in k.writes for k in p.kernels)
+    big = next(k for k in p.kernels if isinstance(k, LoopKernel) and k.domain == (10, 6))
+    assert not any(isinstance(s, Compute) and s.eqn.primitive.name == "concatenate" for s in big.body)
 
 
 def test_a_value_broadcast_into_a_larger_loop_is_materialized_once():

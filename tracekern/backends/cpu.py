@@ -216,7 +216,7 @@ class _LoopUnit:
 
     def scalar(self, t: _Text, stmt, depth: int, exact: bool = False) -> None:
         if isinstance(stmt, Read):
-            pins, index = fusion.pinned(stmt.index)
+            pins, index = fusion.pinned(stmt.index, stmt.var.shape)
             if (stmt.var, pins) not in self.names:   # (a value this loop writes, read back: never pinned)
                 pins, index = (), stmt.index
             t.emit(depth, f"{stmt.name} = {self.names[(stmt.var, pins)]}[{_index(index)}]")
