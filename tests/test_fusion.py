@@ -72,6 +72,40 @@ def test_a_concatenation_gathered_into_a_larger_loop_is_materialized_once():
     assert not any(isinstance(s, Compute) and s.eqn.primitive.name == "concatenate" for s in big.body)
 
 
+def test_a_short_scalar_chain_is_recomputed_where_it_is_read_not_stored():
+    """A 0-d value that a few statements compute (SCALAR_CHAIN) is computed in each loop that reads it
+    (the cpu backend once before the loop: LoopKernel.invariant), not stored as a 0-d array; a
+    longer chain is stored once."""
+    p = plan_of(lambda x, t: np.sin(t[0]) * np.cos(t[1]) * x + np.cos(t[0]) * x ** 2, np.ones((4, 5)), np.ones(2))
+    (k,) = p.kernels
+    assert isinstance(k, LoopKernel) and k.domain == (4, 5) and not any(v.shape == () for v in k.writes)
+    trig = {s.name for s in k.body if isinstance(s, Compute) and s.eqn.primitive.name in ("sin", "cos")}
+    assert len(trig) == 3 and trig <= k.invariant()
+    assert not any(isinstance(s, Read) and s.var is p.graph.inputs[0] and s.name in k.invariant() for s in k.body)
+
+    def deep(x, t):
+        s = t[0]
+        for _ in range(fusion.SCALAR_CHAIN + 1):
+            s = s * 1.1 + 0.5
+        return s * x
+
+    p = plan_of(deep, np.ones((4, 5)), np.ones(2))
+    assert any(v.shape == () for k in p.kernels for v in k.writes)
+
+
+def test_a_vmapped_short_product_stays_in_the_lanes_layout():
+    """vmap of a @ b with one side batched and a short contraction multiplies lane by lane with the
+    other side broadcast (one loop over (lanes, m, n)), not through a stacked (lanes * m, k) matrix."""
+    ir = tk.make_ir(lambda a, b: np.tanh(a @ b), mode="vmap", in_axes=(0, None))(np.ones((6, 2, 3)), np.ones((3, 4)))
+    (mm,) = [e for e in ir.eqns if e.primitive.name == "matmul"]
+    assert [tuple(v.shape) for v in mm.inputs] == [(6, 2, 3), (6, 3, 4)]
+    p = fusion.plan(passes.inline_calls(ir))
+    assert all(isinstance(k, LoopKernel) for k in p.kernels) and (6, 2, 4) in [k.domain for k in p.kernels]
+    ir = tk.make_ir(lambda a, b: a @ b, mode="vmap", in_axes=(0, None))(np.ones((6, 2, 5)), np.ones((5, 4)))
+    (mm,) = [e for e in ir.eqns if e.primitive.name == "matmul"]
+    assert [tuple(v.shape) for v in mm.inputs] == [(12, 5), (5, 4)]     # one GEMM, lanes stacked as rows
+
+
 def test_a_value_broadcast_into_a_larger_loop_is_materialized_once():
     p = plan_of(lambda x, y: np.exp(x)[:, None] * y, np.ones(6), np.ones((6, 7)))
     loops = [k for k in p.kernels if isinstance(k, LoopKernel)]

@@ -146,6 +146,7 @@ class _LoopUnit:
         self.names = {key: f"p{j}" for j, key in enumerate(self.params)}
         self.flagged = _has_trig(k)
         self.parallel = k.parallel and not _raises(k)
+        self.hoisted: set[str] = set()
 
     def unit(self) -> Unit:
         fns = [self.function("kernel", exact=False)]
@@ -183,9 +184,16 @@ class _LoopUnit:
             if k.epilogue:
                 self.epilogue(t, 1, exact=True, flag=False)
             return t
-        for stmt in k.body:  # 0-d values are loop invariant (and Numba's prange mistypes 0-d arrays)
-            if isinstance(stmt, Read) and not stmt.index:
-                self.scalar(t, stmt, 1)
+        # what does not depend on the position (0-d values, and the scalar chains computed from them),
+        # once before the loop (and Numba's prange mistypes 0-d arrays)
+        self.hoisted = k.invariant()
+        if flag:
+            t.emit(1, "pre = False")
+        for stmt in k.body:
+            if stmt.name in self.hoisted:
+                self.scalar(t, stmt, 1, exact)
+                if flag and isinstance(stmt, Compute) and stmt.eqn.primitive.name in _TRIG:
+                    t.emit(1, f"pre = pre | (abs({stmt.args[0]}) >= TRIG_LIMIT)")
         rows = k.chunk_rows
         if flag:  # a flag per chunk, combined after the loop (a prange reduction costs compile time)
             t.emit(1, f"bigc = {_empty((k.num_chunks,), 'bool')}")
@@ -203,7 +211,7 @@ class _LoopUnit:
         if k.epilogue and k.epilogue_first == 0:   # (after the whole loop: a few scalars, with libm)
             self.epilogue(t, 1, exact=True, flag=False)
         if flag:
-            t.emit(1, "big = False")
+            t.emit(1, "big = pre")
             t.emit(1, f"for c in range({k.num_chunks}):")
             t.emit(2, "big = big | bigc[c]")
             t.emit(1, "return big")
@@ -293,8 +301,8 @@ class _LoopUnit:
     def body(self, t: _Text, reds: list, depth: int, idx: tuple, exact: bool = False, flag: bool = False) -> None:
         k = self.k
         for stmt in k.body:
-            if isinstance(stmt, Read) and not stmt.index and idx:
-                continue  # read once before the loop
+            if idx and stmt.name in self.hoisted:
+                continue  # computed once before the loop
             self.scalar(t, stmt, depth, exact)
             if flag and isinstance(stmt, Compute) and stmt.eqn.primitive.name in _TRIG:
                 t.emit(depth, f"big = big | (abs({stmt.args[0]}) >= TRIG_LIMIT)")

@@ -21,6 +21,7 @@ from ..errors import IRError
 from ..ir import Aval, Eqn, Graph, Var
 from ..primitives.core import literal_value
 from ..primitives.elementwise import add, mul
+from ..primitives.linalg import SMALL_CONTRACTION
 from ..primitives.shape import broadcast_index, broadcast_to, const, slice_
 
 # Loops over at least this many elements run in parallel (prange), in chunks of about CHUNK
@@ -45,9 +46,13 @@ MAX_INDEX = 160
 # faster than a function's parameters (about 1.3 s for 60, 11 s for 240): the 1,024 copies of an
 # unrolled LSTM merged into a few loops took minutes to compile.
 MAX_COPIES = 32
-# A float matmul contracting at most this many entries is planned as elementwise products and sums
-# (outer_products): a BLAS call on 3 x 3 matrices costs about a microsecond, ten times its work.
-SMALL_CONTRACTION = 4
+# A 0-d value computed from arrays by at most this many statements (elementwise ones and views, a
+# scalar chain such as a rotation's sines and cosines and their products) is recomputed in each
+# loop over a larger domain that reads it, not stored: the cpu backend computes it once before the
+# loop (LoopKernel.invariant), where a 0-d array costs the driver an allocation and every kernel
+# reading it a parameter, about as much as the loop's own work in a small program (a forward-mode
+# Jacobian's primal scalars feed every tangent loop).
+SCALAR_CHAIN = 32
 
 
 @dataclass
@@ -129,6 +134,19 @@ class LoopKernel:
                 key = (s.var, pinned(s.index, s.var.shape)[0])
                 if key not in out:
                     out.append(key)
+        return out
+
+    def invariant(self) -> set[str]:
+        """The names of the body's statements that do not depend on the loop's position: reads at a
+        constant index, literals, and elementwise values computed from those only (none where the
+        domain is empty: nothing of the body runs there)."""
+        if 0 in self.domain or not self.domain:
+            return set()
+        out: set[str] = set()
+        for s in self.body:
+            if isinstance(s, Literal) or (isinstance(s, Read) and all(_CONSTANT.fullmatch(i) for i in s.index)) or (
+                    isinstance(s, Compute) and s.eqn.primitive.fusion == "elementwise" and all(a in out for a in s.args)):
+                out.add(s.name)
         return out
 
     def epilogue_index(self, v: Var) -> tuple[str, ...]:
@@ -265,7 +283,8 @@ class _Walker:
         kind = e.primitive.fusion if e is not None else None
         if not root:
             stored = v in self.materialized
-            if not stored and kind in _STATEMENTS and _size(v.aval.shape) < self.size:
+            if not stored and kind in _STATEMENTS and _size(v.aval.shape) < self.size and not (
+                    kind == "elementwise" and _scalar_chain(v, self.producer, self.materialized)):
                 stored = True            # (broadcast or gathered: computed once, not at every index it is read)
                 self.needs.add(v)
             if stored:
@@ -350,6 +369,33 @@ class _Walker:
         self.keys.append(key)
         self.memo[key] = stmt.name
         return stmt.name
+
+
+def _scalar_chain(v: Var, producer, materialized: set[Var]) -> bool:
+    """Whether v is a 0-d value that at most SCALAR_CHAIN elementwise statements compute from
+    materialized values (through views), literals and iotas: recomputed where it is read (see
+    SCALAR_CHAIN)."""
+    if v.aval.shape:
+        return False
+    seen: set[Var] = set()
+    todo, statements = [v], 0
+    while todo:
+        u = todo.pop()
+        if u in seen or u in materialized:
+            continue
+        seen.add(u)
+        e = producer.get(u)
+        kind = e.primitive.fusion if e is not None else None
+        if kind == "elementwise":
+            statements += 1
+            if statements > SCALAR_CHAIN:
+                return False
+            todo.extend(e.inputs)
+        elif kind == "view":
+            todo.append(e.inputs[0])
+        elif kind not in ("fill", "const", "index"):
+            return False
+    return True
 
 
 def _nesting(text: str) -> int:
@@ -457,7 +503,7 @@ def plan(graph: Graph) -> Plan:
     materialized = _initial_materialized(graph, producer) | cut
     cuts, bands = _bands(graph, producer, materialized)
     materialized |= cuts
-    materialized |= _broadcast(graph, materialized)
+    materialized |= _broadcast(graph, producer, materialized)
     while True:
         try:
             p = _plan_with(graph, producer, materialized, bands)
@@ -518,7 +564,7 @@ def _worth_materializing(p: Plan, producer, materialized: set[Var]) -> set[Var]:
 
     chosen = set()
     for v, c in count.items():
-        if c < 2 or v in materialized:
+        if c < 2 or v in materialized or _scalar_chain(v, producer, materialized):
             continue
         e = producer[v]
         reads, costly = frozenset(), int(any(f in (e.primitive.scalar or "") for f in _COSTLY))
@@ -601,7 +647,7 @@ def _under_views(v: Var, producer, materialized: set[Var]) -> Var | None:
     return None
 
 
-def _broadcast(graph: Graph, materialized: set[Var]) -> set[Var]:
+def _broadcast(graph: Graph, producer, materialized: set[Var]) -> set[Var]:
     """The elementwise (and concatenated) values a loop over a larger domain would read (a (rows, 1)
     value broadcast into (rows, cols), a (bones, 3, 3) concatenation gathered per vertex): each is
     materialized once, not computed at every index it is read (a concatenation of n pieces reads
@@ -621,7 +667,8 @@ def _broadcast(graph: Graph, materialized: set[Var]) -> set[Var]:
         for v in e.outputs:
             if v in materialized:
                 domain[v] = v.aval.size
-            elif kind in _STATEMENTS and domain.get(v, 0) > v.aval.size:
+            elif kind in _STATEMENTS and domain.get(v, 0) > v.aval.size and not (
+                    kind == "elementwise" and _scalar_chain(v, producer, materialized)):
                 needs.add(v)
                 domain[v] = v.aval.size
         reach = max(domain.get(v, 0) for v in e.outputs)
