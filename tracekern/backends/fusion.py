@@ -377,6 +377,14 @@ def _scalar_chain(v: Var, producer, materialized: set[Var]) -> bool:
     SCALAR_CHAIN)."""
     if v.aval.shape:
         return False
+    known = getattr(producer, "chains", {})   # (memo: a chain only shortens as values are materialized)
+    if v in known:
+        return known[v]
+    known[v] = _walk_scalar_chain(v, producer, materialized)
+    return known[v]
+
+
+def _walk_scalar_chain(v: Var, producer, materialized: set[Var]) -> bool:
     seen: set[Var] = set()
     todo, statements = [v], 0
     while todo:
@@ -426,6 +434,7 @@ class _Producers(dict):
     def __init__(self, *args):
         super().__init__(*args)
         self.templates: dict[Eqn, str] = {}
+        self.chains: dict[Var, bool] = {}   # (see _scalar_chain)
 
 
 def _size(shape) -> int:
