@@ -235,8 +235,9 @@ def _check_loss(loss, v, g):
 
 
 def _loss_args():
+    # (every product contracts more than fusion.SMALL_CONTRACTION entries: matmul kernels, not loops)
     rng = np.random.default_rng(3)
-    return rng.standard_normal((4, 3)), rng.standard_normal((3, 5))
+    return rng.standard_normal((6, 7)), rng.standard_normal((7, 5))
 
 
 @posix_only

@@ -35,11 +35,75 @@ def test_views_are_index_arithmetic_and_a_value_two_loops_need_is_recomputed_in_
 
 
 def test_matmul_is_a_call_kernel_with_a_transposed_operand_passed_as_a_view():
-    p = plan_of(lambda a, b: np.tanh(a.T @ b), np.ones((4, 3)), np.ones((4, 2)))
+    k = fusion.SMALL_CONTRACTION + 1       # (a shorter contraction is a loop: see the next test)
+    p = plan_of(lambda a, b: np.tanh(a.T @ b), np.ones((k, 3)), np.ones((k, 2)))
     call = next(k for k in p.kernels if isinstance(k, CallKernel))
     assert call.eqn.primitive.name == "matmul"
     assert [t for _, t in call.operands] == [True, False]
     assert call.operands[0][0] is p.graph.inputs[0]     # the argument itself, read transposed
+
+
+def test_a_small_contraction_is_a_loop_of_products_and_sums_not_a_blas_call():
+    """A float matmul over k <= SMALL_CONTRACTION is k products added in a loop (no call kernel):
+    its output and its computed operands stored as the GEMM's were, an operand that is a view of
+    an argument read in place, and the constant column k read at k, not passed as a view of its own."""
+    p = plan_of(lambda a, b: np.tanh(np.exp(a) @ b.T), np.ones((5, 3)), np.ones((4, 3)))
+    assert all(isinstance(k, LoopKernel) for k in p.kernels)
+    mats = [s for k in p.kernels for s in k.body if isinstance(s, Compute) and s.eqn.primitive.name in ("mul", "add")]
+    assert len(mats) == 3 + 2                          # a0 b0 + a1 b1 + a2 b2
+    stored = {v for k in p.kernels for v in k.writes}
+    exp_out = next(e.outputs[0] for e in p.graph.eqns if e.primitive.name == "exp")
+    assert exp_out in stored and p.graph.inputs[1] not in stored
+    for k in p.kernels:
+        assert all(pins == () for _, pins in k.operands)
+    big = plan_of(lambda a, b: a @ b, np.ones((5, 9)), np.ones((9, 4)))
+    assert [type(k) for k in big.kernels] == [CallKernel]
+
+
+def test_a_concatenation_gathered_into_a_larger_loop_is_materialized_once():
+    """A concatenation read at a gathered index by a larger loop is stored once (each read of it
+    in the loop would evaluate all its pieces to select one)."""
+    idx = np.array([3, 0, 2, 1, 3, 3, 0, 1, 2, 2])
+    p = plan_of(lambda a, b: np.concatenate([np.sin(a), np.cos(b)])[idx][:, None] * np.ones((10, 6)),
+                np.ones(2), np.ones(2))
+    cat = next(e.outputs[0] for e in p.graph.eqns if e.primitive.name == "concatenate")
+    assert any(cat in k.writes for k in p.kernels)
+    big = next(k for k in p.kernels if isinstance(k, LoopKernel) and k.domain == (10, 6))
+    assert not any(isinstance(s, Compute) and s.eqn.primitive.name == "concatenate" for s in big.body)
+
+
+def test_a_short_scalar_chain_is_recomputed_where_it_is_read_not_stored():
+    """A 0-d value that a few statements compute (SCALAR_CHAIN) is computed in each loop that reads it
+    (the cpu backend once before the loop: LoopKernel.invariant), not stored as a 0-d array; a
+    longer chain is stored once."""
+    p = plan_of(lambda x, t: np.sin(t[0]) * np.cos(t[1]) * x + np.cos(t[0]) * x ** 2, np.ones((4, 5)), np.ones(2))
+    (k,) = p.kernels
+    assert isinstance(k, LoopKernel) and k.domain == (4, 5) and not any(v.shape == () for v in k.writes)
+    trig = {s.name for s in k.body if isinstance(s, Compute) and s.eqn.primitive.name in ("sin", "cos")}
+    assert len(trig) == 3 and trig <= k.invariant()
+    assert not any(isinstance(s, Read) and s.var is p.graph.inputs[0] and s.name in k.invariant() for s in k.body)
+
+    def deep(x, t):
+        s = t[0]
+        for _ in range(fusion.SCALAR_CHAIN + 1):
+            s = s * 1.1 + 0.5
+        return s * x
+
+    p = plan_of(deep, np.ones((4, 5)), np.ones(2))
+    assert any(v.shape == () for k in p.kernels for v in k.writes)
+
+
+def test_a_vmapped_short_product_stays_in_the_lanes_layout():
+    """vmap of a @ b with one side batched and a short contraction multiplies lane by lane with the
+    other side broadcast (one loop over (lanes, m, n)), not through a stacked (lanes * m, k) matrix."""
+    ir = tk.make_ir(lambda a, b: np.tanh(a @ b), mode="vmap", in_axes=(0, None))(np.ones((6, 2, 3)), np.ones((3, 4)))
+    (mm,) = [e for e in ir.eqns if e.primitive.name == "matmul"]
+    assert [tuple(v.shape) for v in mm.inputs] == [(6, 2, 3), (6, 3, 4)]
+    p = fusion.plan(passes.inline_calls(ir))
+    assert all(isinstance(k, LoopKernel) for k in p.kernels) and (6, 2, 4) in [k.domain for k in p.kernels]
+    ir = tk.make_ir(lambda a, b: a @ b, mode="vmap", in_axes=(0, None))(np.ones((6, 2, 5)), np.ones((5, 4)))
+    (mm,) = [e for e in ir.eqns if e.primitive.name == "matmul"]
+    assert [tuple(v.shape) for v in mm.inputs] == [(12, 5), (5, 4)]     # one GEMM, lanes stacked as rows
 
 
 def test_a_value_broadcast_into_a_larger_loop_is_materialized_once():

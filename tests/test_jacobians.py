@@ -200,3 +200,95 @@ def test_random_programs_jacfwd_equals_jacrev(program):
         scale = 1.0 + float(np.max(np.abs(g)))
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-11 * scale)
         np.testing.assert_allclose(a, g, rtol=1e-10, atol=1e-11 * scale)
+
+
+def _euler(xp, a, b, c):
+    ca, sa, cb, sb, cc, sc = xp.cos(a), xp.sin(a), xp.cos(b), xp.sin(b), xp.cos(c), xp.sin(c)
+    return xp.stack([xp.stack([cc * cb, cc * sb * sa - sc * ca, cc * sb * ca + sc * sa]),
+                     xp.stack([sc * cb, sc * sb * sa + cc * ca, sc * sb * ca - cc * sa]),
+                     xp.stack([-sb, cb * sa, cb * ca])])
+
+
+BONE = np.array([[0, 1], [2, 1], [1, 1], [2, 0], [0, 2]])
+LOCAL = RNG.normal(size=(5, 2, 3))
+
+
+def _bones(xp, theta):
+    """A chain of three bones (Euler angles, 3 x 3 rotations and offsets), five points skinned to
+    two bones each: 3 x 3 products (k = 3), a batched (5, 2) product with a vector, and
+    concatenations gathered per point (the hand-tracking benchmark's shapes, small)."""
+    rot, pos = [_euler(xp, theta[0], theta[1], theta[2])], [theta[3:6]]
+    for j in range(2):
+        pos.append(pos[-1] + rot[-1] @ np.array([0.0, 1.0, 0.5 * j]))
+        rot.append(rot[-1] @ _euler(xp, theta[6 + j], theta[0] * 0.0, theta[7 - j]))
+    R, T = xp.stack(rot), xp.stack(pos)
+    world = xp.einsum("vkij,vkj->vki", R[BONE], LOCAL) + T[BONE]
+    return xp.sum(world * np.array([0.7, 0.3])[:, None], axis=1).reshape(-1)
+
+
+@pytest.mark.parametrize("backend", BACKENDS + ["cuda"])
+def test_bone_chain_small_products_against_finite_differences(backend):
+    """Small products (k <= fusion.SMALL_CONTRACTION) are loops of products and sums in the compiled
+    backends, and gathered concatenations stored once: the Jacobian of a bone chain by jacfwd and
+    jacrev against central differences of plain NumPy, and the compiled against the interpreter."""
+    theta = RNG.normal(0.0, 0.4, size=8)
+    eps = 1e-6
+    fd = np.stack([(_bones(np, theta + eps * e) - _bones(np, theta - eps * e)) / (2 * eps) for e in np.eye(8)], axis=1)
+    want = tk.jit(tk.jacfwd(lambda t: _bones(np, t)), backend="interpret")(theta)
+    assert want.shape == fd.shape == (15, 8) and np.max(np.abs(fd)) > 0.1
+    np.testing.assert_allclose(want, fd, rtol=1e-6, atol=1e-7)
+    for transform in (tk.jacfwd, tk.jacrev):
+        got = tk.jit(transform(lambda t: _bones(np, t)), backend=backend)(theta)
+        got = got.copy_to_host() if hasattr(got, "copy_to_host") else np.asarray(got)
+        assert got.shape == want.shape and got.dtype == np.float64
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-13)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_small_matmuls_compiled_equal_numpy_and_their_jacobians_finite_differences(dtype):
+    """a @ b for every contraction length around SMALL_CONTRACTION (1 to 5: products and sums, then
+    BLAS), batched and not, with a transposed operand: values against NumPy, the Jacobian in the
+    first operand against central differences (float64) and the interpreter's."""
+    rtol = 1e-5 if dtype == np.float32 else 1e-12
+    for k in ((1, 4, 5) if dtype == np.float64 else (4,)):
+        a = RNG.normal(size=(2, 3, k)).astype(dtype)
+        b = RNG.normal(size=(2, 4, k)).astype(dtype)
+
+        def f(a, b):
+            return np.tanh(a @ np.swapaxes(b, 1, 2))
+
+        got = tk.jit(f, backend="cpu")(a, b)
+        assert got.dtype == dtype and got.shape == (2, 3, 4)
+        np.testing.assert_allclose(got, np.tanh(a.astype(np.float64) @ np.swapaxes(b, 1, 2)), rtol=rtol, atol=rtol)
+        jac = tk.jit(tk.jacfwd(f), backend="cpu")(a, b)
+        np.testing.assert_allclose(jac, tk.jit(tk.jacfwd(f), backend="interpret")(a, b), rtol=rtol, atol=rtol)
+        if dtype == np.float64:
+            eps = 1e-6
+            cols = [(f(a + eps * e.reshape(a.shape), b) - f(a - eps * e.reshape(a.shape), b)) / (2 * eps)
+                    for e in np.eye(a.size)]
+            np.testing.assert_allclose(jac.reshape(24, a.size), np.stack(cols, axis=-1).reshape(24, a.size),
+                                       rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("backend", ["cpu", "cuda"])
+def test_scalar_chains_recomputed_in_loops_equal_numpy_and_finite_differences(backend):
+    """0-d values of a few statements are recomputed in the loops that read them (the cpu backend
+    computes them before the loop, and takes libm's sin/cos there when an angle is beyond the
+    vectorised range): values against NumPy for a small and a huge angle, the Jacobian against
+    central differences."""
+    def f(x, t):
+        return np.sin(t[0]) * np.cos(t[1]) * x + np.cos(t[0] * t[1]) * x ** 2
+
+    x = RNG.normal(size=(3, 4))
+    run = tk.jit(f, backend=backend)
+    for t in (np.array([0.3, -1.2]), np.array([3.0e15, 0.7])):
+        got = run(x, t)
+        got = got.copy_to_host() if hasattr(got, "copy_to_host") else np.asarray(got)
+        np.testing.assert_allclose(got, f(x, t), rtol=1e-12, atol=1e-12)
+    t = np.array([0.3, -1.2])
+    jac = tk.jit(tk.jacfwd(f, argnums=1), backend=backend)(x, t)
+    jac = jac.copy_to_host() if hasattr(jac, "copy_to_host") else np.asarray(jac)
+    eps = 1e-6
+    fd = np.stack([(f(x, t + eps * e) - f(x, t - eps * e)) / (2 * eps) for e in np.eye(2)], axis=-1)
+    assert jac.shape == (3, 4, 2) and np.max(np.abs(fd)) > 0.1
+    np.testing.assert_allclose(jac, fd, rtol=1e-6, atol=1e-8)

@@ -18,9 +18,10 @@ from .api import jvp, vjp
 from .arguments import arg_name, flatten_call, fun_name
 from .errors import with_location
 from .ir import is_float
+from .primitives import iota
 from .pytree import Static, call_static, tree_flatten, tree_unflatten
 from .staging import Staged
-from .trace import _read
+from .trace import _read, bind
 from .vectorize import vmap
 
 
@@ -56,14 +57,16 @@ def _partial(fun: Callable, args: tuple, nums: tuple[int, ...]) -> Callable:
     return part
 
 
-def _basis(sizes: Sequence[int], dtype_of: Sequence[np.dtype]) -> list[np.ndarray]:
+def _basis(sizes: Sequence[int], dtype_of: Sequence[np.dtype]) -> list:
     """The rows of the identity of order sum(sizes), split into blocks of columns: block k is
-    (n, sizes[k]) in dtype_of[k]."""
+    (n, sizes[k]) in dtype_of[k]. Each is emitted as a comparison of two iotas (row == column +
+    offset), not a dense constant: kernels compute a one-hot entry from their loop indices, where
+    an n x n constant was an array every kernel reading a column of it was passed."""
     n = int(sum(sizes))
-    eye = np.eye(n, dtype=np.float64)
+    rows = bind(iota, shape=(n, 1))
     out, start = [], 0
     for s, dt in zip(sizes, dtype_of):
-        out.append(eye[:, start:start + s].astype(dt))
+        out.append(tnp.equal(rows, bind(iota, shape=(1, s)) + start).astype(dt))
         start += s
     return out
 

@@ -176,6 +176,7 @@ class _LoopUnit:
         self.variants = (FAST, EXACT) if self.flagged else (PLAIN,)
         self.parallel = k.parallel and not _raises(k)
         self.heavy = any(isinstance(s, Compute) and s.eqn.primitive.name in HEAVY for s in k.body)
+        self.hoisted: set[str] = set()
 
     def unit(self) -> Unit:
         source, lines = _module(f"loop over {list(self.k.domain)}", [self.function(v) for v in self.variants])
@@ -210,9 +211,16 @@ class _LoopUnit:
             if k.epilogue:
                 self.epilogue(t, 1, EXACT)
             return t
-        for stmt in k.body:  # 0-d values are loop invariant (and Numba's prange mistypes 0-d arrays)
-            if isinstance(stmt, Read) and not stmt.index:
-                self.scalar(t, stmt, 1)
+        # what does not depend on the position (0-d values, and the scalar chains computed from them),
+        # once before the loop (and Numba's prange mistypes 0-d arrays)
+        self.hoisted = k.invariant()
+        if flag:
+            t.emit(1, "pre = False")
+        for stmt in k.body:
+            if stmt.name in self.hoisted:
+                self.scalar(t, stmt, 1, variant)
+                if flag and isinstance(stmt, Compute) and stmt.eqn.primitive.name in _TRIG:
+                    t.emit(1, f"pre = pre | (abs({stmt.args[0]}) >= TRIG_LIMIT)")
         rows = k.chunk_rows
         if flag:  # a flag per chunk, combined after the loop (a prange reduction costs compile time)
             t.emit(1, f"bigc = {_empty((k.num_chunks,), 'bool')}")
@@ -234,7 +242,7 @@ class _LoopUnit:
         if k.epilogue and k.epilogue_first == 0:   # (after the whole loop: a few scalars, with libm)
             self.epilogue(t, 1, EXACT)
         if flag:
-            t.emit(1, "big = False")
+            t.emit(1, "big = pre")
             t.emit(1, f"for c in range({k.num_chunks}):")
             t.emit(2, "big = big | bigc[c]")
             t.emit(1, "return big")
@@ -250,7 +258,7 @@ class _LoopUnit:
 
     def read(self, stmt: Read) -> tuple[str, tuple]:
         """The parameter a Read reads, and at what index: a pinned view's (see fusion.pinned)."""
-        pins, index = fusion.pinned(stmt.index)
+        pins, index = fusion.pinned(stmt.index, stmt.var.shape)
         if (stmt.var, pins) not in self.names:   # (a value this loop writes, read back: never pinned)
             pins, index = (), stmt.index
         return self.names[(stmt.var, pins)], index
@@ -342,8 +350,8 @@ class _LoopUnit:
     def body(self, t: Lines, reds: list, depth: int, idx: tuple, variant: Variant = PLAIN, staged: Sequence = ()) -> None:
         k = self.k
         for stmt in k.body:
-            if isinstance(stmt, Read) and not stmt.index and idx:
-                continue  # read once before the loop
+            if idx and stmt.name in self.hoisted:
+                continue  # computed once before the loop
             self.scalar(t, stmt, depth, variant)
             if variant.flags and isinstance(stmt, Compute) and stmt.eqn.primitive.name in _TRIG:
                 t.emit(depth, f"big = big | (abs({stmt.args[0]}) >= TRIG_LIMIT)")

@@ -20,8 +20,9 @@ import numpy as np
 from ..errors import IRError
 from ..ir import Aval, Eqn, Graph, Var
 from ..primitives.core import literal_value
-from ..primitives.elementwise import mul
-from ..primitives.shape import broadcast_index, broadcast_to, const
+from ..primitives.elementwise import add, mul
+from ..primitives.linalg import SMALL_CONTRACTION
+from ..primitives.shape import broadcast_index, broadcast_to, const, slice_
 
 # Loops over at least this many elements run in parallel (prange), in chunks of about CHUNK
 # elements split along axis 0. Both depend only on shapes, so results do not depend on threads.
@@ -45,6 +46,13 @@ MAX_INDEX = 160
 # faster than a function's parameters (about 1.3 s for 60, 11 s for 240): the 1,024 copies of an
 # unrolled LSTM merged into a few loops took minutes to compile.
 MAX_COPIES = 32
+# A 0-d value computed from arrays by at most this many statements (elementwise ones and views, a
+# scalar chain such as a rotation's sines and cosines and their products) is recomputed in each
+# loop over a larger domain that reads it, not stored: the cpu backend computes it once before the
+# loop (LoopKernel.invariant), where a 0-d array costs the driver an allocation and every kernel
+# reading it a parameter, about as much as the loop's own work in a small program (a forward-mode
+# Jacobian's primal scalars feed every tangent loop).
+SCALAR_CHAIN = 32
 
 
 @dataclass
@@ -123,9 +131,22 @@ class LoopKernel:
         writes = set(self.writes)
         for s in list(self.body) + list(self.epilogue_body):
             if isinstance(s, Read) and s.var not in writes:
-                key = (s.var, pinned(s.index)[0])
+                key = (s.var, pinned(s.index, s.var.shape)[0])
                 if key not in out:
                     out.append(key)
+        return out
+
+    def invariant(self) -> set[str]:
+        """The names of the body's statements that do not depend on the loop's position: reads at a
+        constant index, literals, and elementwise values computed from those only (none where the
+        domain is empty: nothing of the body runs there)."""
+        if 0 in self.domain or not self.domain:
+            return set()
+        out: set[str] = set()
+        for s in self.body:
+            if isinstance(s, Literal) or (isinstance(s, Read) and all(_CONSTANT.fullmatch(i) for i in s.index)) or (
+                    isinstance(s, Compute) and s.eqn.primitive.fusion == "elementwise" and all(a in out for a in s.args)):
+                out.add(s.name)
         return out
 
     def epilogue_index(self, v: Var) -> tuple[str, ...]:
@@ -177,15 +198,20 @@ _CONSTANT = re.compile(r"[0-9 ()+*/%-]+")
 _SIMPLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|-?[0-9]+")   # (a loop variable, a name, a number)
 
 
-def pinned(index: tuple[str, ...]) -> tuple[tuple, tuple[str, ...]]:
+def pinned(index: tuple[str, ...], shape: tuple[int, ...] | None = None) -> tuple[tuple, tuple[str, ...]]:
     """(pins, index) of a read: each component of its index that is a constant other than 0 (one
     element along that axis: x[t] in an unrolled loop over t, c[i] in a Horner polynomial) becomes a
     pin, and 0 in the index; pins is () when there is none. A kernel is passed its operand's pinned
     view (x[t:t + 1]) and reads it at the same index whatever the constant, so the steps of an
-    unrolled loop have equal text, compiled once."""
+    unrolled loop have equal text, compiled once. A constant into an axis (of `shape`, the operand's)
+    of at most SMALL_CONTRACTION entries stays in the index: the column k of a small product, the
+    x, y, z of a point are a few texts at most, where each pin costs the driver a view and the
+    kernel a parameter at every call."""
     pins, out = [], []
-    for i in index:
-        c = int(eval(i, {"__builtins__": {}})) if i != "0" and _CONSTANT.fullmatch(i) else None   # (digits and operators only)
+    for a, i in enumerate(index):
+        short = shape is not None and shape[a] <= SMALL_CONTRACTION
+        constant = i != "0" and not short and _CONSTANT.fullmatch(i)
+        c = int(eval(i, {"__builtins__": {}})) if constant else None   # (digits and operators only)
         pins.append(c if c else None)
         out.append("0" if c else i)
     return (tuple(pins), tuple(out)) if any(c is not None for c in pins) else ((), tuple(index))
@@ -257,8 +283,9 @@ class _Walker:
         kind = e.primitive.fusion if e is not None else None
         if not root:
             stored = v in self.materialized
-            if not stored and kind == "elementwise" and _size(v.aval.shape) < self.size:
-                stored = True            # (broadcast: computed once, not at every index it is read)
+            if not stored and kind in _STATEMENTS and _size(v.aval.shape) < self.size and not (
+                    kind == "elementwise" and _scalar_chain(v, self.producer, self.materialized)):
+                stored = True            # (broadcast or gathered: computed once, not at every index it is read)
                 self.needs.add(v)
             if stored:
                 identity = idx == self.identity and v.aval.shape == self.domain
@@ -344,6 +371,41 @@ class _Walker:
         return stmt.name
 
 
+def _scalar_chain(v: Var, producer, materialized: set[Var]) -> bool:
+    """Whether v is a 0-d value that at most SCALAR_CHAIN elementwise statements compute from
+    materialized values (through views), literals and iotas: recomputed where it is read (see
+    SCALAR_CHAIN)."""
+    if v.aval.shape:
+        return False
+    known = getattr(producer, "chains", {})   # (memo: a chain only shortens as values are materialized)
+    if v in known:
+        return known[v]
+    known[v] = _walk_scalar_chain(v, producer, materialized)
+    return known[v]
+
+
+def _walk_scalar_chain(v: Var, producer, materialized: set[Var]) -> bool:
+    seen: set[Var] = set()
+    todo, statements = [v], 0
+    while todo:
+        u = todo.pop()
+        if u in seen or u in materialized:
+            continue
+        seen.add(u)
+        e = producer.get(u)
+        kind = e.primitive.fusion if e is not None else None
+        if kind == "elementwise":
+            statements += 1
+            if statements > SCALAR_CHAIN:
+                return False
+            todo.extend(e.inputs)
+        elif kind == "view":
+            todo.append(e.inputs[0])
+        elif kind not in ("fill", "const", "index"):
+            return False
+    return True
+
+
 def _nesting(text: str) -> int:
     """How deeply parentheses nest in text."""
     depth = deepest = 0
@@ -372,6 +434,7 @@ class _Producers(dict):
     def __init__(self, *args):
         super().__init__(*args)
         self.templates: dict[Eqn, str] = {}
+        self.chains: dict[Var, bool] = {}   # (see _scalar_chain)
 
 
 def _size(shape) -> int:
@@ -381,34 +444,75 @@ def _size(shape) -> int:
     return n
 
 
-def outer_products(graph: Graph) -> Graph:
-    """The graph with every float matmul that contracts an axis of length 1 written as what it is, an
-    outer product: each output element is one product, so an elementwise mul of the operands
-    broadcast to the output's shape computes it exactly as the GEMM does (one multiply, nothing
-    to add), and it fuses into the loop that reads it instead of being a BLAS call and an array
-    of its own (a weight gradient of a batch of one, accumulated in a loop's carry)."""
+def small_products(graph: Graph) -> tuple[Graph, set[Var]]:
+    """The graph with every float matmul that contracts an axis of at most SMALL_CONTRACTION entries
+    written as what it is, a sum of that many outer products: out = a[..., :, 0:1] * b[..., 0:1, :]
+    + a[..., :, 1:2] * b[..., 1:2, :] + ..., each term an elementwise mul of the operands' slices
+    broadcast to the output's shape, added left to right (as a naive loop over k does); and the
+    values to materialize for them. A product over k = 1 is exactly the GEMM's one multiply: it fuses
+    into the loop that reads it instead of being a BLAS call and an array of its own (a weight
+    gradient of a batch of one, accumulated in a loop's carry). A longer one (the 3 x 3 rotations
+    of a bone chain, the (n * 3, 3) @ (3, 3) products of a batched JVP, where a BLAS call costs
+    more than its work) becomes a loop that joins the other loops of its domain, its output and the
+    operands that compute something stored as the GEMM's were: chains stay cut where the matmuls
+    cut them (a program's loops, their bodies and their planning stay as they were), and an operand
+    that is a view or a gather of an array is read in place."""
     eqns: list[Eqn] = []
+    cut: set[Var] = set()
+    producer = {v: e for e in graph.eqns for v in e.outputs}
     for e in graph.eqns:
         a = e.inputs[0] if e.primitive.name == "matmul" else None
-        if a is None or a.shape[-1] != 1 or a.dtype.kind != "f":
+        if a is None or not 1 <= a.shape[-1] <= SMALL_CONTRACTION or a.dtype.kind != "f":
             eqns.append(e)
             continue
-        out = e.outputs[0]
-        left, right = Var(out.aval), Var(out.aval)
-        eqns += [Eqn(broadcast_to, (a,), (left,), {"shape": tuple(out.shape)}, e.source),
-                 Eqn(broadcast_to, (e.inputs[1],), (right,), {"shape": tuple(out.shape)}, e.source),
-                 Eqn(mul, (left, right), (out,), {}, e.source)]
-    return graph if len(eqns) == len(graph.eqns) else Graph(graph.inputs, tuple(eqns), graph.outputs, graph.input_notes)
+        b, out = e.inputs[1], e.outputs[0]
+        k_dim, nd, shape = a.shape[-1], len(a.shape), tuple(out.shape)
+        if k_dim > 1:
+            cut.add(out)
+            cut.update(x for x in (a, b) if _computes(x, producer))
+        total = None
+        for k in range(k_dim):
+            left, right = Var(out.aval), Var(out.aval)
+            for x, axis, dst in ((a, nd - 1, left), (b, nd - 2, right)):
+                if k_dim > 1:
+                    index = tuple((k, k + 1, 1) if i == axis else (0, n, 1) for i, n in enumerate(x.shape))
+                    piece = Var(Aval(tuple(1 if i == axis else n for i, n in enumerate(x.shape)), x.dtype))
+                    eqns.append(Eqn(slice_, (x,), (piece,), {"index": index}, e.source))
+                    x = piece
+                eqns.append(Eqn(broadcast_to, (x,), (dst,), {"shape": shape}, e.source))
+            term = out if k_dim == 1 else Var(out.aval)
+            eqns.append(Eqn(mul, (left, right), (term,), {}, e.source))
+            if total is not None:
+                summed = out if k == k_dim - 1 else Var(out.aval)
+                eqns.append(Eqn(add, (total, term), (summed,), {}, e.source))
+                term = summed
+            total = term
+    if len(eqns) == len(graph.eqns):
+        return graph, cut
+    return Graph(graph.inputs, tuple(eqns), graph.outputs, graph.input_notes), cut
+
+
+def _computes(v: Var, producer) -> bool:
+    """Whether reading v computes something (an elementwise value or a concatenation under its
+    views), rather than reading an array through index arithmetic (a view, a gather: what it
+    gathers from is stored where the loop reading it is larger, see _broadcast)."""
+    while True:
+        e = producer.get(v)
+        if e is None or e.primitive.fusion not in ("view", "elementwise", "pieces"):
+            return False
+        if e.primitive.fusion in _STATEMENTS:
+            return True
+        v = e.inputs[0]
 
 
 def plan(graph: Graph) -> Plan:
     """Group the equations of `graph` into kernels; see the module docstring."""
-    graph = outer_products(graph)
+    graph, cut = small_products(graph)
     producer = _Producers((v, e) for e in graph.eqns for v in e.outputs)
-    materialized = _initial_materialized(graph, producer)
+    materialized = _initial_materialized(graph, producer) | cut
     cuts, bands = _bands(graph, producer, materialized)
     materialized |= cuts
-    materialized |= _broadcast(graph, materialized)
+    materialized |= _broadcast(graph, producer, materialized)
     while True:
         try:
             p = _plan_with(graph, producer, materialized, bands)
@@ -469,7 +573,7 @@ def _worth_materializing(p: Plan, producer, materialized: set[Var]) -> set[Var]:
 
     chosen = set()
     for v, c in count.items():
-        if c < 2 or v in materialized:
+        if c < 2 or v in materialized or _scalar_chain(v, producer, materialized):
             continue
         e = producer[v]
         reads, costly = frozenset(), int(any(f in (e.primitive.scalar or "") for f in _COSTLY))
@@ -552,9 +656,11 @@ def _under_views(v: Var, producer, materialized: set[Var]) -> Var | None:
     return None
 
 
-def _broadcast(graph: Graph, materialized: set[Var]) -> set[Var]:
-    """The elementwise values a loop over a larger domain would read (a (rows, 1) value broadcast
-    into (rows, cols)): each is materialized once, not computed at every index it is read. The
+def _broadcast(graph: Graph, producer, materialized: set[Var]) -> set[Var]:
+    """The elementwise (and concatenated) values a loop over a larger domain would read (a (rows, 1)
+    value broadcast into (rows, cols), a (bones, 3, 3) concatenation gathered per vertex): each is
+    materialized once, not computed at every index it is read (a concatenation of n pieces reads
+    all n at every index, to select one). The
     walker finds each such value too (_NeedMaterialize); found here in one pass, backwards, they cost
     no planning round. A value's domain is the largest loop that computes it: its own shape where it
     is stored, else the largest domain of the loops computing its readers."""
@@ -570,7 +676,8 @@ def _broadcast(graph: Graph, materialized: set[Var]) -> set[Var]:
         for v in e.outputs:
             if v in materialized:
                 domain[v] = v.aval.size
-            elif kind == "elementwise" and domain.get(v, 0) > v.aval.size:
+            elif kind in _STATEMENTS and domain.get(v, 0) > v.aval.size and not (
+                    kind == "elementwise" and _scalar_chain(v, producer, materialized)):
                 needs.add(v)
                 domain[v] = v.aval.size
         reach = max(domain.get(v, 0) for v in e.outputs)

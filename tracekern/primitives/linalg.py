@@ -10,16 +10,26 @@ from ..ir import Aval, complex_dtype, is_complex
 from . import lanes, ops
 from .core import Primitive
 
+# A float product contracting at most this many entries is a loop of products and sums in the
+# compiled backends, not a BLAS call (backends/fusion.py, small_products).
+SMALL_CONTRACTION = 4
+
 
 class Matmul(Primitive):
     fusion = "matmul"
 
     def batch(self, args, batched):
         """Both batched: a matmul over one more batch axis. One batched: its lanes side by side in
-        one matrix (a's rows, or b's columns), one product with the other operand's matrices."""
+        one matrix (a's rows, or b's columns), one product with the other operand's matrices (one
+        GEMM); but a short float contraction (SMALL_CONTRACTION, a loop in the compiled backends)
+        multiplies lane by lane with the other operand broadcast (a view), so that its output is in
+        the lanes' own layout, in one loop with the work around it, not in a stacked one that views
+        must take apart."""
         (a, b), (a_b, b_b) = args, batched
         if a_b and b_b:
             return [ops.matmul(a, b)], [True]
+        if a.shape[-1] <= SMALL_CONTRACTION and a.dtype.kind == "f":
+            return [ops.matmul(*lanes.all_batched(args, batched))], [True]
         x = a if a_b else b
         n, nd = x.shape[0], len(x.shape)
         lead = tuple(x.shape[1:-2])
