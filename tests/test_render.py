@@ -68,7 +68,7 @@ def toy(monkeypatch):
 
 def _toy_programs():
     rng = np.random.default_rng(0)
-    x, w, v = rng.normal(size=(3, 4)), rng.normal(size=(4, 2)), rng.normal(size=(4,))
+    x, w, v = rng.normal(size=(3, 6)), rng.normal(size=(6, 2)), rng.normal(size=(4,))   # (x @ w contracts 6: a matmul, not a loop)
 
     def mlp(x, w):
         h = np.tanh(x @ w)
