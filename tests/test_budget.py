@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 import tracekern as tk
 from tests.conftest import assert_tree_close, jit_on
 from tests.test_property import instantiate, on_interpret, programs
+from tracekern import budget as budget_room
 from tracekern import remat
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -178,12 +179,17 @@ def test_a_budgeted_grad_step_runs_the_plan():
             assert any(v in eqns[j].inputs for b in eqns[i:j] for v in b.outputs), (i, j)
 
 
-def test_a_fused_grad_step_keeps_only_the_forwards_arrays():
+def test_a_fused_grad_step_keeps_only_the_forwards_arrays(monkeypatch):
     """tk.grad runs its plan as one fused step, where the loops that read an elementwise value
     compute it from the arrays it is made of: its plan saves only what the forward makes as arrays
     (inputs, matmul and reduction outputs, matmul operands), so its bytes are what the step keeps.
     tk.vjp's two halves are separate functions: its plan may save an elementwise value, at the same
-    budget. Both fit the budget, and the values are those without one."""
+    budget. Both fit the budget, and the values are those without one. (The cost model is pinned,
+    with sin and tanh dearer to re-run than their bytes are to keep: the machine's own calibration
+    decides that otherwise, and a fast vectorised sin, or a calibration taken on a busy machine,
+    makes re-running every value the cheaper plan.)"""
+    monkeypatch.setattr(budget_room, "cost_model",
+                        lambda: remat.CostModel(per_element={"sin": 2e-8, "tanh": 2e-8}, origin="test"))
     def chain(x):
         for _ in range(6):
             x = np.sin(np.tanh(x)) * np.float32(1.5)

@@ -174,8 +174,9 @@ def test_the_column_major_plan_is_the_row_major_product(a_t, b_t, batch):
 
 def test_matmuls_of_every_transpose_and_batch_go_to_cublas(fake):
     rng = np.random.default_rng(1)
-    a, b = rng.standard_normal((5, 3)).astype(np.float32), rng.standard_normal((3, 4)).astype(np.float32)
-    c3 = rng.standard_normal((2, 5, 3))
+    # (every product contracts more than linalg.SMALL_CONTRACTION entries: smaller ones are loops)
+    a, b = rng.standard_normal((5, 6)).astype(np.float32), rng.standard_normal((6, 5)).astype(np.float32)
+    c3 = rng.standard_normal((2, 5, 6))
     programs = [
         (lambda a, b: a @ b, (a, b)),
         (lambda a, b: (a.T @ a) @ (b @ b.T), (a, b)),
@@ -212,7 +213,7 @@ def test_value_and_grad_of_an_mlp_on_cublas_equals_the_interpreter(fake):
 
 
 def test_tf32_is_asked_for_float32_only_and_only_when_chosen(fake):
-    a = np.ones((4, 4), np.float32)
+    a = np.ones((8, 8), np.float32)
     tk.jit(lambda a: a @ a, backend="cuda")(a)
     assert not [c for c in fake.calls if c[0] == "math"], "the default is full float32"
     tk.jit(lambda a: a @ a, backend="cuda", matmul_precision="tf32")(a)
@@ -227,7 +228,7 @@ def test_tf32_is_asked_for_float32_only_and_only_when_chosen(fake):
 
 
 def test_one_handle_and_workspace_per_thread(fake):
-    a = np.ones((4, 4), np.float32)
+    a = np.ones((8, 8), np.float32)
     f = tk.jit(lambda a: (a @ a) @ a, backend="cuda")
     f(a)
     f(a)
@@ -241,9 +242,9 @@ def test_one_handle_and_workspace_per_thread(fake):
 def test_a_strided_device_input_takes_the_tiled_kernel(fake):
     from numba import cuda
 
-    base = np.arange(48, dtype=np.float32).reshape(6, 8)
+    base = np.arange(96, dtype=np.float32).reshape(6, 16)
     strided = cuda.to_device(base)[:, ::2]           # not C-contiguous: no leading dimension for cuBLAS
-    w = np.ones((4, 3), np.float32)
+    w = np.ones((8, 3), np.float32)
     f = tk.jit(lambda x, w: x @ w, backend="cuda")
     before = len([c for c in fake.calls if c[0] == "gemm"])
     np.testing.assert_allclose(to_host(f(strided, w)), base[:, ::2] @ w)
