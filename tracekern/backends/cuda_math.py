@@ -141,6 +141,8 @@ for _nargs, _table in ((1, LIBM_UNARY), (2, LIBM_BINARY)):
     for _name, (_gpu_fn, _np_fn) in _table.items():
         for _T in (f32, f64):
             globals()[f"{_name}_{CASTS[np.dtype(_T).name]}"] = _libm_by_dtype(_gpu_fn, _np_fn, _T, _nargs)
+if SIMULATOR:   # (the simulator's products are NumPy's, rounded once: a plain product, no errstate per call)
+    mul_rn_f32 = mul_rn_f64 = rmul
 for _T, _sfx in ((f32, "f32"), (f64, "f64")):
     _floordiv, _remainder = scalar_rules.float_division(globals()[f"fmod_{_sfx}"], globals()[f"floor_{_sfx}"],
                                                         globals()[f"copysign_{_sfx}"], _T)
