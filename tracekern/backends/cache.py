@@ -489,13 +489,9 @@ def _read_sealed(path: str) -> bytes | None:
     """The content of a file written with _SEAL and its checksum, or None (missing, or not matching)."""
     try:
         with open(path, "rb") as f:
-            blob = f.read()
+            return _unsealed(f.read())
     except OSError:
         return None
-    n = len(_SEAL) + 32
-    if len(blob) < n or blob[-n:-32] != _SEAL or hashlib.sha256(blob[:-n]).digest() != blob[-32:]:
-        return None
-    return blob[:-n]
 
 
 # ----------------------------------------------------------------------------- Numba's cache files
@@ -788,10 +784,17 @@ def _sealed(path: str) -> bool:
             blob = f.read()
     except FileNotFoundError:
         return False
-    n = len(_SEAL) + 32
-    if len(blob) < n or blob[-n:-32] != _SEAL or hashlib.sha256(blob[:-n]).digest() != blob[-32:]:
+    if _unsealed(blob) is None:
         raise ValueError("its content does not match its checksum (truncated or overwritten)")
     return True
+
+
+def _unsealed(blob: bytes) -> bytes | None:
+    """A sealed blob's content (what came before _SEAL and its SHA-256), or None if it does not match."""
+    n = len(_SEAL) + 32
+    if len(blob) < n or blob[-n:-32] != _SEAL or hashlib.sha256(blob[:-n]).digest() != blob[-32:]:
+        return None
+    return blob[:-n]
 
 
 def _write_file(path: str, data: bytes, private: bool) -> None:
