@@ -77,20 +77,7 @@ def _numpy_programs(cuda: bool):
             yield f"numpy-{family}-{dtype}", program, ({c.id: args[c.id] for c in picked},), False
             if not grads:
                 continue
-            floats = {c.id: tuple(a for s, a in zip(c.inputs, args[c.id]) if s.kind not in ("int", "bool", "given"))
-                      for c in grads}
-
-            def differentiated(xs, grads=grads, args=args):
-                def f(xs):
-                    out = {}
-                    for c in grads:
-                        it = iter(xs[c.id])
-                        full = [a if s.kind in ("int", "bool", "given") else next(it) for s, a in zip(c.inputs, args[c.id])]
-                        leaves = [leaf for leaf in tk.tree_flatten(c.fn(*full))[0] if leaf.dtype.kind in "fc"]
-                        out[c.id] = sum(np.sum(np.real(leaf) * 0.5) for leaf in leaves)
-                    return out
-                out, pullback = tk.vjp(f, xs)
-                return out, pullback({k: np.ones_like(v) for k, v in out.items()})[0]
+            differentiated, floats = ptx_corpus.vjp_program(grads, args)
             yield f"numpy-{family}-{dtype}-vjp", differentiated, (floats,), False
 
 

@@ -122,6 +122,26 @@ def _softplus_with_a_custom_gradient(x):
     return np.log1p(np.exp(x)), grad_fn
 
 
+def vjp_program(grads: list, args: dict):
+    """One program of the table's differentiable cases (numpy_cases): tk.vjp of the sum of each case's
+    float outputs (halved) at its float inputs, with a cotangent of ones; and those inputs by case id."""
+    floats = {c.id: tuple(a for s, a in zip(c.inputs, args[c.id]) if s.kind not in ("int", "bool", "given"))
+              for c in grads}
+
+    def differentiated(xs):
+        def f(xs):
+            out = {}
+            for c in grads:
+                it = iter(xs[c.id])
+                full = [a if s.kind in ("int", "bool", "given") else next(it) for s, a in zip(c.inputs, args[c.id])]
+                leaves = [leaf for leaf in tk.tree_flatten(c.fn(*full))[0] if leaf.dtype.kind in "fc"]
+                out[c.id] = sum(np.sum(np.real(leaf) * 0.5) for leaf in leaves)
+            return out
+        out, pullback = tk.vjp(f, xs)
+        return out, pullback({k: np.ones_like(v) for k, v in out.items()})[0]
+    return differentiated, floats
+
+
 def _numpy_programs(with_float64: bool = False):
     """tk.numpy's coverage table (tests/numpy_cases.py): each family's cuda cases as one program, in
     float32 (the non-differentiable cases' values; the others' value and gradient, tk.vjp: forward
@@ -145,20 +165,7 @@ def _numpy_programs(with_float64: bool = False):
                 yield program, (values,), False
             if not grads:
                 continue
-            floats = {c.id: tuple(a for s, a in zip(c.inputs, args[c.id]) if s.kind not in ("int", "bool", "given"))
-                      for c in grads}
-
-            def differentiated(xs, grads=grads, args=args):
-                def f(xs):
-                    out = {}
-                    for c in grads:
-                        it = iter(xs[c.id])
-                        full = [a if s.kind in ("int", "bool", "given") else next(it) for s, a in zip(c.inputs, args[c.id])]
-                        leaves = [leaf for leaf in tk.tree_flatten(c.fn(*full))[0] if leaf.dtype.kind in "fc"]
-                        out[c.id] = sum(np.sum(np.real(leaf) * 0.5) for leaf in leaves)
-                    return out
-                out, pullback = tk.vjp(f, xs)
-                return out, pullback({k: np.ones_like(v) for k, v in out.items()})[0]
+            differentiated, floats = vjp_program(grads, args)
             yield differentiated, (floats,), False
 
 
