@@ -199,6 +199,8 @@ def run(options: argparse.Namespace) -> dict:
         notes.append("compile s in parentheses: loaded from tracekern's disk cache, not compiled; for cold figures, "
                      "run with TRACEKERN_CACHE_DIR set to an empty folder")
     for r in rows:
+        if loads and r.get("load", 0) != loads[0]:
+            continue    # (the same notes for every load: given once, from the first load's rows)
         if r["unsupported"]:
             notes.append(f"{r['workload']} / {r['strategy']} ({LABELS[r['tool']]}): no row, as a result: {r['unsupported']}")
         if r["kept_at_run_time"]:
