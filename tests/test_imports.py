@@ -241,7 +241,7 @@ def test_the_cuda_check_catches_each_form():
 # render.CONTROL): in tracekern/backends/, no `if`/`elif` chain tests a primitive's name (an expression
 # ending in `.primitive.name`, or a local variable assigned from one) against a string literal (`==`/`!=`
 # a str constant, `in`/`not in` a literal tuple, list or set of str), and no function has two such
-# tests. One lone `if` is one question about one equation, not dispatch (cpu._gemm_macs: "is it a
+# tests. One lone `if` is one question about one equation, not dispatch (cpu_runtime._gemm_macs: "is it a
 # float matmul"), and so is a conditional expression choosing a value (`"sort" if ... else ...`);
 # membership in a named table (`name in CONTROL`, `name in KERNELS`) is the look-up itself.
 
