@@ -151,6 +151,15 @@ LAYERS = {
     # the CUDA runtime and the PTX check render nothing (the runtime takes cuda_math's device functions)
     "tracekern.backends.cuda_runtime": ["tracekern.backends.cuda", "tracekern.backends.cuda_calls"],
     "tracekern.backends.ptx_check": ["tracekern.backends.render", "tracekern.backends.fusion", "tracekern.backends.cuda"],
+    # a backend's rooms: the driver (cpu, cuda) over its loops compiled whole or on the device, over its kernels;
+    # the cpu step's runtime renders nothing
+    "tracekern.backends.cpu_runtime": ["tracekern.backends.render", "tracekern.backends.cpu", "tracekern.backends.cpu_kernels",
+                                       "tracekern.backends.cpu_loops"],
+    "tracekern.backends.cpu_kernels": ["tracekern.backends.cpu", "tracekern.backends.cpu_loops", "tracekern.backends.cpu_runtime"],
+    "tracekern.backends.cpu_loops": ["tracekern.backends.cpu"],
+    "tracekern.backends.cuda_kernels": ["tracekern.backends.cuda", "tracekern.backends.cuda_loops",
+                                        "tracekern.backends.cuda_runtime"],
+    "tracekern.backends.cuda_loops": ["tracekern.backends.cuda"],
 }
 
 
