@@ -16,8 +16,7 @@ from ..ir import Graph, Var
 from ..primitives.control import RevolveLayout
 from ..settings import config
 from . import cache, cpu_calls, fusion, threads, tiers
-from .cpu_kernels import EXACT, FAST, PLAIN, Variant, _call_unit, _empty, _header, _LoopUnit, _raises, view
-from .cpu_kernels import TARGET as TARGET
+from .cpu_kernels import EXACT, FAST, PLAIN, TARGET, Variant, _call_unit, _empty, _header, _LoopUnit, _raises, view
 from .cpu_loops import _LoopFunction, _subgraphs
 from .cpu_runtime import CompiledStep, _arg_spec, _gemm_macs
 from .fusion import CallKernel, LoopKernel
@@ -219,6 +218,8 @@ class _Renderer(ControlRenderer):
     (render.py). The driver is an njit function when it is small (NJIT_DRIVER_CALLS) and all the
     sub-graph functions it calls are, else plain Python."""
 
+    target = TARGET
+
     def __init__(self, plan: fusion.Plan, module: _Module, sub: bool = False, inlined: bool = False):
         super().__init__(plan, module, sub)
         self.items = _calls(plan)
@@ -301,40 +302,38 @@ class _Renderer(ControlRenderer):
                         self.module.sub(k.eqn.params[key], FAST)
                         self.jitted = self.jitted and self.module.sub_jitted[id(k.eqn.params[key])]
 
-    def function(self, name: str, variant: Variant) -> None:
-        g = self.graph
-        self.start_function()
-        args = []
-        self.bind_arguments(args)
+    def function(self, name: str, variant: Variant = PLAIN) -> None:
+        """The driver's (or a sub-graph's) function in this variant (render.ControlRenderer.function)."""
         self.variant = variant
-        flag = variant.flags
-        if self.module.used:
-            args.append("X")
-        if self.sub and flag:
-            args.append("F")   # a one-element bool array: set when an argument needed libm
+        super().function(name)
+
+    def h_parameters(self, bound: list[int]) -> list[str]:
+        # (F: a one-element bool array, set when an argument needed libm)
+        return (["X"] if self.module.used else []) + (["F"] if self.sub and self.variant.flags else [])
+
+    def h_decorators(self) -> list[str]:
+        if not self.jitted:
+            return []
         prints = any(isinstance(k, CallKernel) and (k.eqn.primitive.name == "print" or (
             k.eqn.primitive.name == "scan_revolve" and RevolveLayout.of(k.eqn.params).while_loop)) for k in self.plan.kernels)
         # (nogil: other threads may run meanwhile; not with an objmode block (tk.print, a while loop's
         # schedule), which holds it)
-        if self.jitted:
-            self.emit(0, f"@njit(cache=True, error_model='numpy', no_cfunc_wrapper=True{'' if prints else ', nogil=True'})")
-        self.emit(0, f"def {name}({', '.join(args)}):")
-        if flag:
+        return [f"@njit(cache=True, error_model='numpy', no_cfunc_wrapper=True{'' if prints else ', nogil=True'})"]
+
+    def h_prologue(self) -> None:
+        if self.variant.flags:
             self.emit(1, "any_big = False  # a sin/cos/tan argument >= TRIG_LIMIT somewhere")
             if self.module.used and not self.sub:
                 self.emit(1, f"F = {self.h_empty([1], np.dtype(bool))}")
                 self.emit(1, "F[0] = False")
-        self.walk(self.items)
-        outs = []
-        if flag and self.sub:
+
+    def h_epilogue(self) -> list[str]:
+        if self.variant.flags and self.sub:
             self.emit(1, "if any_big:")
             self.emit(2, "F[0] = True")
-        elif flag:
-            outs.append("any_big | F[0]" if self.module.used else "any_big")
-        for v in g.outputs:
-            name_ = self.names[v]
-            outs.append(f"{name_}.copy()" if v in self.plan.consts else name_)
-        self.emit(1, f"return ({', '.join(outs)},)" if outs else "return ()")
+        elif self.variant.flags:
+            return ["any_big | F[0]" if self.module.used else "any_big"]
+        return []
 
     def alloc(self, v: Var) -> str:
         """Bind v to a buffer; in the workspace form, an output to its output array (the first time it
@@ -369,11 +368,11 @@ class _Renderer(ControlRenderer):
         args = ", ".join(self.names[v] + view(how) for v, how in c.args)
         eqn = k.eqn if isinstance(k, CallKernel) else None
         if c.unit.flagged and variant.exact:
-            self.emit(1, f"{variant.name(fn, 'x')}({args})", eqn=eqn)
+            self.emit(1, TARGET.call.format(fn=variant.name(fn, 'x'), args=args), eqn=eqn)
         elif c.unit.flagged and variant.flags:
-            self.emit(1, f"any_big = any_big | {fn}({args})", eqn=eqn)
+            self.emit(1, "any_big = any_big | " + TARGET.call.format(fn=fn, args=args), eqn=eqn)
         else:
-            self.emit(1, f"{fn}({args})", eqn=eqn)
+            self.emit(1, TARGET.call.format(fn=fn, args=args), eqn=eqn)
 
     # -- control flow and prints (render.py): loops in the step, sub-graphs as functions --------
     def call(self, k: CallKernel) -> None:

@@ -125,7 +125,7 @@ class _HostLines(Lines):
     def launch(self, kn: _Kernel, comment: str, grid, block, eqn=None, depth: int = 1) -> None:
         params = [(n, what) for n, what in kn.params.values()]
         name = self.module.kernel(params, kn.lines, kn.line_eqn)
-        self.emit(depth, f"{name}[{grid}, {block}, R.stream]({', '.join(kn.params)})  # {comment}", eqn=eqn)
+        self.emit(depth, TARGET.call.format(fn=name, grid=grid, block=block, args=", ".join(kn.params)) + f"  # {comment}", eqn=eqn)
 
 
 
@@ -133,6 +133,7 @@ class _Renderer(LoopKernels, DeviceLoops, ControlRenderer):
     """Renders a plan as a host function that launches its kernels (into `out`: _HostLines), or as the
     phases of a device loop (_Phases), its outputs then written to the arrays named `outputs`."""
 
+    target = TARGET
     Kernel = _Kernel              # (what cuda_calls' kernels are written with)
     unflatten = staticmethod(_unflatten)
     idioms = IDIOMS
@@ -156,17 +157,13 @@ class _Renderer(LoopKernels, DeviceLoops, ControlRenderer):
         source = head + "\n".join(before + self.out.lines) + "\n\n" + self.listing() + "\n"
         return source, {line + offset: e for line, e in self.out.line_eqn.items()}
 
-    def function(self, name: str) -> None:
-        """The host function: launches the plan's kernels in order and returns its outputs."""
-        g = self.graph
-        args = ["R"]
-        self.module.on_device.update(self.bind_arguments(args))
-        args.append("X")
-        self.emit(0, f"def {name}({', '.join(args)}):")
-        self.walk(self.plan.kernels)
-        inputs = set(g.inputs) | set(self.plan.consts)
-        outs = [f"R.copy({self.names[v]})" if v in inputs else self.names[v] for v in g.outputs]
-        self.emit(1, f"return ({', '.join(outs)},)" if outs else "return ()")
+    def h_parameters(self, bound: list[int]) -> list[str]:
+        self.module.on_device.update(bound)
+        return ["X"]
+
+    def h_returned(self, v: Var) -> str:
+        """A copy of an input or a constant (the host launcher's results are fresh device arrays)."""
+        return self.h_copy(self.names[v]) if v in set(self.graph.inputs) | set(self.plan.consts) else self.names[v]
 
     def kernel(self, k, pos: int) -> None:
         if isinstance(k, LoopKernel):

@@ -20,7 +20,7 @@ def _size(shape) -> int:
 _index = plain_index
 TARGET = Target("cuda", on_device=True, functions=lambda dtype, exact=False: cuda_math.functions(dtype), casts=CASTS,
                 index=plain_index, kernels=cuda_calls.KERNELS, loops="grid-stride loops, a kernel launch each",
-                float_templates=cuda_math.UNCONTRACTED)
+                float_templates=cuda_math.UNCONTRACTED, call="{fn}[{grid}, {block}, R.stream]({args})", leading=("R",))
 
 
 class _Kernel(Lines):

@@ -66,6 +66,8 @@ class Target:
     kernels: dict[str, Callable]                     # whole-array kernels, registered per primitive
     loops: str                                       # its loop kernels' skeleton, in words (its renderer writes it)
     float_templates: dict[str, str] = field(default_factory=dict)   # scalar templates it writes otherwise for floats
+    call: str = "{fn}({args})"                       # a kernel call in its driver or host launcher ({grid}, {block}: a launch's)
+    leading: tuple[str, ...] = ()                    # parameters its driver functions take before the graph's inputs
 
 
 def plain_index(idx: Sequence[str]) -> str:
@@ -198,11 +200,14 @@ class ControlRenderer(ABC):
     allocation by the plan's liveness, and control flow. A renderer defines emit(depth, text,
     eqn) and the hooks below."""
 
+    target: Target   # (the backend's tables)
+
     def __init__(self, plan, module, sub: bool = False):
         self.module = module
         self.sub = sub
         self.plan = plan
         self.graph = plan.graph
+        self.items: Sequence = plan.kernels          # what walk() renders: the plan's kernels, or what the renderer makes of them
         self.lines: list[str] = []
         self.line_eqn: dict[int, object] = {}
         self.names: dict[Var, str] = {}
@@ -252,7 +257,44 @@ class ControlRenderer(ABC):
     def kernel(self, item, pos: int) -> None:
         """Render kernel `pos` of the plan (a loop kernel, a whole-array kernel, control flow)."""
 
+    def h_parameters(self, bound: list[int]) -> list[str]:
+        """The function's parameters after the graph's inputs and constants (bound: the X indices of a
+        sub-graph's constants, bind_arguments)."""
+        return []
+
+    def h_decorators(self) -> list[str]:
+        return []
+
+    def h_prologue(self) -> None:
+        """Statements before the function's kernels (none by default)."""
+        return None
+
+    def h_epilogue(self) -> list[str]:
+        """Statements after the function's kernels; the values it returns before the graph's outputs."""
+        return []
+
+    def h_returned(self, v: Var) -> str:
+        """How the function returns output v: a copy of a constant (never the constant itself)."""
+        return self.h_copy(self.names[v]) if v in self.plan.consts else self.names[v]
+
     # -- shared ----------------------------------------------------------------------------
+    def function(self, name: str) -> None:
+        """The driver (cpu) or host launcher (cuda) skeleton, and a sub-graph's function: a function of the
+        graph's inputs and constants (Target.leading first, then the hooks' parameters) that allocates its
+        buffers by liveness, calls its kernels in plan order (walk: Target.call), releases them, and
+        returns the graph's outputs; the hooks add what a target does besides (decorators, a prologue, an
+        epilogue, the values it returns first)."""
+        self.start_function()
+        args = list(self.target.leading)
+        args += self.h_parameters(self.bind_arguments(args))
+        for line in self.h_decorators():
+            self.emit(0, line)
+        self.emit(0, f"def {name}({', '.join(args)}):")
+        self.h_prologue()
+        self.walk(self.items)
+        outs = self.h_epilogue() + [self.h_returned(v) for v in self.graph.outputs]
+        self.emit(1, f"return ({', '.join(outs)},)" if outs else "return ()")
+
     def walk(self, items: Sequence) -> None:
         """The plan's kernels in order (items: the plan's kernels, or what the renderer made of them),
         each buffer returned to the pool when it dies."""
