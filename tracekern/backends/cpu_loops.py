@@ -9,7 +9,7 @@ from ..ir import Graph
 from ..primitives.control import RevolveLayout, ScanLayout, WhileLayout
 from .cpu_kernels import Variant, _empty
 from .cpu_runtime import _has_objmode
-from .render import Lines
+from .render import CompiledLoop, Lines
 
 
 def _subgraphs(e) -> list[Graph]:
@@ -17,7 +17,7 @@ def _subgraphs(e) -> list[Graph]:
 
 
 
-class _LoopFunction:
+class _LoopFunction(CompiledLoop):
     """Writes one loop compiled whole: `loopN(operands..., X[, F])`, an njit function that runs every
     step of a scan, a while loop or a checkpoint schedule (scan_revolve) and returns the loop's
     outputs. Its body (and condition, and backward step) is written into it (_Renderer.inline), not
@@ -33,9 +33,27 @@ class _LoopFunction:
         self.t = Lines()
         self.args = [f"a{i}" for i in range(len(e.inputs))]
         self.work: list[str] = []
+        self.steps: dict[str, tuple] = {}       # "body", "back": (rows bound at t: (names, sequences), its code)
+        self.halves_of: dict[str, tuple] = {}   # "carry", "state": (current, next) arrays
 
     def emit(self, depth: int, text: str) -> None:
         self.t.emit(depth, text, eqn=self.e)
+
+    # -- the hooks of render.CompiledLoop: arrays named as they are, rows as row() views ---------------
+    line = emit
+
+    def copy_value(self, depth: int, src: tuple, dst: tuple, aval) -> None:
+        ref = lambda r: r[0] if r[1] is None else f"row({r[0]}, {r[1]})"   # noqa: E731
+        self.emit(depth, f"assign({ref(dst)}, {ref(src)})")
+
+    def step(self, depth: int, which: str) -> None:
+        binds, code = self.steps[which]
+        for names, seqs in binds:
+            self.rows(depth, names, seqs, "t")
+        self.lines(code)
+
+    def end_step(self, depth: int, which: str) -> None:
+        self.swap(depth, *self.halves_of[which])
 
     def render(self) -> Lines:
         e = self.e
@@ -115,21 +133,10 @@ class _LoopFunction:
         if snapshots:
             self.m.extras.append(np.ascontiguousarray(schedule.first_sweep(n, p["checkpoint"])[0]))
             self.emit(1, f"slot_at = X[{len(self.m.extras) - 1}]")
-        self.emit(1, f"for s in range({n}):")
-        self.emit(2, f"t = {n} - 1 - s" if p["reverse"] else "t = s")
-        if snapshots:   # the schedule's snapshots, for the backward to resume from
-            self.emit(2, "if slot_at[s] >= 0:")
-            for c, r in zip(cur, recs[:nk]):
-                self.emit(3, f"assign(row({r}, slot_at[s]), {c})")
-            self.emit(2, f"if s == {n} - 1:")
-            for c, r in zip(cur, recs[nk:]):
-                self.emit(3, f"assign({r}, {c})")
-        for c, r in zip(cur, recs if not snapshots else ()):   # the carry each step starts from, for the backward
-            self.emit(2, f"assign(row({r}, t), {c})")
-        self.rows(2, xin, seqs, "t")
-        self.rows(2, yout, ys, "t")
-        self.lines(code)
-        self.swap(2, cur, nxt)
+        self.steps = {"body": ([(xin, seqs), (yout, ys)], code)}
+        self.halves_of = {"carry": (cur, nxt)}
+        self.scan_steps(n, p["reverse"], f"{n} - 1", [(c, None) for c in cur], recs, body.outputs[:nk],
+                        "slot_at" if snapshots else None)
         return cur + ys + recs
 
     def while_(self) -> list[str]:
@@ -197,29 +204,7 @@ class _LoopFunction:
         self.declare()
         tindex = f"{n} - 1 - pos" if p["reverse"] else "pos"
         self.emit(1, f"pos = {n} - 1" if resume else "pos = 0")
-        self.emit(1, "for a in range(acts.shape[0]):")
-        self.emit(2, "op = acts[a, 0]")
-        self.emit(2, "arg = acts[a, 1]")
-        self.emit(2, "if op == 0:   # advance")
-        self.emit(3, "for _ in range(arg):")
-        self.emit(4, f"t = {tindex}")
-        self.rows(4, xin, seqs, "t")
-        self.lines(advance)
-        self.swap(4, cur, nxt)
-        self.emit(4, "pos += 1")
-        self.emit(2, "elif op == 1:   # store")
-        for c, sl in zip(cur, slots):
-            self.emit(3, f"assign(row({sl}, arg), {c})")
-        self.emit(3, "slotpos[arg] = pos")
-        self.emit(2, "elif op == 2:   # restore")
-        for c, sl in zip(cur, slots):
-            self.emit(3, f"assign({c}, row({sl}, arg))")
-        self.emit(3, "pos = slotpos[arg]")
-        self.emit(2, "else:   # the backward step at the current position")
-        self.emit(3, f"t = {tindex}")
-        self.rows(3, xin, seqs, "t")
-        self.rows(3, cin, cseqs, "t")
-        self.rows(3, gout, grads, "t")
-        self.lines(reverse)
-        self.swap(3, scur, snxt)
+        self.steps = {"body": ([(xin, seqs)], advance), "back": ([(xin, seqs), (cin, cseqs), (gout, grads)], reverse)}
+        self.halves_of = {"carry": (cur, nxt), "state": (scur, snxt)}
+        self.revolve_actions("acts.shape[0]", "acts", tindex, [(c, None) for c in cur], slots, body.outputs, "slotpos")
         return scur + grads

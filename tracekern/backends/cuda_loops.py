@@ -14,6 +14,7 @@ from ..settings import config
 from . import cuda_calls, fusion
 from .cuda_kernels import _index, _Kernel, _size, _unflatten
 from .fusion import CallKernel, LoopKernel
+from .render import CompiledLoop
 
 
 class _Phases:
@@ -65,20 +66,11 @@ class DeviceLoops:
             slot_at = self.extra(np.ascontiguousarray(schedule.first_sweep(n, p["checkpoint"])[0]))
             self.module.on_device.add(len(self.module.extras) - 1)
             A = loop.param(slot_at, ("int64", 1))
-        loop.line(1, f"for s in range({n}):")
-        loop.line(2, f"t = {n - 1} - s" if p["reverse"] else "t = s")
-        loop.line(2, "cur = s % 2")
-        if snapshots:   # the schedule's snapshots, for the backward to resume from
-            loop.line(2, f"if {A}[s] >= 0:")
-            for c, v in zip(carries, recorded[:nk]):
-                loop.copy(3, (c, "cur"), (self.names[v], f"{A}[s]"), tuple(v.shape[1:]), v.dtype)
-            loop.line(2, f"if s == {n - 1}:")
-            for c, v in zip(carries, recorded[nk:]):
-                loop.copy(3, (c, "cur"), (self.names[v], None), tuple(v.shape), v.dtype)
-        for c, v in zip(carries, recorded if not snapshots else ()):   # the carry each step starts from
-            loop.copy(2, (c, "cur"), (self.names[v], "t"), tuple(v.shape[1:]), v.dtype)
-        loop.graph(2, body, plan, [(c, None) for c in consts] + [(c, "cur") for c in carries] + [(q, "t") for q in seqs],
-                   [(c, "1 - cur") for c in carries] + [(self.names[v], "t") for v in ys])
+        loop.steps["body"] = (body, plan, [(c, None) for c in consts] + [(c, "cur") for c in carries] + [(q, "t") for q in seqs],
+                              [(c, "1 - cur") for c in carries] + [(self.names[v], "t") for v in ys])
+        loop.begin = "cur = s % 2"   # (the current half of each carry)
+        loop.scan_steps(n, p["reverse"], str(n - 1), [(c, "cur") for c in carries], [self.names[v] for v in recorded],
+                        body.outputs[:nk], A if snapshots else None)
         loop.launch(e, f"{n} steps on the device")
         for i, v in enumerate(e.outputs[:nk]):
             self.emit(1, f"{self.fresh(v)} = {self.h_copy(f'{carries[i]}[{n % 2}:{n % 2 + 1}].reshape({tuple(v.shape)})')}")
@@ -136,30 +128,13 @@ class DeviceLoops:
             H = loop.param(held, ("int64", 1))
             loop.line(1, f"for j in range({k}):")
             loop.line(2, f"at[j] = {H}[j]")
-        loop.line(1, f"for a in range({len(acts_host)}):")
-        loop.line(2, f"op = {A}[a, 0]")
-        loop.line(2, f"arg = {A}[a, 1]")
-        loop.line(2, "if op == 0:   # advance")
-        loop.line(3, "for _ in range(arg):")
-        loop.line(4, f"t = {tindex}")
-        loop.graph(4, body, plans[0], [(c, None) for c in consts] + [(c, "cc") for c in carries] + [(q, "t") for q in seqs],
-                   [(c, "1 - cc") for c in carries] + [(y, None) for y in scratch])
-        loop.line(4, "cc = 1 - cc")
-        loop.line(4, "pos += 1")
-        loop.line(2, "elif op == 1:   # store")
-        for c, sl, v in zip(carries, slots, body.outputs):
-            loop.copy(3, (c, "cc"), (sl, "arg"), tuple(v.shape), v.dtype)
-        loop.line(3, "at[arg] = pos")
-        loop.line(2, "elif op == 2:   # restore")
-        for c, sl, v in zip(carries, slots, body.outputs):
-            loop.copy(3, (sl, "arg"), (c, "cc"), tuple(v.shape), v.dtype)
-        loop.line(3, "pos = at[arg]")
-        loop.line(2, "else:   # the backward step at the current position")
-        loop.line(3, f"t = {tindex}")
-        loop.graph(3, back, plans[1], [(c, None) for c in consts] + [(st, "sc") for st in states] + [(c, "cc") for c in carries]
-                   + [(q, "t") for q in seqs] + [(q, "t") for q in cseqs],
-                   [(st, "1 - sc") for st in states] + [(self.names[v], "t") for v in grads])
-        loop.line(3, "sc = 1 - sc")
+        loop.steps = {"body": (body, plans[0], [(c, None) for c in consts] + [(c, "cc") for c in carries] + [(q, "t") for q in seqs],
+                               [(c, "1 - cc") for c in carries] + [(y, None) for y in scratch]),
+                      "back": (back, plans[1], [(c, None) for c in consts] + [(st, "sc") for st in states]
+                               + [(c, "cc") for c in carries] + [(q, "t") for q in seqs] + [(q, "t") for q in cseqs],
+                               [(st, "1 - sc") for st in states] + [(self.names[v], "t") for v in grads])}
+        loop.flips = {"carry": "cc = 1 - cc", "state": "sc = 1 - sc"}
+        loop.revolve_actions(str(len(acts_host)), A, tindex, [(c, "cc") for c in carries], slots, body.outputs, "at")
         loop.launch(e, f"the checkpointed schedule of {n} steps on the device")
         for i, v in enumerate(e.outputs[:ns]):   # n backward steps: the state is in half n % 2
             self.emit(1, f"{self.fresh(v)} = {self.h_copy(f'{states[i]}[{n % 2}:{n % 2 + 1}].reshape({tuple(v.shape)})')}")
@@ -185,7 +160,7 @@ def _device_loop_ok(body: Graph, plan: fusion.Plan, outputs: int | None = None) 
     return all(v in made for v in outs[:outputs]) and len(set(outs)) == len(outs)
 
 
-class _DeviceLoop:
+class _DeviceLoop(CompiledLoop):
     """One cooperative kernel being written: its parameters (host expressions of the enclosing
     host function), phase device functions, and the loop code that calls them, each phase
     followed by a grid-wide barrier. A phase argument given with a row index (an expression of
@@ -199,6 +174,11 @@ class _DeviceLoop:
         self.avals: dict[str, tuple] = {}
         self.functions: list[str] = []
         self.lines = ["    g = cuda.cg.this_grid()"]
+        # render.CompiledLoop's hooks: the steps of "body" and "back" (graph, plan, inputs, outputs: see graph()),
+        # the statement starting a scan's step, and those swapping the halves after a step ("carry", "state")
+        self.steps: dict[str, tuple] = {}
+        self.begin: str | None = None
+        self.flips: dict[str, str] = {}
 
     def param(self, host: str, aval: tuple | None = None) -> str:
         if aval is not None:
@@ -207,6 +187,20 @@ class _DeviceLoop:
 
     def line(self, depth: int, text: str) -> None:
         self.lines.append("    " * depth + text)
+
+    def copy_value(self, depth: int, src: tuple, dst: tuple, aval) -> None:
+        self.copy(depth, src, dst, tuple(aval.shape), aval.dtype)
+
+    def step(self, depth: int, which: str) -> None:
+        self.graph(depth, *self.steps[which])
+
+    def begin_step(self, depth: int) -> None:
+        if self.begin:
+            self.line(depth, self.begin)
+
+    def end_step(self, depth: int, which: str) -> None:
+        if which in self.flips:
+            self.line(depth, self.flips[which])
 
     def phase(self, depth: int, body_lines: list[str], args: list[tuple[str, str | None]]) -> None:
         j = len(self.functions)

@@ -516,3 +516,85 @@ class ControlRenderer(ABC):
     def _contiguous_as(self, x: str, new: str) -> str:
         self.emit(1, f"{new} = {self.h_contiguous(x)}")
         return new
+
+
+class CompiledLoop(ABC):
+    """The one structure of a loop compiled whole (cpu: one njit function, cpu_loops.py; cuda: one cooperative
+    kernel, cuda_loops.py): a scan's steps, with the carries it records for its backward, and a checkpoint
+    schedule's actions (advance, store, restore, the backward step: tracekern.schedule). A value the loop
+    keeps is a ref, (array, row index or None for the whole array), of the target's making (a carry's two
+    halves as two arrays, or one array of two rows); the target writes the rest through the hooks: `line`,
+    `copy_value` (a value of the carry's aval into another), `step` (one step of the sub-graph "body" or
+    "back", its inputs and outputs bound as the target keeps them) and the halves' swap before or after a
+    step (`begin_step`, `end_step`)."""
+
+    @abstractmethod
+    def line(self, depth: int, text: str) -> None:
+        """Append a line of the loop's code."""
+
+    @abstractmethod
+    def copy_value(self, depth: int, src: tuple, dst: tuple, aval) -> None:
+        """Copy the value at ref src into ref dst (both of aval's shape and dtype)."""
+
+    @abstractmethod
+    def step(self, depth: int, which: str) -> None:
+        """One step of sub-graph `which` ("body", "back") at row t of the sequences."""
+
+    def begin_step(self, depth: int) -> None:
+        """Statements starting a scan's step (after t is bound): none by default."""
+        return None
+
+    def end_step(self, depth: int, which: str) -> None:
+        """Statements after a step of "body" (which: "carry") or "back" ("state"): none by default."""
+        return None
+
+    def scan_steps(self, n: int, reverse: bool, last: str, carries: list[tuple], recorded: list[str], avals: list,
+                   slot_at: str | None = None) -> None:
+        """A scan's n steps: carries (refs to their current values, of avals) recorded into the arrays
+        `recorded` (a row per step; or, with slot_at (the name of the first sweep's slot of each step),
+        the schedule's snapshots then the last step's carry), then a step of the body. last: n - 1 as
+        the target writes it."""
+        nk = len(carries)
+        self.line(1, f"for s in range({n}):")
+        self.line(2, f"t = {last} - s" if reverse else "t = s")
+        self.begin_step(2)
+        if slot_at is not None:   # the schedule's snapshots, for the backward to resume from
+            self.line(2, f"if {slot_at}[s] >= 0:")
+            for c, r, v in zip(carries, recorded[:nk], avals):
+                self.copy_value(3, c, (r, f"{slot_at}[s]"), v)
+            self.line(2, f"if s == {last}:")
+            for c, r, v in zip(carries, recorded[nk:], avals):
+                self.copy_value(3, c, (r, None), v)
+        else:   # the carry each step starts from, for the backward
+            for c, r, v in zip(carries, recorded, avals):
+                self.copy_value(2, c, (r, "t"), v)
+        self.step(2, "body")
+        self.end_step(2, "carry")
+
+    def revolve_actions(self, count: str, acts: str, tindex: str, carries: list[tuple], slots: list[str], avals: list,
+                        positions: str) -> None:
+        """A checkpoint schedule's `count` actions (rows (op, arg) of the array `acts`) from position
+        `pos`: advance arg steps of the body, store the carries (refs, of avals) in slot arg (arrays
+        `slots`, the position in `positions`), restore them from it, or run the backward step at row
+        tindex (an expression of pos)."""
+        self.line(1, f"for a in range({count}):")
+        self.line(2, f"op = {acts}[a, 0]")
+        self.line(2, f"arg = {acts}[a, 1]")
+        self.line(2, "if op == 0:   # advance")
+        self.line(3, "for _ in range(arg):")
+        self.line(4, f"t = {tindex}")
+        self.step(4, "body")
+        self.end_step(4, "carry")
+        self.line(4, "pos += 1")
+        self.line(2, "elif op == 1:   # store")
+        for c, sl, v in zip(carries, slots, avals):
+            self.copy_value(3, c, (sl, "arg"), v)
+        self.line(3, f"{positions}[arg] = pos")
+        self.line(2, "elif op == 2:   # restore")
+        for c, sl, v in zip(carries, slots, avals):
+            self.copy_value(3, (sl, "arg"), c, v)
+        self.line(3, f"pos = {positions}[arg]")
+        self.line(2, "else:   # the backward step at the current position")
+        self.line(3, f"t = {tindex}")
+        self.step(3, "back")
+        self.end_step(3, "state")
