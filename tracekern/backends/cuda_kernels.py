@@ -1,6 +1,8 @@
-"""The cuda target's loop kernels: a fused loop as a grid-stride kernel, its epilogue, and deterministic
-reductions (fixed chunks, a tree in shared memory, the partial results folded in order), as LoopKernels,
-the methods the cuda renderer (cuda._Renderer) inherits; and TARGET, the cuda backend's tables."""
+"""The cuda target's tables (TARGET) and loop kernels: grid-stride loops, epilogues and deterministic
+reductions, as LoopKernels, the methods the cuda renderer (cuda._Renderer) inherits.
+
+A reduction folds each output element from fixed chunks (a tree in shared memory, or one thread), and a
+second kernel folds the chunks' partial results in order: the same bits on every run."""
 from __future__ import annotations
 
 from collections.abc import Sequence

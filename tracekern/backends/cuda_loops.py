@@ -1,6 +1,7 @@
-"""The cuda target's loops on the device: a scan, or a checkpointed scan's schedule, whose body is only
-loop kernels runs as ONE cooperative kernel, the body's kernels as phases separated by grid-wide barriers
-(DeviceLoops, the methods the cuda renderer inherits); other loops run on the host (render.py)."""
+"""The cuda target's loops on the device (DeviceLoops, the methods the cuda renderer inherits): a scan or a
+checkpoint schedule whose body is only loop kernels runs as ONE cooperative kernel (render.CompiledLoop).
+
+Its body's kernels are phases separated by grid-wide barriers; other loops run on the host (render.py)."""
 from __future__ import annotations
 
 import re

@@ -1,13 +1,17 @@
-"""What the kernel renderers share, written once: the line buffer, the scalar statement of a fused loop,
-literals typed to their dtype, loop nests, the walk over a plan's kernels, and control flow (cond, scan,
-while and scan_revolve as loops in the generated step, calling a function per sub-graph: a loop body, a
-branch).
+"""The one walker over a plan, which every kernel renderer shares: the driver or host launcher skeleton,
+control flow, the structure of a loop compiled whole, and the line buffer, scalar statements and literals.
 
-A backend is a Target (its tables: math and cast names, element indexing, how its host code allocates
-and copies, whether its arrays live on a device, its whole-array kernels registered per primitive) and a
-renderer of its own loop skeleton. cpu renders control flow into its njit step, cuda into its host
-launcher; each supplies the few statements that differ (its Idioms, and the hooks below: the run-time
-schedule, a trip count)."""
+ControlRenderer.function is a function of the graph's inputs that allocates by liveness, calls its kernels
+in plan order, releases and returns; control flow (cond, scan, while and scan_revolve) runs as loops in the
+generated step, calling a function per sub-graph (a loop body, a branch); CompiledLoop is a scan's steps
+and a checkpoint schedule's actions inside one compiled function or kernel.
+
+A backend is a Target (its tables: math and cast names, element indexing, its call or launch syntax and
+its functions' leading parameters, whether its arrays live on a device, its whole-array kernels
+registered per primitive) and a renderer of its own loop kernels. cpu renders control flow into its njit
+step, cuda into its host launcher; each supplies the few statements that differ (its Idioms, and the
+hooks: parameters, decorators, the trig flag's prologue and epilogue, the run-time schedule, a trip
+count; a compiled loop's copies, steps and swaps)."""
 from __future__ import annotations
 
 import itertools
