@@ -50,7 +50,6 @@ SMALL_BODY_ELEMENTS = 1 << 14
 _LOOPS = ("scan", "while", "scan_revolve")
 
 
-
 def _largest(graph: Graph) -> int:
     """The most values of any array a graph (or a sub-graph of it) reads or makes."""
     most, todo = 0, [graph]
@@ -64,7 +63,6 @@ def _largest(graph: Graph) -> int:
 
 def _kernel_calls(plan: fusion.Plan) -> int:
     return sum(1 for k in plan.kernels if isinstance(k, LoopKernel) or k.eqn.primitive.name not in CONTROL + ("print",))
-
 
 
 @dataclass
@@ -90,7 +88,6 @@ def _calls(plan: fusion.Plan) -> list:
         else:
             out.append(_Call(pos, _call_unit(k), list(k.operands) + [(v, False) for v in k.eqn.outputs], list(k.eqn.outputs)))
     return out
-
 
 
 def compile_tiered(graph: Graph) -> tiers.TieredStep:
@@ -125,7 +122,6 @@ def compile_graph(graph: Graph) -> CompiledStep:
                 step.unit_kernels[index[c.unit.digest]] = ((k.reads, k.writes) if isinstance(k, LoopKernel)
                                                            else (list(k.eqn.inputs), list(k.eqn.outputs)))
     return step
-
 
 
 class _Module:
@@ -409,7 +405,6 @@ class _Renderer(ControlRenderer):
     def h_trip(self, name: str, n: str) -> None:
         self.emit(1, f"{name} = {self.h_empty([], np.dtype(np.int64))}")
         self.emit(1, f"{name}[()] = {n}")
-
 
 
 def _describe(k, names: dict) -> str:

@@ -16,7 +16,6 @@ def _subgraphs(e) -> list[Graph]:
     return [e.params[k] for k in ("cond", "body", "back") if k in e.params]
 
 
-
 class _LoopFunction(CompiledLoop):
     """Writes one loop compiled whole: `loopN(operands..., X[, F])`, an njit function that runs every
     step of a scan, a while loop or a checkpoint schedule (scan_revolve) and returns the loop's

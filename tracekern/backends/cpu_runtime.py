@@ -30,7 +30,6 @@ def _has_objmode(graph: Graph) -> bool:
     return False
 
 
-
 class CompiledStep:
     """A compiled graph: call it with a list of arrays, get a list of arrays."""
 
@@ -188,7 +187,6 @@ def _gemm_macs(graph: Graph) -> int:
 
 def _prints(graph: Graph) -> bool:
     return _has_objmode(graph)
-
 
 
 def _arg_spec(v: Var, how: bool | tuple, inputs: dict, consts: dict) -> tuple:

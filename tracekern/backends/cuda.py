@@ -111,7 +111,6 @@ class _Module:
         return self.subs[id(graph)]
 
 
-
 class _HostLines(Lines):
     """Where a host function is written: its lines, each kernel launch a compile unit of the module
     (_Module.kernel) launched on the step's stream."""
@@ -126,7 +125,6 @@ class _HostLines(Lines):
         params = [(n, what) for n, what in kn.params.values()]
         name = self.module.kernel(params, kn.lines, kn.line_eqn)
         self.emit(depth, TARGET.call.format(fn=name, grid=grid, block=block, args=", ".join(kn.params)) + f"  # {comment}", eqn=eqn)
-
 
 
 class _Renderer(LoopKernels, DeviceLoops, ControlRenderer):

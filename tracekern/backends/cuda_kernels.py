@@ -51,7 +51,6 @@ def _unflatten(kn: _Kernel, flat: str, dims: Sequence[int], names: Sequence[str]
     kn.emit(depth, f"{names[0]} = {rest}")
 
 
-
 class LoopKernels:
     """A renderer's loop kernels, each launched through its launch_kernel (a host launch, or a phase of a
     device loop: cuda_loops)."""

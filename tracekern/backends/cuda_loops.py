@@ -36,7 +36,6 @@ class _Phases:
         self.phases.append(kn)
 
 
-
 class DeviceLoops:
     """A renderer's scan and scan_revolve on the device when their bodies allow it (else the host loops
     of render.ControlRenderer, next in the method order)."""
