@@ -122,7 +122,7 @@ def test_parallel_results_do_not_depend_on_the_number_of_threads():
 @pytest.mark.parametrize("shape, axis", [((70_001,), None), ((1000,), None), ((3, 700), 1), ((5, 300), None)])
 def test_a_float32_sum_staged_in_a_heavy_loop_still_accumulates_in_float64(shape, axis):
     """A loop that computes transcendentals stages its float32 sum STAGE values at a time and adds them in
-    float64 (cpu._LoopUnit.staged): the sum is float64's, exactly, over partial blocks, uneven chunks and an
+    float64 (cpu_kernels._LoopUnit.staged): the sum is float64's, exactly, over partial blocks, uneven chunks and an
     inner axis. 2**24 then ones: a float32 accumulator (or NumPy's float32 sum) would drop the ones."""
     x = np.ones(shape, np.float32)
     x.flat[0] = 2.0 ** 24

@@ -151,6 +151,15 @@ LAYERS = {
     # the CUDA runtime and the PTX check render nothing (the runtime takes cuda_math's device functions)
     "tracekern.backends.cuda_runtime": ["tracekern.backends.cuda", "tracekern.backends.cuda_calls"],
     "tracekern.backends.ptx_check": ["tracekern.backends.render", "tracekern.backends.fusion", "tracekern.backends.cuda"],
+    # a backend's rooms: the driver (cpu, cuda) over its loops compiled whole or on the device, over its kernels;
+    # the cpu step's runtime renders nothing
+    "tracekern.backends.cpu_runtime": ["tracekern.backends.render", "tracekern.backends.cpu", "tracekern.backends.cpu_kernels",
+                                       "tracekern.backends.cpu_loops"],
+    "tracekern.backends.cpu_kernels": ["tracekern.backends.cpu", "tracekern.backends.cpu_loops", "tracekern.backends.cpu_runtime"],
+    "tracekern.backends.cpu_loops": ["tracekern.backends.cpu"],
+    "tracekern.backends.cuda_kernels": ["tracekern.backends.cuda", "tracekern.backends.cuda_loops",
+                                        "tracekern.backends.cuda_runtime"],
+    "tracekern.backends.cuda_loops": ["tracekern.backends.cuda"],
 }
 
 
@@ -241,7 +250,7 @@ def test_the_cuda_check_catches_each_form():
 # render.CONTROL): in tracekern/backends/, no `if`/`elif` chain tests a primitive's name (an expression
 # ending in `.primitive.name`, or a local variable assigned from one) against a string literal (`==`/`!=`
 # a str constant, `in`/`not in` a literal tuple, list or set of str), and no function has two such
-# tests. One lone `if` is one question about one equation, not dispatch (cpu._gemm_macs: "is it a
+# tests. One lone `if` is one question about one equation, not dispatch (cpu_runtime._gemm_macs: "is it a
 # float matmul"), and so is a conditional expression choosing a value (`"sort" if ... else ...`);
 # membership in a named table (`name in CONTROL`, `name in KERNELS`) is the look-up itself.
 

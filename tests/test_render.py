@@ -1,10 +1,13 @@
 """backends/render.py, what the cpu and cuda renderers share: typed literals, reduction identities,
 and control flow written once (checked through the source each renderer makes; no compile)."""
+import dataclasses
+
 import numpy as np
 import pytest
 
 import tracekern as tk
-from tracekern import schedule
+from tests import toy_target
+from tracekern import backends, schedule
 from tracekern.backends.render import CONTROL, identity_literal, literal
 
 F32, F64, I32, B = (np.dtype(t) for t in ("float32", "float64", "int32", "bool"))
@@ -60,8 +63,6 @@ def test_a_while_loop_makes_its_schedule_when_it_runs(backend):
 
 @pytest.fixture
 def toy(monkeypatch):
-    from tracekern import backends
-
     monkeypatch.setitem(backends.MODULES, "toy", "tests.toy_target")
     return "toy"
 
@@ -98,3 +99,12 @@ def test_a_toy_third_target_runs_programs_and_their_gradients_as_interpret_does(
             np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12)
     source = tk.jit(fn, backend=toy).lower(*args).source   # (plain loops; matmul from the toy's registry)
     assert "for i0 in range(" in source and ("np.matmul(" in source) == (name == "mlp")
+
+
+def test_on_device_reads_the_backends_target(toy, monkeypatch):
+    """backends.on_device(name) is the backend's Target.on_device (no list of names): cuda's arrays live on
+    the device, cpu's and the toy's on the host, interpret (no Target) and an unknown name on the host; a
+    toy Target that says otherwise is believed."""
+    assert [backends.on_device(n) for n in ("cuda", "cpu", "interpret", toy, "no-such")] == [True, False, False, False, False]
+    monkeypatch.setattr(toy_target, "TARGET", dataclasses.replace(toy_target.TARGET, on_device=True))
+    assert backends.on_device(toy)

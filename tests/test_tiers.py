@@ -15,7 +15,7 @@ import pytest
 
 import tracekern as tk
 from tracekern import passes, staging
-from tracekern.backends import cache, cpu, tiers, workers
+from tracekern.backends import cache, cpu, cpu_runtime, tiers, workers
 
 RTOL = 1e-12
 
@@ -272,7 +272,7 @@ def test_two_processes_sharing_one_cache_directory_stay_correct(tmp_path):
 
 @pytest.mark.parametrize("after, lines", [(0.0, 1), (30.0, 0)])
 def test_a_compile_waited_for_says_so_on_stderr_once(monkeypatch, capfd, after, lines):
-    """A compile the caller waits for that takes longer than cpu.PROGRESS_AFTER_S prints one line on
+    """A compile the caller waits for that takes longer than cpu_runtime.PROGRESS_AFTER_S prints one line on
     stderr with the count of kernels (and nothing when it is quicker)."""
     slow = workers.compile_all
 
@@ -280,7 +280,7 @@ def test_a_compile_waited_for_says_so_on_stderr_once(monkeypatch, capfd, after, 
         time.sleep(0.3)
         return slow(jobs, here)
 
-    monkeypatch.setattr(cpu, "PROGRESS_AFTER_S", after)
+    monkeypatch.setattr(cpu_runtime, "PROGRESS_AFTER_S", after)
     monkeypatch.setattr(workers, "compile_all", compile_all)
     monkeypatch.setattr(cache, "compiled_stems", lambda: set())   # (every kernel counts as missing)
     f = tk.jit(lambda x: np.sum(np.tanh(x) * 3.0), tiers=False)

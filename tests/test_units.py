@@ -17,7 +17,7 @@ import pytest
 import tracekern as tk
 import tracekern.numpy as tnp
 from tracekern.backends import cache, fusion, units, workers
-from tracekern.backends import cpu as tkcpu
+from tracekern.backends import cpu_kernels as tkcpu
 from tracekern.backends import cuda as tkcuda
 
 

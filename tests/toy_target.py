@@ -75,18 +75,19 @@ class _Module:
 
 
 class _Renderer(ControlRenderer):
+    """Its functions are the base class's skeleton (render.ControlRenderer.function), with X last and every
+    output returned as a copy."""
+    target = TARGET
     idioms = IDIOMS
 
     def emit(self, depth: int, text: str, eqn=None) -> None:
         self.lines.append("    " * depth + text)
 
-    def function(self, name: str) -> None:
-        args: list[str] = []
-        self.bind_arguments(args)
-        self.emit(0, f"def {name}({', '.join(args + ['X'])}):")
-        self.walk(self.plan.kernels)
-        outs = [f"{self.names[v]}.copy()" for v in self.graph.outputs]
-        self.emit(1, f"return ({', '.join(outs)},)" if outs else "return ()")
+    def h_parameters(self, bound: list[int]) -> list[str]:
+        return ["X"]
+
+    def h_returned(self, v) -> str:
+        return self.h_copy(self.names[v])
 
     def kernel(self, k, pos: int) -> None:
         if isinstance(k, LoopKernel):

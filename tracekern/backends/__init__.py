@@ -18,8 +18,13 @@ MODULES = {"interpret": "tracekern.backends.interpret", "cpu": "tracekern.backen
 
 def on_device(name: str) -> bool:
     """Whether backend `name` keeps its arrays on a device (a GPU): it takes device arrays as they
-    are, and its results stay there. The one place outside a backend's module that knows which do."""
-    return name == "cuda"
+    are, and its results stay there. Its Target says (render.Target.on_device: the module's TARGET,
+    imported here if it was not yet); a backend without one (interpret), or an unknown name (which
+    get_compiler refuses), keeps its arrays on the host."""
+    if name not in MODULES:
+        return False
+    target = getattr(importlib.import_module(MODULES[name]), "TARGET", None)
+    return bool(target is not None and target.on_device)
 
 
 def default_backend() -> str:

@@ -24,7 +24,7 @@ import numpy as np
 
 from ..ir import Aval, Eqn, Graph, Var
 from ..primitives import REGISTRY
-from . import cache, cpu, cpu_math, fusion, render, scalar_rules, units, vmath, workers
+from . import cache, cpu, cpu_kernels, cpu_math, cpu_runtime, fusion, render, scalar_rules, units, vmath, workers
 
 VECTORISED = ("exp", "log", "log1p", "expm1", "tanh", "sin", "cos", "tan", "sqrt")
 LIBM = tuple(cpu_math.LIBM)             # timed once, as arctan
@@ -73,10 +73,10 @@ class _Loop:
     def __init__(self, inputs, eqns, outputs, args):
         plan = fusion.plan(Graph(tuple(inputs), tuple(eqns), tuple(outputs)))
         (kernel,) = plan.kernels
-        self.unit = cpu._LoopUnit(kernel).unit()
+        self.unit = cpu_kernels._LoopUnit(kernel).unit()
         given = dict(zip(inputs, args))
-        self.args = [cpu.pinned_view(given[v], pins) if v in given else np.empty(v.shape, v.dtype)
-                     for v, pins in cpu.loop_params(kernel)]
+        self.args = [cpu_runtime.pinned_view(given[v], pins) if v in given else np.empty(v.shape, v.dtype)
+                     for v, pins in cpu_kernels.loop_params(kernel)]
         self.signature = tuple(numba.typeof(a) for a in self.args)
 
     def compile(self) -> None:

@@ -1,6 +1,6 @@
 """Whole-array kernels of the cpu backend, registered per primitive (KERNELS): matmul, concatenate,
 unslice, running scans, sort, argsort, searchsorted, scatter, FFTs and np.linalg; and the statements
-written into the step itself (STEP: print). cpu.py renders each KERNELS equation as a compile unit
+written into the step itself (STEP: print). cpu_kernels.py renders each KERNELS equation as a compile unit
 `kernel(operands..., outputs...)` and calls KERNELS[name](text, call_kernel, operands, outputs) for its
 body; a STEP entry is called the same way with the step's renderer (outputs: its output buffers).
 The cuda backend's registries (cuda_calls) take the same signature.

@@ -134,7 +134,7 @@ def gemm(a, b, c):
     np.dot(a, b, c)
 
 
-# What a loop compiled whole does with its arrays besides running kernels (cpu.py, _LoopFunction).
+# What a loop compiled whole does with its arrays besides running kernels (cpu_loops.py, _LoopFunction).
 # NumPy's versions of these (x.copy(), x[...] = y, a slice's reshape) are overloads that Numba
 # compiles again in every process (x[...] = y alone took seconds: its broadcasting setitem); these
 # are compiled once per machine and signature, and LLVM inlines them into the loop.

@@ -19,7 +19,7 @@ from . import cuda_math, cufft, fusion
 from .render import CASTS, kernel_registry, literal, subscript
 
 KERNELS, kernel = kernel_registry()
-# the whole-array kernels a device loop's phases may run (cuda.py's _device_loop_ok): plain copies
+# the whole-array kernels a device loop's phases may run (cuda_loops.py's _device_loop_ok): plain copies
 IN_DEVICE_LOOPS = {"concatenate", "unslice"}
 
 

@@ -18,7 +18,7 @@ from . import scalar_rules
 from .render import CASTS  # noqa: F401
 
 SIMULATOR = bool(config.ENABLE_CUDASIM)
-SIMULATOR_LOCK = threading.Lock()   # (see cuda._Renderer.shared)
+SIMULATOR_LOCK = threading.Lock()   # (see cuda_kernels.LoopKernels.shared)
 
 # (casts are named so that they cannot clash with generated names: buffers are b<id>, scalars s<id>)
 f32, f64, i32, i64, boolean = np.float32, np.float64, np.int32, np.int64, np.bool_

@@ -1,14 +1,19 @@
 """The CUDA runtime the generated host code calls (no rendering): the device's launch sizes, one stream,
-allocation, copies and host reads on it, cooperative launches, and the cuBLAS and cuFFT handles."""
+allocation, copies and host reads on it, cooperative launches, the cuBLAS and cuFFT handles, and
+CompiledStep (a step's host module loaded and called)."""
 from __future__ import annotations
 
 import functools
+import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from numba.core.errors import NumbaError
 
 from ..errors import TracekernError
-from . import cublas, cuda_math, cufft
+from ..ir import Graph
+from . import cache, cublas, cuda_math, cufft, fusion
 
 
 @dataclass(frozen=True)
@@ -148,3 +153,53 @@ def _gemm_plan(a_shape, a_t, b_shape, b_t):
 @functools.cache
 def runtime() -> Runtime:
     return Runtime()
+
+
+class CompiledStep:
+    """A compiled graph: call it with a list of arrays (NumPy or on the device), get device arrays."""
+
+    def __init__(self, graph: Graph, plan: fusion.Plan, host: str, consts: list[np.ndarray], module,
+                 lines: dict):
+        self._simulated = module.launch.simulator
+        self.graph = graph
+        self.plan = plan
+        self.host = host
+        self.modules = [u.source for u in module.units.values()] + [host]   # kernels, then the host module
+        self.peak_bytes = plan.peak_bytes
+        # (kernel module source, [(dtype, ndim) of each parameter]) of each launch, for compile_ptx
+        self.kernels = module.kernels
+        self._consts = consts
+        self._extras = module.extras
+        self._on_device = module.on_device
+        self._lines = lines
+        self._module = None
+        self._device_consts = None
+
+    def __call__(self, args: Sequence) -> list:
+        R = runtime()
+        module = self._module or self._load()
+        if self._device_consts is None:
+            X = tuple(R.upload(v) if i in self._on_device else v for i, v in enumerate(self._extras))
+            self._device_consts = [R.upload(c) for c in self._consts] + [X]
+        simulated = self._simulated
+        if simulated:   # the simulator's threads wait for each other at every syncthreads; a short
+            switch = sys.getswitchinterval()   # GIL switch interval makes that 10x faster
+            sys.setswitchinterval(5e-5)
+        try:
+            return list(module.step(R, *[R.input(a) for a in args], *self._device_consts))
+        except NumbaError as err:
+            raise cache.located_error("cuda", err, self._lines, self.host) from None
+        finally:
+            if simulated:
+                sys.setswitchinterval(switch)
+
+    @property
+    def source(self) -> str:
+        """The host module, then each kernel module it imports."""
+        parts = [self.host] + [f"# ---- {cache.module_path(s).name} ----\n{s}" for s in self.modules[:-1]]
+        return "\n\n".join(parts)
+
+    def _load(self):
+        for s in self.modules:
+            self._module = cache.load_module(s)
+        return self._module

@@ -1,13 +1,17 @@
-"""What the kernel renderers share, written once: the line buffer, the scalar statement of a fused loop,
-literals typed to their dtype, loop nests, the walk over a plan's kernels, and control flow (cond, scan,
-while and scan_revolve as loops in the generated step, calling a function per sub-graph: a loop body, a
-branch).
+"""The one walker over a plan, which every kernel renderer shares: the driver or host launcher skeleton,
+control flow, the structure of a loop compiled whole, and the line buffer, scalar statements and literals.
 
-A backend is a Target (its tables: math and cast names, element indexing, how its host code allocates
-and copies, whether its arrays live on a device, its whole-array kernels registered per primitive) and a
-renderer of its own loop skeleton. cpu renders control flow into its njit step, cuda into its host
-launcher; each supplies the few statements that differ (its Idioms, and the hooks below: the run-time
-schedule, a trip count)."""
+ControlRenderer.function is a function of the graph's inputs that allocates by liveness, calls its kernels
+in plan order, releases and returns; control flow (cond, scan, while and scan_revolve) runs as loops in the
+generated step, calling a function per sub-graph (a loop body, a branch); CompiledLoop is a scan's steps
+and a checkpoint schedule's actions inside one compiled function or kernel.
+
+A backend is a Target (its tables: math and cast names, element indexing, its call or launch syntax and
+its functions' leading parameters, whether its arrays live on a device, its whole-array kernels
+registered per primitive) and a renderer of its own loop kernels. cpu renders control flow into its njit
+step, cuda into its host launcher; each supplies the few statements that differ (its Idioms, and the
+hooks: parameters, decorators, the trig flag's prologue and epilogue, the run-time schedule, a trip
+count; a compiled loop's copies, steps and swaps)."""
 from __future__ import annotations
 
 import itertools
@@ -66,6 +70,8 @@ class Target:
     kernels: dict[str, Callable]                     # whole-array kernels, registered per primitive
     loops: str                                       # its loop kernels' skeleton, in words (its renderer writes it)
     float_templates: dict[str, str] = field(default_factory=dict)   # scalar templates it writes otherwise for floats
+    call: str = "{fn}({args})"                       # a kernel call in its driver or host launcher ({grid}, {block}: a launch's)
+    leading: tuple[str, ...] = ()                    # parameters its driver functions take before the graph's inputs
 
 
 def plain_index(idx: Sequence[str]) -> str:
@@ -198,11 +204,14 @@ class ControlRenderer(ABC):
     allocation by the plan's liveness, and control flow. A renderer defines emit(depth, text,
     eqn) and the hooks below."""
 
+    target: Target   # (the backend's tables)
+
     def __init__(self, plan, module, sub: bool = False):
         self.module = module
         self.sub = sub
         self.plan = plan
         self.graph = plan.graph
+        self.items: Sequence = plan.kernels          # what walk() renders: the plan's kernels, or what the renderer makes of them
         self.lines: list[str] = []
         self.line_eqn: dict[int, object] = {}
         self.names: dict[Var, str] = {}
@@ -252,7 +261,44 @@ class ControlRenderer(ABC):
     def kernel(self, item, pos: int) -> None:
         """Render kernel `pos` of the plan (a loop kernel, a whole-array kernel, control flow)."""
 
+    def h_parameters(self, bound: list[int]) -> list[str]:
+        """The function's parameters after the graph's inputs and constants (bound: the X indices of a
+        sub-graph's constants, bind_arguments)."""
+        return []
+
+    def h_decorators(self) -> list[str]:
+        return []
+
+    def h_prologue(self) -> None:
+        """Statements before the function's kernels (none by default)."""
+        return None
+
+    def h_epilogue(self) -> list[str]:
+        """Statements after the function's kernels; the values it returns before the graph's outputs."""
+        return []
+
+    def h_returned(self, v: Var) -> str:
+        """How the function returns output v: a copy of a constant (never the constant itself)."""
+        return self.h_copy(self.names[v]) if v in self.plan.consts else self.names[v]
+
     # -- shared ----------------------------------------------------------------------------
+    def function(self, name: str) -> None:
+        """The driver (cpu) or host launcher (cuda) skeleton, and a sub-graph's function: a function of the
+        graph's inputs and constants (Target.leading first, then the hooks' parameters) that allocates its
+        buffers by liveness, calls its kernels in plan order (walk: Target.call), releases them, and
+        returns the graph's outputs; the hooks add what a target does besides (decorators, a prologue, an
+        epilogue, the values it returns first)."""
+        self.start_function()
+        args = list(self.target.leading)
+        args += self.h_parameters(self.bind_arguments(args))
+        for line in self.h_decorators():
+            self.emit(0, line)
+        self.emit(0, f"def {name}({', '.join(args)}):")
+        self.h_prologue()
+        self.walk(self.items)
+        outs = self.h_epilogue() + [self.h_returned(v) for v in self.graph.outputs]
+        self.emit(1, f"return ({', '.join(outs)},)" if outs else "return ()")
+
     def walk(self, items: Sequence) -> None:
         """The plan's kernels in order (items: the plan's kernels, or what the renderer made of them),
         each buffer returned to the pool when it dies."""
@@ -474,3 +520,85 @@ class ControlRenderer(ABC):
     def _contiguous_as(self, x: str, new: str) -> str:
         self.emit(1, f"{new} = {self.h_contiguous(x)}")
         return new
+
+
+class CompiledLoop(ABC):
+    """The one structure of a loop compiled whole (cpu: one njit function, cpu_loops.py; cuda: one cooperative
+    kernel, cuda_loops.py): a scan's steps, with the carries it records for its backward, and a checkpoint
+    schedule's actions (advance, store, restore, the backward step: tracekern.schedule). A value the loop
+    keeps is a ref, (array, row index or None for the whole array), of the target's making (a carry's two
+    halves as two arrays, or one array of two rows); the target writes the rest through the hooks: `line`,
+    `copy_value` (a value of the carry's aval into another), `step` (one step of the sub-graph "body" or
+    "back", its inputs and outputs bound as the target keeps them) and the halves' swap before or after a
+    step (`begin_step`, `end_step`)."""
+
+    @abstractmethod
+    def line(self, depth: int, text: str) -> None:
+        """Append a line of the loop's code."""
+
+    @abstractmethod
+    def copy_value(self, depth: int, src: tuple, dst: tuple, aval) -> None:
+        """Copy the value at ref src into ref dst (both of aval's shape and dtype)."""
+
+    @abstractmethod
+    def step(self, depth: int, which: str) -> None:
+        """One step of sub-graph `which` ("body", "back") at row t of the sequences."""
+
+    def begin_step(self, depth: int) -> None:
+        """Statements starting a scan's step (after t is bound): none by default."""
+        return None
+
+    def end_step(self, depth: int, which: str) -> None:
+        """Statements after a step of "body" (which: "carry") or "back" ("state"): none by default."""
+        return None
+
+    def scan_steps(self, n: int, reverse: bool, last: str, carries: list[tuple], recorded: list[str], avals: list,
+                   slot_at: str | None = None) -> None:
+        """A scan's n steps: carries (refs to their current values, of avals) recorded into the arrays
+        `recorded` (a row per step; or, with slot_at (the name of the first sweep's slot of each step),
+        the schedule's snapshots then the last step's carry), then a step of the body. last: n - 1 as
+        the target writes it."""
+        nk = len(carries)
+        self.line(1, f"for s in range({n}):")
+        self.line(2, f"t = {last} - s" if reverse else "t = s")
+        self.begin_step(2)
+        if slot_at is not None:   # the schedule's snapshots, for the backward to resume from
+            self.line(2, f"if {slot_at}[s] >= 0:")
+            for c, r, v in zip(carries, recorded[:nk], avals):
+                self.copy_value(3, c, (r, f"{slot_at}[s]"), v)
+            self.line(2, f"if s == {last}:")
+            for c, r, v in zip(carries, recorded[nk:], avals):
+                self.copy_value(3, c, (r, None), v)
+        else:   # the carry each step starts from, for the backward
+            for c, r, v in zip(carries, recorded, avals):
+                self.copy_value(2, c, (r, "t"), v)
+        self.step(2, "body")
+        self.end_step(2, "carry")
+
+    def revolve_actions(self, count: str, acts: str, tindex: str, carries: list[tuple], slots: list[str], avals: list,
+                        positions: str) -> None:
+        """A checkpoint schedule's `count` actions (rows (op, arg) of the array `acts`) from position
+        `pos`: advance arg steps of the body, store the carries (refs, of avals) in slot arg (arrays
+        `slots`, the position in `positions`), restore them from it, or run the backward step at row
+        tindex (an expression of pos)."""
+        self.line(1, f"for a in range({count}):")
+        self.line(2, f"op = {acts}[a, 0]")
+        self.line(2, f"arg = {acts}[a, 1]")
+        self.line(2, "if op == 0:   # advance")
+        self.line(3, "for _ in range(arg):")
+        self.line(4, f"t = {tindex}")
+        self.step(4, "body")
+        self.end_step(4, "carry")
+        self.line(4, "pos += 1")
+        self.line(2, "elif op == 1:   # store")
+        for c, sl, v in zip(carries, slots, avals):
+            self.copy_value(3, c, (sl, "arg"), v)
+        self.line(3, f"{positions}[arg] = pos")
+        self.line(2, "elif op == 2:   # restore")
+        for c, sl, v in zip(carries, slots, avals):
+            self.copy_value(3, (sl, "arg"), c, v)
+        self.line(3, f"pos = {positions}[arg]")
+        self.line(2, "else:   # the backward step at the current position")
+        self.line(3, f"t = {tindex}")
+        self.step(3, "back")
+        self.end_step(3, "state")

@@ -1,7 +1,7 @@
 """Tiered execution on cpu: a new step runs at once on NumPy (the interpreter, then each kernel's
 NumPy evaluation) while its compile units compile in the background, each kernel switching when ready.
 
-A cpu step (cpu.CompiledStep) is a plan, a driver and one compile unit per distinct kernel. A new
+A cpu step (cpu_runtime.CompiledStep) is a plan, a driver and one compile unit per distinct kernel. A new
 step's first calls run its graph on the interpreter: no planning, no rendering, nothing compiled.
 When it starts compiling (the rule below), the background plans and renders it; where the driver is
 plain Python with no control flow, the slow tier becomes that very driver, loaded with each kernel
@@ -144,7 +144,7 @@ class TieredStep:
 
     @property
     def step(self):
-        """The compiled step (cpu.CompiledStep): its plan, driver and units, made on first use."""
+        """The compiled step (cpu_runtime.CompiledStep): its plan, driver and units, made on first use."""
         with self._lock:
             if self._step is None:
                 self._step = self._build()

@@ -1,0 +1,223 @@
+"""The cpu step at run time (no rendering): loading its modules, compiling the kernels the disk cache lacks
+(typed from the call's arguments), calling the driver under the thread budget, and the exact-trig re-run."""
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Sequence
+
+import numpy as np
+from numba import typeof
+from numba.core.errors import NumbaError
+from numba.np.ufunc.parallel import _launch_threads
+
+from ..ir import Graph, Var
+from ..primitives.control import RevolveLayout
+from . import cache, fusion, threads, units, workers
+from .units import Unit
+
+
+def _has_objmode(graph: Graph) -> bool:
+    """Whether running a graph enters Python (tk.print, a while loop's run-time schedule): such a
+    function cannot be nogil."""
+    todo = [graph]
+    while todo:
+        g = todo.pop()
+        for e in g.eqns:
+            if e.primitive.name == "print" or (e.primitive.name == "scan_revolve" and RevolveLayout.of(e.params).while_loop):
+                return True
+            todo += [p for p in e.params.values() if isinstance(p, Graph)]
+    return False
+
+
+class CompiledStep:
+    """A compiled graph: call it with a list of arrays, get a list of arrays."""
+
+    def __init__(self, graph: Graph, plan: fusion.Plan, driver: str, deps: list[Unit], consts: list[np.ndarray],
+                 lines: dict, flagged: bool = False, parallel: bool = False, jitted: bool = True,
+                 calls: list | None = None):
+        self.graph = graph
+        self.plan = plan
+        self.driver = driver
+        self.modules = [u.source for u in deps] + [driver]   # in import order: kernels, then the driver
+        self.peak_bytes = plan.peak_bytes
+        self.units = len(deps)
+        self.jitted = jitted      # the driver is an njit function (else plain Python calling the kernels)
+        self._consts = consts
+        self._lines = lines
+        self._flagged = flagged   # step returns "redo with libm trig" first
+        self._parallel = parallel
+        self._calls = calls or []   # the step's own kernel calls: (module index, argument specs)
+        self._module = None
+        # unit index -> (values it reads, values it writes), where the tiers may run units one by one
+        self.unit_kernels: dict[int, tuple] | None = None
+        # the thread budget (backends/threads.py): only a step with prange loops or large GEMMs needs one
+        self._blas = _gemm_macs(graph) >= threads.BLAS_MIN_MACS
+        self._budgeted = parallel or self._blas
+
+    @property
+    def source(self) -> str:
+        """The driver, then each kernel module it imports."""
+        parts = [self.driver] + [f"# ---- {cache.module_path(s).name} ----\n{s}" for s in self.modules[:-1]]
+        return "\n\n".join(parts)
+
+    # pickles (tk.Staged.export) to its sources and constants: another process loads the modules
+    # through its own disk cache, compiling what it lacks once
+    portable = True
+
+    def __getstate__(self) -> dict:
+        return dict(self.__dict__, graph=None, plan=None, _module=None, unit_kernels=None,
+                    _lines=cache.portable_lines(self._lines))
+
+    def compiled_on_disk(self) -> bool:
+        """Whether the disk cache has the machine code of every kernel (and of an njit driver)."""
+        have = cache.compiled_stems()
+        needed = self.modules[:-1] + (self.modules[-1:] if self.jitted else [])
+        return all(cache.module_path(s).stem in have for s in needed)
+
+    def _load(self, args: Sequence | None = None):
+        if self._parallel:
+            _launch_threads()   # (a driver loaded from the cache does not start Numba's threads itself)
+        modules = [cache.load_module(s) for s in self.modules]
+        if args is not None:
+            self._precompile(modules, args)
+        self._module = modules[-1]
+        return self._module
+
+    def kernel_jobs(self, args: Sequence) -> list[tuple[int, tuple]]:
+        """(unit index, Numba signature) of each distinct kernel call of the step, for the argument
+        types this call passes."""
+        jobs, seen = [], set()
+        for index, specs in self._calls:
+            try:
+                sig = tuple(_arg_type(spec, args, self._consts) for spec in specs)
+            except (ValueError, TypeError):   # (an argument Numba cannot type: the call will say so)
+                continue
+            if (index, sig) not in seen:
+                seen.add((index, sig))
+                jobs.append((index, sig))
+        return jobs
+
+    def compile(self, args: Sequence, warm: bool = False) -> None:
+        """Compile everything the step runs now, for these arguments' types (tk.jit(f).compile(*args),
+        the tiers' background compile): its kernels, then an njit driver. warm=True (a step whose graph
+        prints nothing): also run it once on copies of args, which compiles what only a call reveals
+        the types of (the functions of loops compiled whole, of branches)."""
+        module = self._module or self._load(args)
+        if warm and not _prints(self.graph):
+            self._run_step(module, [np.array(a) if isinstance(a, np.ndarray) else a for a in args])
+        elif self.jitted:
+            module.step.compile(tuple(typeof(a) for a in list(args) + list(self._consts)))
+
+    def _precompile(self, modules: list, args: Sequence) -> None:
+        """Compile the kernels that the disk cache lacks before the first run, in parallel when
+        there are many (backends/workers.py), for the argument types this call will pass."""
+        have = cache.compiled_stems()
+        missing = {i for i, s in enumerate(self.modules[:-1]) if cache.module_path(s).stem not in have}
+        # (typing every call's arguments costs about 50 us a call: a warm start, every kernel on disk, skips it)
+        jobs = [(index, sig) for index, sig in self.kernel_jobs(args) if index in missing] if missing else []
+        if jobs:
+            timer = _progress_line(len(jobs))
+            try:
+                workers.compile_all([([self.modules[i]], "kernel", [sig]) for i, sig in jobs],
+                                    lambda j: modules[jobs[j][0]].kernel.compile(jobs[j][1]))
+            finally:
+                if timer is not None:
+                    timer.cancel()
+            units.count_compiled(kernels=len(jobs))
+        if self.jitted and cache.module_path(self.driver).stem not in have:
+            units.count_compiled(drivers=1)
+
+    def __call__(self, args: Sequence[np.ndarray]) -> list:
+        try:
+            return self._run(self._module or self._load(args), args)
+        except NumbaError as err:
+            raise cache.located_error("cpu", err, self._lines, self.driver) from None
+        except (ValueError, OSError, EOFError, AttributeError, ImportError):
+            # a damaged Numba cache entry fails while loading: discard it, compile once more
+            for s in self.modules:
+                cache.discard(cache.module_path(s))
+            try:
+                return self._run(self._load(), args)
+            except NumbaError as err2:
+                raise cache.located_error("cpu", err2, self._lines, self.driver) from None
+
+    def _run(self, module, args) -> list:
+        if self._budgeted:
+            with threads.Budget(self._parallel, self._blas):
+                return self._run_step(module, args)
+        return self._run_step(module, args)
+
+    def _run_step(self, module, args) -> list:
+        out = module.step(*args, *self._consts)
+        if not self._flagged:
+            return list(out)
+        if out[0]:  # a sin/cos/tan argument beyond the vectorised range: the libm variant
+            return list(module.step_exact(*args, *self._consts))
+        return list(out[1:])
+
+
+# A compile the caller waits for (tiers=False, .compile(), a loop step's first call) that takes longer
+# than this says so on stderr, once; a background compile (the tiers') never does.
+PROGRESS_AFTER_S = 1.0
+
+
+def _progress_line(kernels: int) -> threading.Timer | None:
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    message = (f"tracekern: compiling {kernels} kernel{'s' if kernels != 1 else ''} before this call returns "
+               "(with tiers on, the default, a new program runs at once on NumPy while it compiles)")
+    timer = threading.Timer(PROGRESS_AFTER_S, lambda: print(message, file=sys.stderr, flush=True))
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
+def _gemm_macs(graph: Graph) -> int:
+    """The multiply-adds of the largest float matmul in the graph and its sub-graphs (loop bodies, branches)."""
+    most, todo = 0, [graph]
+    while todo:
+        g = todo.pop()
+        for e in g.eqns:
+            if e.primitive.name == "matmul" and e.outputs[0].dtype.kind == "f":
+                most = max(most, e.outputs[0].aval.size * e.inputs[0].shape[-1])
+            todo += [p for p in e.params.values() if isinstance(p, Graph)]
+    return most
+
+
+def _prints(graph: Graph) -> bool:
+    return _has_objmode(graph)
+
+
+def _arg_spec(v: Var, how: bool | tuple, inputs: dict, consts: dict) -> tuple:
+    """How a driver passes v to a kernel: an argument of the step, a constant, or a buffer it made
+    (with the view it passes: see view())."""
+    if v in inputs:
+        return ("input", inputs[v], how)
+    if v in consts:
+        return ("const", consts[v], how)
+    return ("buffer", v.dtype.str, tuple(v.shape), how)
+
+
+def pinned_view(x: np.ndarray, pins: tuple) -> np.ndarray:
+    """The view of x that cpu_kernels.view(pins) gives."""
+    return x[tuple(slice(None) if c is None else slice(c, c + 1) for c in pins)] if pins else x
+
+
+def _arg_type(spec: tuple, args: Sequence, consts: list):
+    """The Numba type of a kernel argument, as the driver will pass it."""
+    kind, what, how = spec[0], spec[1], spec[-1]
+    if kind == "input":
+        x = args[what]
+    elif kind == "const":
+        x = consts[what]
+    else:   # (a C-contiguous buffer of that shape: its strides, without its memory)
+        shape, dtype = spec[2], np.dtype(what)
+        strides = [dtype.itemsize] * len(shape)
+        for a in range(len(shape) - 2, -1, -1):
+            strides[a] = strides[a + 1] * max(shape[a + 1], 1)
+        x = np.lib.stride_tricks.as_strided(np.zeros(1, dtype), shape, strides)
+    if how is True:   # .T of a 2-D array
+        t = typeof(x)
+        return t.copy(layout={"C": "F", "F": "C"}.get(t.layout, "A"))
+    return typeof(pinned_view(x, how))
