@@ -477,12 +477,43 @@ def _calls(plan: fusion.Plan) -> list:
     return out
 
 
+# With tk.config.compiled_drivers on, a straight-line step of COMPILED_DRIVER_CALLS to COMPILED_DRIVER_MAX_CALLS
+# kernel calls whose kernels are small (the arrays they read and write hold at most COMPILED_DRIVER_VALUES values
+# a call, on average) also gets a compiled driver: the same calls, buffers and views in one njit function, so
+# that a call enters compiled code once instead of once a kernel (the hand model's jacfwd: 56 calls of a few
+# microseconds each, 0.34 against 0.12 ms a call). It is compiled after the kernels, before the first call with
+# the tiers off and in the background with them on; until then, the Python driver runs. The kernels and their
+# order are the same: so are the results, bit for bit. Its price is compile time: Numba lowers every array
+# argument of every call and links and optimises every kernel again, 0.3-0.5 s a kernel call on this 2-core
+# machine (the hand model: 29 s; a 183-call step about 250 s), hence off by default and the cap.
+COMPILED_DRIVER_CALLS = 16
+COMPILED_DRIVER_MAX_CALLS = 64
+COMPILED_DRIVER_VALUES = 1 << 14
+
+
+def _compiled_driver_pays(items: list) -> bool:
+    """Whether a step's driver (its _calls) is worth compiling as well (tk.config.compiled_drivers)."""
+    calls = [c for c in items if isinstance(c, _Call)]
+    if not config.compiled_drivers or not COMPILED_DRIVER_CALLS <= len(calls) <= COMPILED_DRIVER_MAX_CALLS \
+            or len(calls) != len(items):
+        return False   # (few or too many calls, or control flow and prints: the driver as it is)
+    return sum(v.aval.size for c in calls for v, _ in c.args) <= COMPILED_DRIVER_VALUES * len(calls)
+
+
+def _compiled_driver(plan: fusion.Plan) -> tuple[str, dict]:
+    """The njit driver of a straight-line plan (the one the Python driver is rendered from): its source and
+    line -> equation map."""
+    renderer = _Renderer(plan, _Module())
+    renderer.jitted = True
+    return renderer.render(), renderer.line_eqn
+
+
 class CompiledStep:
     """A compiled graph: call it with a list of arrays, get a list of arrays."""
 
     def __init__(self, graph: Graph, plan: fusion.Plan, driver: str, deps: list[Unit], consts: list[np.ndarray],
                  lines: dict, flagged: bool = False, parallel: bool = False, jitted: bool = True,
-                 calls: list | None = None):
+                 calls: list | None = None, compiled_driver: str | None = None):
         self.graph = graph
         self.plan = plan
         self.driver = driver
@@ -496,6 +527,11 @@ class CompiledStep:
         self._parallel = parallel
         self._calls = calls or []   # the step's own kernel calls: (module index, argument specs)
         self._module = None
+        # an njit driver of the same calls (_compiled_driver_pays), and its module once compiled: calls use it
+        # from then on; `background_driver`: compiled in the background (tiers), not before the first call
+        self.compiled_driver = compiled_driver
+        self.background_driver = False
+        self._fast = None
         # unit index -> (values it reads, values it writes), where the tiers may run units one by one
         self.unit_kernels: dict[int, tuple] | None = None
         # the thread budget (backends/threads.py): only a step with prange loops or large GEMMs needs one
@@ -513,13 +549,13 @@ class CompiledStep:
     portable = True
 
     def __getstate__(self) -> dict:
-        return dict(self.__dict__, graph=None, plan=None, _module=None, unit_kernels=None,
+        return dict(self.__dict__, graph=None, plan=None, _module=None, _fast=None, unit_kernels=None,
                     _lines=cache.portable_lines(self._lines))
 
     def compiled_on_disk(self) -> bool:
         """Whether the disk cache has the machine code of every kernel (and of an njit driver)."""
         have = cache.compiled_stems()
-        needed = self.modules[:-1] + (self.modules[-1:] if self.jitted else [])
+        needed = self.modules[:-1] + (self.modules[-1:] if self.jitted else []) + [self.compiled_driver] * bool(self.compiled_driver)
         return all(cache.module_path(s).stem in have for s in needed)
 
     def _load(self, args: Sequence | None = None):
@@ -529,7 +565,23 @@ class CompiledStep:
         if args is not None:
             self._precompile(modules, args)
         self._module = modules[-1]
+        if args is not None and self.compiled_driver is not None and (
+                not self.background_driver or cache.module_path(self.compiled_driver).stem in cache.compiled_stems()):
+            self.compile_driver(args)
+            return self._fast
         return self._module
+
+    def compile_driver(self, args: Sequence) -> None:
+        """Compile the step's compiled driver (if it has one) for these arguments' types, once its kernels are
+        compiled (it links them), and run it from now on."""
+        if self.compiled_driver is None or self._fast is not None:
+            return
+        on_disk = cache.module_path(self.compiled_driver).stem in cache.compiled_stems()
+        module = cache.load_module(self.compiled_driver)
+        module.step.compile(tuple(typeof(a) for a in list(args) + list(self._consts)))
+        if not on_disk:
+            units.count_compiled(drivers=1)
+        self._fast = module
 
     def kernel_jobs(self, args: Sequence) -> list[tuple[int, tuple]]:
         """(unit index, Numba signature) of each distinct kernel call of the step, for the argument
@@ -555,6 +607,8 @@ class CompiledStep:
             self._run_step(module, [np.array(a) if isinstance(a, np.ndarray) else a for a in args])
         elif self.jitted:
             module.step.compile(tuple(typeof(a) for a in list(args) + list(self._consts)))
+        if not self.background_driver:
+            self.compile_driver(args)
 
     def _precompile(self, modules: list, args: Sequence) -> None:
         """Compile the kernels that the disk cache lacks before the first run, in parallel when
@@ -577,12 +631,12 @@ class CompiledStep:
 
     def __call__(self, args: Sequence[np.ndarray]) -> list:
         try:
-            return self._run(self._module or self._load(args), args)
+            return self._run(self._fast or self._module or self._load(args), args)
         except NumbaError as err:
             raise cache.located_error("cpu", err, self._lines, self.driver) from None
         except (ValueError, OSError, EOFError, AttributeError, ImportError):
             # a damaged Numba cache entry fails while loading: discard it, compile once more
-            for s in self.modules:
+            for s in self.modules + [self.compiled_driver] * bool(self.compiled_driver):
                 cache.discard(cache.module_path(s))
             try:
                 return self._run(self._load(), args)
@@ -638,26 +692,32 @@ def _prints(graph: Graph) -> bool:
 
 def compile_tiered(graph: Graph) -> tiers.TieredStep:
     """compile_graph's step on the tiers (backends/tiers.py): NumPy at once, compiled in the background."""
-    return tiers.TieredStep(graph, lambda: compile_graph(graph), blas=_gemm_macs(graph) >= threads.BLAS_MIN_MACS)
+    return tiers.TieredStep(graph, lambda: compile_graph(graph, background_driver=True),
+                            blas=_gemm_macs(graph) >= threads.BLAS_MIN_MACS)
 
 
-def compile_graph(graph: Graph) -> CompiledStep:
+def compile_graph(graph: Graph, background_driver: bool = False) -> CompiledStep:
     plan = fusion.plan(graph)
     module = _Module()
     renderer = _Renderer(plan, module)
     driver = renderer.render()
+    fast, fast_lines = _compiled_driver(plan) if not renderer.jitted and _compiled_driver_pays(renderer.items) else (None, {})
     consts = [renderer.const_value(v) for v in plan.consts]
     if module.used:
         consts.append(tuple(module.extras))
     lines = {u.digest: u.lines for u in module.deps}
     lines[cache.source_digest(driver)] = renderer.line_eqn
+    if fast is not None:
+        lines[cache.source_digest(fast)] = fast_lines
     index = {u.digest: i for i, u in enumerate(module.deps)}
     inputs = {v: i for i, v in enumerate(graph.inputs)}
     const_of = {v: i for i, v in enumerate(plan.consts)}
     calls = [(index[c.unit.digest], [_arg_spec(v, t, inputs, const_of) for v, t in c.args])
              for c in renderer.items if isinstance(c, _Call)]
     step = CompiledStep(graph, plan, driver, module.deps, consts, lines, flagged=renderer.flag_needed(),
-                        parallel=any(u.parallel for u in module.deps), jitted=renderer.jitted, calls=calls)
+                        parallel=any(u.parallel for u in module.deps), jitted=renderer.jitted, calls=calls,
+                        compiled_driver=fast)
+    step.background_driver = background_driver
     # each unit's (values read, values written), from a kernel that renders it, where the driver is plain
     # Python that calls every unit itself (no loop, branch or njit function): the tiers' NumPy evaluation
     if not module.used and "@njit" not in driver:

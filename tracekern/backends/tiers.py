@@ -249,6 +249,7 @@ class TieredStep:
             self._done.set()
             if self.on_compiled is not None:
                 self.on_compiled()
+            self.step.compile_driver(args)   # (the last tier, where the step has one: cpu.COMPILED_DRIVER_CALLS)
         except Exception as err:
             text = "".join(traceback.format_exception_only(type(err), err)).strip()
             with self._lock:
