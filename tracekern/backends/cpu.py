@@ -5,7 +5,8 @@ a module of its own whose source is canonical (backends/units.py), so that a ker
 layers, steps or programs is compiled once, and its machine code is cached on disk. A step's driver
 calls its kernels in order and runs its loops and branches. A small driver is itself an njit
 function (Python is entered once a call); a large one is plain Python, since Numba's compile time
-for a function grows with its calls and it re-optimises every kernel it links.
+for a function grows with its calls and it re-optimises every kernel it links (tk.config.compiled_drivers
+asks for an njit one as well, for a straight-line step of many small kernels: COMPILED_DRIVER_CALLS).
 
 Loops over large domains run as prange over chunks of axis 0; the chunking depends only on shapes,
 so results are the same on any number of threads."""
