@@ -485,8 +485,8 @@ def _calls(plan: fusion.Plan) -> list:
 # microseconds each, 0.34 against 0.12 ms a call). It is compiled after the kernels, before the first call with
 # the tiers off and in the background with them on; until then, the Python driver runs. The kernels and their
 # order are the same: so are the results, bit for bit. Its price is compile time: Numba lowers every array
-# argument of every call and links and optimises every kernel again, 0.3-0.5 s a kernel call on this 2-core
-# machine (the hand model: 29 s; a 183-call step about 250 s), hence off by default and the cap.
+# argument of every call and links and optimises every kernel again, 0.2-0.5 s of CPU a kernel call on this
+# 2-core machine (the hand model: 13 s; three steps of 20, 58 and 183 calls: 330 s), hence off by default and the cap.
 COMPILED_DRIVER_CALLS = 16
 COMPILED_DRIVER_MAX_CALLS = 64
 COMPILED_DRIVER_VALUES = 1 << 14
