@@ -5,7 +5,8 @@ tracekern against JAX (jit of jacfwd / jacrev / vmap(grad) / hessian) and a hand
 
 (a) hand: the Jacobian of 300 residuals in 26 parameters of a hand-tracking model (a global pose
     and 5 fingers of Euler-angle bone chains, 100 vertices skinned to two bones each), the
-    ADBench-style objective whose Jacobian one pullback per row made 12.8x slower than JAX;
+    ADBench-style objective whose Jacobian one pullback per row made 12.8x slower than JAX; also
+    with tk.config.compiled_drivers (row tracekern_compiled_driver);
 (b) per-example gradients of an MLP's loss over a batch of 256 (vmap of grad), against JAX and
     against the same gradients written batched by hand (einsum over the batch, in tracekern);
 (c) the full Hessian of a 100-parameter function (hessian = jacfwd of jacrev).
@@ -163,8 +164,15 @@ def run(quick: bool = False) -> dict:
     fwd, rev = tk.jacfwd(res), tk.jacrev(res)
     fns = {"tracekern": lambda: fwd(theta), "tracekern_jacrev": lambda: rev(theta)}
     first = {k: first_call(f)[0] for k, f in fns.items()}
+    # the same jacfwd with the cpu backend's compiled driver (tk.config.compiled_drivers, read when its step
+    # compiles, on its first call: that first call is the driver's compile, the kernels being compiled)
+    fwd_driver = tk.jacfwd(res)
+    with tk.config.override(compiled_drivers=True):
+        first["tracekern_compiled_driver"] = first_call(lambda: fwd_driver(theta))[0]
+    fns["tracekern_compiled_driver"] = lambda: fwd_driver(theta)
     J = fwd(theta)
-    check = {"shape": list(J.shape), "jacfwd_vs_jacrev": float(np.max(np.abs(J - rev(theta))))}
+    check = {"shape": list(J.shape), "jacfwd_vs_jacrev": float(np.max(np.abs(J - rev(theta)))),
+             "compiled_driver_bits_equal": bool(np.array_equal(J, fwd_driver(theta)))}
     if jax is not None:
         jdata = {k: jnp.asarray(v) for k, v in data.items()}
         jres = lambda t: hand_residuals(jnp, t, jdata)   # noqa: E731

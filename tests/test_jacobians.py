@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 
 import tracekern as tk
 from tests.test_property import instantiate, programs
+from tracekern.backends import cpu
 
 jax = pytest.importorskip("jax")
 jnp = pytest.importorskip("jax.numpy")
@@ -292,3 +293,44 @@ def test_scalar_chains_recomputed_in_loops_equal_numpy_and_finite_differences(ba
     fd = np.stack([(f(x, t + eps * e) - f(x, t - eps * e)) / (2 * eps) for e in np.eye(2)], axis=-1)
     assert jac.shape == (3, 4, 2) and np.max(np.abs(fd)) > 0.1
     np.testing.assert_allclose(jac, fd, rtol=1e-6, atol=1e-8)
+
+
+def _step_of(f):
+    run = next(iter(f._cache.values())).run
+    return getattr(run, "step", run)
+
+
+def test_a_jacobian_of_small_kernels_runs_one_compiled_driver_with_the_same_bits():
+    """With tk.config.compiled_drivers, a straight-line step of many small kernels (cpu.COMPILED_DRIVER_CALLS)
+    is driven by one njit function calling the same kernels in the same order: the bone chain's jacfwd takes
+    that path (with the tiers off, before the first call returns; with them on, as the last tier) and gives the
+    bits of the Python driver (the default), against central differences too, for angles inside and beyond the
+    vectorised sine's range (the libm variant, step_exact); the cuda simulator runs the same program."""
+    thetas = [RNG.normal(0.0, 0.4, size=8), np.concatenate([[3.0e6], RNG.normal(0.0, 0.4, size=7)])]
+    eps = 1e-6
+    fd = np.stack([(_bones(np, thetas[0] + eps * e) - _bones(np, thetas[0] - eps * e)) / (2 * eps) for e in np.eye(8)],
+                  axis=1)
+    plain = tk.jit(tk.jacfwd(lambda t: _bones(np, t)), backend="cpu")
+    want = [plain(t) for t in thetas]
+    with tk.config.override(compiled_drivers=True):
+        fast = tk.jit(tk.jacfwd(lambda t: _bones(np, t)), backend="cpu")
+        got = [fast(t) for t in thetas]
+        tiered = tk.jit(tk.jacfwd(lambda t: _bones(np, t)), backend="cpu", tiers=True)
+        first = tiered(thetas[0])                  # (the NumPy tier)
+        tiered.compile(thetas[0])                  # kernels, then the compiled driver (the last tier)
+    before, after = _step_of(plain), _step_of(fast)
+    assert before.compiled_driver is None and before._fast is None and not before.jitted
+    assert after.compiled_driver is not None and "@njit" in after.compiled_driver and after._fast is not None
+    assert cpu.COMPILED_DRIVER_CALLS <= len(after._calls) <= cpu.COMPILED_DRIVER_MAX_CALLS
+    assert after.driver == before.driver and len(after._calls) == len(before._calls)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape == (15, 8) and g.dtype == w.dtype == np.float64
+        np.testing.assert_array_equal(g, w)
+    np.testing.assert_allclose(got[0], fd, rtol=1e-6, atol=1e-7)
+    assert np.all(np.isfinite(got[1])) and np.max(np.abs(got[1])) > 0.1
+    assert _step_of(tiered)._fast is not None
+    np.testing.assert_array_equal(tiered(thetas[0]), want[0])
+    np.testing.assert_allclose(first, want[0], rtol=1e-12, atol=1e-13)
+    on_sim = tk.jit(tk.jacfwd(lambda t: _bones(np, t)), backend="cuda")(thetas[0])
+    on_sim = on_sim.copy_to_host() if hasattr(on_sim, "copy_to_host") else np.asarray(on_sim)
+    np.testing.assert_allclose(on_sim, want[0], rtol=1e-12, atol=1e-13)

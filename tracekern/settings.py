@@ -1,16 +1,17 @@
 """tk.config: the settings a user may change while the process runs (how many threads tracekern's
-kernels and BLAS may use, whether small loops run whole in compiled code, whether a new program runs
-on the NumPy tier while it compiles), and their environment variables. No tracekern imports: every
+kernels and BLAS may use, whether small loops run whole in compiled code, whether a step of many small
+kernels gets a compiled driver, whether a new program runs on the NumPy tier while it compiles), and
+their environment variables. No tracekern imports: every
 room may read it.
 
     tk.config.threads = 1                 # at most one thread (None: decided per call, the default)
     with tk.config.override(compiled_loops=False):
         ...                               # steps compiled in here drive their loops from the host
 
-`threads` is read on every call of a compiled step; `compiled_loops`, `tiers` and `plan_cache` when
-a step is compiled (a tk.jit object keeps the steps it compiled). TRACEKERN_NUM_THREADS,
-TRACEKERN_COMPILED_LOOPS, TRACEKERN_TIERS and TRACEKERN_PLAN_CACHE set the defaults when tracekern
-is imported."""
+`threads` is read on every call of a compiled step; `compiled_loops`, `compiled_drivers`, `tiers` and
+`plan_cache` when a step is compiled (a tk.jit object keeps the steps it compiled).
+TRACEKERN_NUM_THREADS, TRACEKERN_COMPILED_LOOPS, TRACEKERN_COMPILED_DRIVERS, TRACEKERN_TIERS and
+TRACEKERN_PLAN_CACHE set the defaults when tracekern is imported."""
 from __future__ import annotations
 
 import contextlib
@@ -50,7 +51,7 @@ def _flag_from_env(name: str, default: bool) -> bool:
 class Config:
     """The settings (see the module docstring). Assigning an attribute checks its value."""
 
-    _FIELDS = ("threads", "compiled_loops", "tiers", "plan_cache")
+    _FIELDS = ("threads", "compiled_loops", "compiled_drivers", "tiers", "plan_cache")
 
     def __init__(self):
         # the most threads a compiled step uses, for its parallel loops and for BLAS together;
@@ -59,6 +60,11 @@ class Config:
         # loops whose bodies are small run all their steps inside one compiled function (False: the
         # loop is driven step by step as before this setting existed; tests compare the two)
         self.compiled_loops: bool = _flag_from_env("TRACEKERN_COMPILED_LOOPS", True)
+        # a straight-line cpu step of many small kernels is also driven by one njit function that calls
+        # them all (backends/cpu.py, COMPILED_DRIVER_CALLS), compiled after its kernels: 2-4x faster a
+        # call for a Jacobian program, but its compile costs 0.2-0.5 s a kernel call, so it is asked for
+        # (False, the default: the driver is plain Python, as before this setting existed)
+        self.compiled_drivers: bool = _flag_from_env("TRACEKERN_COMPILED_DRIVERS", False)
         # a new cpu step runs its kernels with NumPy until their compiled units are ready, compiled in
         # the background (backends/tiers.py); False: every kernel is compiled before the first call
         # returns (tk.jit(f, tiers=...) decides for one function)

@@ -4,7 +4,8 @@ Each kernel of the plan (a fused loop nest, a matmul, a copy) is a compile unit 
 step's driver calls its kernels in order and runs its loops and branches (loops compiled whole:
 cpu_loops.py). A small driver is itself an njit function (Python is entered once a call); a large one
 is plain Python, since Numba's compile time for a function grows with its calls and it re-optimises
-every kernel it links. The step at run time is cpu_runtime.py's CompiledStep."""
+every kernel it links (tk.config.compiled_drivers asks for an njit one as well, for a straight-line
+step of many small kernels: COMPILED_DRIVER_CALLS). The step at run time is cpu_runtime.py's CompiledStep."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -90,28 +91,65 @@ def _calls(plan: fusion.Plan) -> list:
     return out
 
 
+# With tk.config.compiled_drivers on, a straight-line step of COMPILED_DRIVER_CALLS to COMPILED_DRIVER_MAX_CALLS
+# kernel calls whose kernels are small (the arrays they read and write hold at most COMPILED_DRIVER_VALUES values
+# a call, on average) also gets a compiled driver: the same calls, buffers and views in one njit function, so
+# that a call enters compiled code once instead of once a kernel (the hand model's jacfwd: 56 calls of a few
+# microseconds each, 0.34 against 0.12 ms a call). It is compiled after the kernels, before the first call with
+# the tiers off and in the background with them on; until then, the Python driver runs. The kernels and their
+# order are the same: so are the results, bit for bit. Its price is compile time: Numba lowers every array
+# argument of every call and links and optimises every kernel again, 0.2-0.5 s of CPU a kernel call on this
+# 2-core machine (the hand model: 13 s; three steps of 20, 58 and 183 calls: 330 s), hence off by default and the cap.
+COMPILED_DRIVER_CALLS = 16
+COMPILED_DRIVER_MAX_CALLS = 64
+COMPILED_DRIVER_VALUES = 1 << 14
+
+
+def _compiled_driver_pays(items: list) -> bool:
+    """Whether a step's driver (its _calls) is worth compiling as well (tk.config.compiled_drivers)."""
+    calls = [c for c in items if isinstance(c, _Call)]
+    if not config.compiled_drivers or not COMPILED_DRIVER_CALLS <= len(calls) <= COMPILED_DRIVER_MAX_CALLS \
+            or len(calls) != len(items):
+        return False   # (few or too many calls, or control flow and prints: the driver as it is)
+    return sum(v.aval.size for c in calls for v, _ in c.args) <= COMPILED_DRIVER_VALUES * len(calls)
+
+
+def _compiled_driver(plan: fusion.Plan) -> tuple[str, dict]:
+    """The njit driver of a straight-line plan (the one the Python driver is rendered from): its source and
+    line -> equation map."""
+    renderer = _Renderer(plan, _Module())
+    renderer.jitted = True
+    return renderer.render(), renderer.line_eqn
+
+
 def compile_tiered(graph: Graph) -> tiers.TieredStep:
     """compile_graph's step on the tiers (backends/tiers.py): NumPy at once, compiled in the background."""
-    return tiers.TieredStep(graph, lambda: compile_graph(graph), blas=_gemm_macs(graph) >= threads.BLAS_MIN_MACS)
+    return tiers.TieredStep(graph, lambda: compile_graph(graph, background_driver=True),
+                            blas=_gemm_macs(graph) >= threads.BLAS_MIN_MACS)
 
 
-def compile_graph(graph: Graph) -> CompiledStep:
+def compile_graph(graph: Graph, background_driver: bool = False) -> CompiledStep:
     plan = fusion.plan(graph)
     module = _Module()
     renderer = _Renderer(plan, module)
     driver = renderer.render()
+    fast, fast_lines = _compiled_driver(plan) if not renderer.jitted and _compiled_driver_pays(renderer.items) else (None, {})
     consts = [renderer.const_value(v) for v in plan.consts]
     if module.used:
         consts.append(tuple(module.extras))
     lines = {u.digest: u.lines for u in module.deps}
     lines[cache.source_digest(driver)] = renderer.line_eqn
+    if fast is not None:
+        lines[cache.source_digest(fast)] = fast_lines
     index = {u.digest: i for i, u in enumerate(module.deps)}
     inputs = {v: i for i, v in enumerate(graph.inputs)}
     const_of = {v: i for i, v in enumerate(plan.consts)}
     calls = [(index[c.unit.digest], [_arg_spec(v, t, inputs, const_of) for v, t in c.args])
              for c in renderer.items if isinstance(c, _Call)]
     step = CompiledStep(graph, plan, driver, module.deps, consts, lines, flagged=renderer.flag_needed(),
-                        parallel=any(u.parallel for u in module.deps), jitted=renderer.jitted, calls=calls)
+                        parallel=any(u.parallel for u in module.deps), jitted=renderer.jitted, calls=calls,
+                        compiled_driver=fast)
+    step.background_driver = background_driver
     # each unit's (values read, values written), from a kernel that renders it, where the driver is plain
     # Python that calls every unit itself (no loop, branch or njit function): the tiers' NumPy evaluation
     if not module.used and "@njit" not in driver:

@@ -35,7 +35,7 @@ class CompiledStep:
 
     def __init__(self, graph: Graph, plan: fusion.Plan, driver: str, deps: list[Unit], consts: list[np.ndarray],
                  lines: dict, flagged: bool = False, parallel: bool = False, jitted: bool = True,
-                 calls: list | None = None):
+                 calls: list | None = None, compiled_driver: str | None = None):
         self.graph = graph
         self.plan = plan
         self.driver = driver
@@ -49,6 +49,11 @@ class CompiledStep:
         self._parallel = parallel
         self._calls = calls or []   # the step's own kernel calls: (module index, argument specs)
         self._module = None
+        # an njit driver of the same calls (cpu._compiled_driver_pays), and its module once compiled: calls use it
+        # from then on; `background_driver`: compiled in the background (tiers), not before the first call
+        self.compiled_driver = compiled_driver
+        self.background_driver = False
+        self._fast = None
         # unit index -> (values it reads, values it writes), where the tiers may run units one by one
         self.unit_kernels: dict[int, tuple] | None = None
         # the thread budget (backends/threads.py): only a step with prange loops or large GEMMs needs one
@@ -66,13 +71,13 @@ class CompiledStep:
     portable = True
 
     def __getstate__(self) -> dict:
-        return dict(self.__dict__, graph=None, plan=None, _module=None, unit_kernels=None,
+        return dict(self.__dict__, graph=None, plan=None, _module=None, _fast=None, unit_kernels=None,
                     _lines=cache.portable_lines(self._lines))
 
     def compiled_on_disk(self) -> bool:
         """Whether the disk cache has the machine code of every kernel (and of an njit driver)."""
         have = cache.compiled_stems()
-        needed = self.modules[:-1] + (self.modules[-1:] if self.jitted else [])
+        needed = self.modules[:-1] + (self.modules[-1:] if self.jitted else []) + [self.compiled_driver] * bool(self.compiled_driver)
         return all(cache.module_path(s).stem in have for s in needed)
 
     def _load(self, args: Sequence | None = None):
@@ -82,7 +87,23 @@ class CompiledStep:
         if args is not None:
             self._precompile(modules, args)
         self._module = modules[-1]
+        if args is not None and self.compiled_driver is not None and (
+                not self.background_driver or cache.module_path(self.compiled_driver).stem in cache.compiled_stems()):
+            self.compile_driver(args)
+            return self._fast
         return self._module
+
+    def compile_driver(self, args: Sequence) -> None:
+        """Compile the step's compiled driver (if it has one) for these arguments' types, once its kernels are
+        compiled (it links them), and run it from now on."""
+        if self.compiled_driver is None or self._fast is not None:
+            return
+        on_disk = cache.module_path(self.compiled_driver).stem in cache.compiled_stems()
+        module = cache.load_module(self.compiled_driver)
+        module.step.compile(tuple(typeof(a) for a in list(args) + list(self._consts)))
+        if not on_disk:
+            units.count_compiled(drivers=1)
+        self._fast = module
 
     def kernel_jobs(self, args: Sequence) -> list[tuple[int, tuple]]:
         """(unit index, Numba signature) of each distinct kernel call of the step, for the argument
@@ -108,6 +129,8 @@ class CompiledStep:
             self._run_step(module, [np.array(a) if isinstance(a, np.ndarray) else a for a in args])
         elif self.jitted:
             module.step.compile(tuple(typeof(a) for a in list(args) + list(self._consts)))
+        if not self.background_driver:
+            self.compile_driver(args)
 
     def _precompile(self, modules: list, args: Sequence) -> None:
         """Compile the kernels that the disk cache lacks before the first run, in parallel when
@@ -130,12 +153,12 @@ class CompiledStep:
 
     def __call__(self, args: Sequence[np.ndarray]) -> list:
         try:
-            return self._run(self._module or self._load(args), args)
+            return self._run(self._fast or self._module or self._load(args), args)
         except NumbaError as err:
             raise cache.located_error("cpu", err, self._lines, self.driver) from None
         except (ValueError, OSError, EOFError, AttributeError, ImportError):
             # a damaged Numba cache entry fails while loading: discard it, compile once more
-            for s in self.modules:
+            for s in self.modules + [self.compiled_driver] * bool(self.compiled_driver):
                 cache.discard(cache.module_path(s))
             try:
                 return self._run(self._load(), args)

@@ -9,7 +9,8 @@ name bound to the NumPy evaluation of its kernel, and each name is rebound to th
 moment that unit is compiled (in a worker process, loaded from the disk cache here): the plan and
 the driver are shared, so a step runs any mix of the two and nothing else changes. Other steps (an
 njit driver, loops compiled whole, branches) stay on the interpreter until the compiled step is
-ready, then switch at once.
+ready, then switch at once. A step with a compiled driver as well (tk.config.compiled_drivers) then
+compiles it, as the last tier: its Python driver runs until it is ready.
 
 When compiling starts (measured: the README's "Tiers"): once a step has spent COMPILE_AFTER_SECONDS
 in the slow tier, or has been called COMPILE_AFTER_CALLS times, whichever comes first. A cold compile
@@ -249,6 +250,7 @@ class TieredStep:
             self._done.set()
             if self.on_compiled is not None:
                 self.on_compiled()
+            self.step.compile_driver(args)   # (the last tier, where the step has one: cpu.COMPILED_DRIVER_CALLS)
         except Exception as err:
             text = "".join(traceback.format_exception_only(type(err), err)).strip()
             with self._lock:
