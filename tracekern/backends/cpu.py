@@ -91,15 +91,10 @@ def _calls(plan: fusion.Plan) -> list:
     return out
 
 
-# With tk.config.compiled_drivers on, a straight-line step of COMPILED_DRIVER_CALLS to COMPILED_DRIVER_MAX_CALLS
-# kernel calls whose kernels are small (the arrays they read and write hold at most COMPILED_DRIVER_VALUES values
-# a call, on average) also gets a compiled driver: the same calls, buffers and views in one njit function, so
-# that a call enters compiled code once instead of once a kernel (the hand model's jacfwd: 56 calls of a few
-# microseconds each, 0.34 against 0.12 ms a call). It is compiled after the kernels, before the first call with
-# the tiers off and in the background with them on; until then, the Python driver runs. The kernels and their
-# order are the same: so are the results, bit for bit. Its price is compile time: Numba lowers every array
-# argument of every call and links and optimises every kernel again, 0.2-0.5 s of CPU a kernel call on this
-# 2-core machine (the hand model: 13 s; three steps of 20, 58 and 183 calls: 330 s), hence off by default and the cap.
+# tk.config.compiled_drivers: a straight-line step of COMPILED_DRIVER_CALLS to COMPILED_DRIVER_MAX_CALLS small
+# kernel calls (at most COMPILED_DRIVER_VALUES values a call on average) also gets an njit driver making the same
+# calls in the same order (same bits), compiled after its kernels (README "Jacobians": the hand model's jacfwd
+# 0.34 -> 0.12 ms a call; 0.2-0.5 s of compile a kernel call, hence off by default and the cap).
 COMPILED_DRIVER_CALLS = 16
 COMPILED_DRIVER_MAX_CALLS = 64
 COMPILED_DRIVER_VALUES = 1 << 14
