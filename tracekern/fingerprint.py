@@ -58,7 +58,7 @@ def digest(fun: Callable, *extra) -> str | None:
         walker.value(fun)
         for x in extra:
             walker.value(x)
-    except (_Unknown, RecursionError):
+    except Exception:   # (_Unknown, a RecursionError, or whatever an odd object raised: traced instead)
         return None
     return walker.hash.hexdigest()[:40]
 
