@@ -666,11 +666,11 @@ _PLANNED = """
 import json, sys
 import numpy as np
 import tracekern as tk
-from tracekern import autodiff
+from tracekern import autodiff, staging
 from tracekern.backends import fusion, units
 
-counts = {"vjp": 0, "plan": 0}
-vjp, plan = autodiff.vjp, fusion.plan
+counts = {"vjp": 0, "plan": 0, "trace": 0}
+vjp, plan, trace = autodiff.vjp, fusion.plan, staging.trace_to_graph
 
 def counted_vjp(*a, **k):
     counts["vjp"] += 1
@@ -680,41 +680,53 @@ def counted_plan(*a, **k):
     counts["plan"] += 1
     return plan(*a, **k)
 
-autodiff.vjp, fusion.plan = counted_vjp, counted_plan
+def counted_trace(*a, **k):
+    counts["trace"] += 1
+    return trace(*a, **k)
+
+autodiff.vjp, fusion.plan, staging.trace_to_graph = counted_vjp, counted_plan, counted_trace
+SCALE = np.linspace(0.5, 1.5, 18).reshape(6, 3) * float(sys.argv[2])   # (a global it reads: its value is in the key)
 
 def loss(w, x):
-    h = np.tanh(x @ w)
+    h = np.tanh(x @ (w * SCALE))
     return np.sum(h * h) + np.max(np.exp(-x), axis=1).sum()
 
 rng = np.random.default_rng(3)
 w, x = rng.standard_normal((6, 3)), rng.standard_normal((4, 6))
 value, grad = tk.jit(tk.value_and_grad(loss))(w, x)
+cpu = dict(counts)
 ref = tk.jit(tk.value_and_grad(loss), backend="interpret")(w, x)
-assert counts["vjp"] == 2 - (sys.argv[1] == "warm"), counts   # (interpret's trace differentiates once)
 np.testing.assert_allclose(value, ref[0], rtol=1e-12)
 np.testing.assert_allclose(grad, ref[1], rtol=1e-12, atol=1e-15)
-print(json.dumps(dict(counts, compiled=units.compiled()["kernels"], value=float(value), grad=grad.tolist())))
+h = np.tanh(x @ (w * SCALE))
+np.testing.assert_allclose(value, np.sum(h * h) + np.max(np.exp(-x), axis=1).sum(), rtol=1e-12)
+print(json.dumps(dict(cpu, compiled=units.compiled()["kernels"], value=float(value), grad=grad.tolist())))
 """
 
 
 def test_a_warm_start_finds_its_plan_without_differentiating_or_planning(tmp_path):
-    """The plan cache (staging._plan_key): a second process with the same cache directory loads the
-    finished step (driver and kernels) by the digest of the traced function and the transform: no
-    differentiation, no fusion plan, nothing compiled, the same results."""
-    def run(which):
+    """The plan cache (staging._entry): a second process with the same cache directory loads the
+    finished step (driver and kernels) by the digest of the function's code and of what it reads
+    (tracekern.fingerprint): no trace, no differentiation, no fusion plan, nothing compiled, the same
+    results. A third process whose function reads a global of another value (the same code) finds no
+    stale step: it traces and plans again (its kernels are on disk) and gets its own results."""
+    def run(scale):
         env = dict(os.environ, TRACEKERN_CACHE_DIR=str(tmp_path / "cache"), TRACEKERN_PLAN_CACHE="1")
         env.pop("TRACEKERN_CACHE_SHARED", None)
-        out = subprocess.run([sys.executable, "-c", _PLANNED, which], env=env, capture_output=True, text=True,
-                             timeout=300)
+        out = subprocess.run([sys.executable, "-c", _PLANNED, "run", str(scale)], env=env, capture_output=True,
+                             text=True, timeout=300)
         assert out.returncode == 0, out.stderr
         return json.loads(out.stdout.strip().splitlines()[-1])
 
-    cold = run("cold")
-    assert cold["plan"] >= 1 and cold["compiled"] >= 1
-    assert len(list((tmp_path / "cache" / "plans").iterdir())) == 1
-    warm = run("warm")
-    assert warm["vjp"] == 1 and warm["plan"] == 0 and warm["compiled"] == 0, warm   # (the 1: interpret's reference)
+    cold = run(1.0)
+    assert cold["plan"] >= 1 and cold["compiled"] >= 1 and cold["vjp"] == 1 and cold["trace"] >= 1
+    assert len(list((tmp_path / "cache" / "plans").iterdir())) == 2   # (by the code's digest and by the graph's)
+    warm = run(1.0)
+    assert (warm["trace"], warm["vjp"], warm["plan"], warm["compiled"]) == (0, 0, 0, 0), warm
     assert warm["value"] == cold["value"] and warm["grad"] == cold["grad"]
+    changed = run(2.0)
+    assert changed["trace"] >= 1 and changed["vjp"] == 1 and changed["plan"] >= 1 and changed["compiled"] == 0, changed
+    assert changed["value"] != cold["value"]
 
 
 def test_the_plan_key_is_the_graphs_content():
@@ -729,6 +741,130 @@ def test_the_plan_key_is_the_graphs_content():
     assert digest(lambda x: x * 2.0) != digest(lambda x: x * 3.0)
     assert digest(lambda x: x + np.arange(3.0)) != digest(lambda x: x + np.arange(3.0)[::-1])
     assert digest(lambda x: np.sum(x, axis=0)) != digest(lambda x: np.max(x, axis=0))
+
+
+_CASE = """
+import numpy as np
+
+A = np.linspace(0.5, 1.5, 4)
+B = np.linspace(2.0, -1.0, 4)
+
+
+def helper(x):
+    return np.tanh(x) * {name}
+
+
+def loss(x, w):
+    return np.sum(helper(x) * w)
+"""
+
+
+def _case_module(path: Path, name: str, version: int):
+    """tests' stand-in for a user's file: `loss` reads `name` (A or B) through `helper`; each version is
+    imported from the same path under a new module name, as a later process would import the edited file."""
+    path.write_text(_CASE.format(name=name))
+    spec = importlib.util.spec_from_file_location(f"tk_plan_case_{os.getpid()}_{version}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _closure_loss(c):
+    def loss(x, w):
+        return np.sum(np.tanh(x) * c * w)
+    return loss
+
+
+def test_the_plan_cache_never_serves_a_step_of_other_code_values_or_arguments(fresh, monkeypatch, tmp_path):
+    """The plan cache's key without a trace (tracekern.fingerprint): a new tk.jit of the same function
+    finds its step with no trace at all; the function's source edited (the same file, another global
+    read), a global it reads (through a function it calls) given another value, a closed-over value
+    changed, and an argument of another shape or dtype each find no stale step: every result equals
+    NumPy's (its value), the interpreter's and central differences (its gradient)."""
+    from tracekern import staging
+
+    monkeypatch.setattr(tk.config, "plan_cache", True)
+    traces = []
+    real = staging.trace_to_graph
+    monkeypatch.setattr(staging, "trace_to_graph", lambda *a, **k: traces.append(1) or real(*a, **k))
+
+    def check(loss, x, w) -> int:
+        """value_and_grad of loss by a new tk.jit, checked; returns the traces it made."""
+        before = len(traces)
+        v, g = tk.jit(tk.value_and_grad(loss))(x, w)
+        made = len(traces) - before
+        vi, gi = tk.jit(tk.value_and_grad(loss), backend="interpret")(x, w)
+        assert np.shape(g) == np.shape(gi) == x.shape and np.asarray(g).dtype == x.dtype
+        np.testing.assert_allclose(v, loss(x, w), rtol=1e-6 if x.dtype == np.float32 else 1e-12)
+        np.testing.assert_allclose(g, gi, rtol=1e-5 if x.dtype == np.float32 else 1e-12, atol=1e-7)
+        x64, eps = x.astype(np.float64), 1e-6
+        fd = np.array([(loss(x64 + eps * e.reshape(x.shape), w) - loss(x64 - eps * e.reshape(x.shape), w)) / (2 * eps)
+                       for e in np.eye(x.size)]).reshape(x.shape)
+        np.testing.assert_allclose(g, fd, rtol=1e-4 if x.dtype == np.float32 else 1e-7, atol=1e-6)
+        return made
+
+    x, w = np.linspace(-1.0, 1.0, 4), np.linspace(0.3, 0.9, 4)
+    first = _case_module(tmp_path / "user_case.py", "A", 1)
+    assert check(first.loss, x, w) >= 1
+    assert check(first.loss, x, w) == 0                   # (found by the code's digest: not even traced)
+    edited = _case_module(tmp_path / "user_case.py", "B", 2)   # helper reads B now
+    assert check(edited.loss, x, w) >= 1
+    edited.A, edited.B = edited.A, edited.B * 3.0          # a global read by the function it calls
+    assert check(edited.loss, x, w) >= 1
+    assert check(_closure_loss(np.full(4, 2.0)), x, w) >= 1
+    assert check(_closure_loss(np.full(4, 2.0)), x, w) == 0   # (a new closure of equal values: found)
+    assert check(_closure_loss(np.full(4, -1.0)), x, w) >= 1
+    assert check(edited.loss, x.astype(np.float32), w.astype(np.float32)) >= 1   # another dtype
+    assert check(edited.loss, np.stack([x, -x]), w) >= 1                         # another shape
+
+
+def test_the_code_digest_covers_what_a_trace_reads_and_refuses_what_it_cannot_know():
+    """tracekern.fingerprint without compiling: equal for equal code and values, different when code, a
+    closure, a default, a global read through a called function or a user module's attribute changes;
+    None for what a trace could read that the digest cannot know."""
+    import types
+
+    from tracekern import fingerprint
+
+    def make(c, d=1.0):
+        def f(x, k=d):
+            return np.sum(np.tanh(x) * c) * k
+        return f
+
+    assert fingerprint.digest(make(np.ones(3))) == fingerprint.digest(make(np.ones(3)))
+    assert fingerprint.digest(make(np.ones(3))) != fingerprint.digest(make(np.zeros(3)))
+    assert fingerprint.digest(make(np.ones(3))) != fingerprint.digest(make(np.ones(3, np.float32)))
+    assert fingerprint.digest(make(1.0, 2.0)) != fingerprint.digest(make(1.0, 3.0))
+    assert fingerprint.digest(make(1.0)) != fingerprint.digest(make(1.0), (("static", 1),))
+    user = types.ModuleType("tk_user_model")
+    user.SCALE = np.ones(2)
+    namespace = {"np": np, "model": user}
+    exec("def helper(x):\n    return x * model.SCALE\n\ndef g(x):\n    return np.sum(helper(x))\n", namespace)
+    before = fingerprint.digest(namespace["g"])
+    user.SCALE = np.full(2, 2.0)                            # read by helper, which g calls
+    assert before is not None and fingerprint.digest(namespace["g"]) != before
+    namespace["helper"] = lambda x: x
+    assert fingerprint.digest(namespace["g"]) not in (before, None)
+    v = tk.Variable(np.ones(2))
+
+    class Model:
+        scale = 2.0
+
+    model, name = Model(), "tanh"
+    budgeted = tk.grad(lambda y: np.sum(np.sin(y)), memory_budget=0.5)
+    unknown = [lambda x: x + np.random.rand(), lambda x: print(x) or x, lambda x: x * v, lambda x: x * model.scale,
+               lambda x: getattr(np, name)(x), lambda x: budgeted(x)]
+    assert [fingerprint.digest(f) for f in unknown] == [None] * len(unknown)
+
+    def calls(inner):   # a tk.jit or transform object called: its function and the transform's options count
+        return fingerprint.digest(lambda x: inner(x))
+
+    def jitted(c):
+        return tk.jit(lambda y: y * c)
+
+    assert calls(jitted(2.0)) == calls(jitted(2.0)) != calls(jitted(3.0))
+    assert calls(tk.grad(lambda y: np.sum(y * y))) not in (None, calls(tk.grad(lambda y: np.sum(y * y), argnums=(0,))))
+    assert fingerprint.digest(lambda x: tk.print(x) or tk.random.normal(tk.random.key(0), x.shape) * x) is not None
 
 
 def test_transforms_through_the_plan_cache_give_the_oracles_results(monkeypatch):

@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from . import autodiff, backends, passes, remat
+from . import autodiff, backends, fingerprint, passes, remat
 from .arguments import arg_name, flatten_call, fun_location, fun_name, to_user
 from .budget import plan_split
 from .errors import MemoryBudgetError, TracekernError
@@ -258,12 +258,20 @@ class Staged:
     def _entry(self, sig: Signature) -> CompiledEntry:
         """The compiled entry of a signature, traced and compiled if there is none yet (or a
         Variable's shape or dtype changed since). The plan cache first: a step finished by an earlier
-        process for the same traced function and transforms, whose kernels are compiled on disk."""
+        process for the same function and transforms, whose kernels are compiled on disk, found by the
+        digest of the function's code and what it reads (no trace), else by its traced graph."""
         entry = self._cache.get(sig.key)
         if entry is None or not entry.variables_match():
+            fast = self._fast_key(sig)
+            entry = _load_plan(fast, ()) if fast is not None else None
+            if entry is not None:
+                self._cache[sig.key] = entry
+                return entry
             key = self._plan_key(sig)
             entry = _load_plan(key[0], key[1]) if key is not None else None
             if entry is not None:
+                if fast is not None and not entry.variables:   # (the next process finds it without a trace)
+                    _save_plan([fast], entry)
                 self._cache[sig.key] = entry
                 return entry
             if key is not None and key[2] is not None:   # (no transform: the key's trace is the graph)
@@ -277,12 +285,50 @@ class Staged:
             graph, plan = traced.graph, traced.plan
             entry = CompiledEntry(graph, traced.out_treedef, compile_graph(graph), traced.variables, plan)
             self._cache[sig.key] = entry
-            saved = key[0] if key is not None and plan is None else None
+            # (the fast key only for a function that reads no Variable: it does not know their order)
+            saved = [k for k in (key[0] if key is not None else None, fast if not traced.variables else None)
+                     if k is not None] if plan is None else []
             if hasattr(entry.run, "on_compiled"):   # (tiers: once compiled, the step itself; then saved)
                 entry.run.on_compiled = functools.partial(_promote, entry, saved)
-            elif saved is not None:
+            elif saved:
                 _save_plan(saved, entry)
         return entry
+
+    def _plan_root(self) -> tuple[list, Staged] | None:
+        """(the keys of the transforms applied, the Staged whose .fun they apply to), or None when a
+        step of this function is not cached (a transform without a plan_key, a Staged under one)."""
+        chain, s = [], self
+        while True:
+            if s.emit is s.fun and isinstance(s.fun, Staged) and not s.fun.static_argnums:
+                s = s.fun   # (tk.jit of a transform: the same graph)
+            elif s.emit is s.fun:
+                return chain, s
+            elif isinstance(s.emit, Transform) and s.emit.plan_key is not None and not isinstance(s.fun, Staged):
+                chain.append(s.emit.plan_key)
+                return chain, s
+            else:
+                return None
+
+    def _fast_key(self, sig: Signature) -> str | None:
+        """The plan cache's key of this signature without a trace (the README's "The plan cache"), or
+        None: a digest of the code of the function the transforms apply to and of every value it can read
+        (tracekern.fingerprint: its closure, defaults, the globals it names, through the functions they
+        name; static arguments), with the transforms' keys, the signature, the backend and its options,
+        the settings that shape a plan, and tracekern's own source. Where fingerprint cannot know what a
+        trace would read, None, and the step is keyed by its traced graph (_plan_key)."""
+        backend = self.backend or backends.default_backend()
+        if not config.plan_cache or not backends.plans_cached(backend):
+            return None
+        found = self._plan_root()
+        if found is None:
+            return None
+        chain, root = found
+        code = fingerprint.digest(root.fun, tuple(v for _, v in sig.statics))
+        if code is None:
+            return None
+        text = repr(("code", code, chain, backend, sorted(self.options.items()), sig.key, config.compiled_loops,
+                     _tracekern_salt()))
+        return hashlib.sha256(text.encode()).hexdigest()[:40]
 
     def _plan_key(self, sig: Signature) -> tuple[str, tuple, tuple | None, tuple | None] | None:
         """(the plan cache's key of this signature, the Variables the function reads, the trace when it
@@ -293,17 +339,10 @@ class Staged:
         backend = self.backend or backends.default_backend()
         if not config.plan_cache or not backends.plans_cached(backend):
             return None
-        chain, s = [], self
-        while True:
-            if s.emit is s.fun and isinstance(s.fun, Staged) and not s.fun.static_argnums:
-                s = s.fun   # (tk.jit of a transform: the same graph)
-            elif s.emit is s.fun:
-                break
-            elif isinstance(s.emit, Transform) and s.emit.plan_key is not None and not isinstance(s.fun, Staged):
-                chain.append(s.emit.plan_key)
-                break
-            else:
-                return None
+        found = self._plan_root()
+        if found is None:
+            return None
+        chain, s = found
         root = s.fun
         if chain:
             try:
@@ -486,21 +525,22 @@ def _tracekern_salt() -> str:
     return h.hexdigest()
 
 
-def _promote(entry: CompiledEntry, key: str | None) -> None:
+def _promote(entry: CompiledEntry, keys: list[str]) -> None:
     """A tiered step is compiled: the entry calls the compiled step itself from now on (nothing
-    checks the tier on the call path), and the plan cache keeps it under `key`."""
+    checks the tier on the call path), and the plan cache keeps it under `keys`."""
     entry.run = entry.run.step
-    if key is not None:
-        _save_plan(key, entry)
+    if keys:
+        _save_plan(keys, entry)
 
 
-def _save_plan(key: str, entry: CompiledEntry) -> None:
-    """Save a finished step under its plan key (its graph, Variables and NumPy tier stay here)."""
+def _save_plan(keys: list[str], entry: CompiledEntry) -> None:
+    """Save a finished step under its plan keys (its graph, Variables and NumPy tier stay here)."""
     try:
         data = pickle.dumps(_portable(entry), protocol=5)
     except Exception:   # (something in it does not pickle: not cached)
         return
-    backends.save_plan(key, data)
+    for key in keys:
+        backends.save_plan(key, data)
 
 
 def _portable(entry: CompiledEntry) -> dict:

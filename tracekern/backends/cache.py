@@ -521,6 +521,7 @@ def _guard_numba() -> None:
                 if _guard_caching_module(module) and name == _CACHING[0]:
                     _lazy_linking_modules()
                     _refresh_once(module)
+                    _memoize_magic(importlib.import_module("numba.core.codegen"))
                 _GUARDED.add(name)
 
 
@@ -746,10 +747,46 @@ def _refresh_once(caching: ModuleType) -> None:
             if in_use(self._cache_path) is not None:
                 refreshed.add(id(target_context))   # (Numba's target contexts live as long as the process)
             return data
-        with self._guard_against_spurious_io_errors():
+        with self._guard_against_spurious_io_errors(), _quiet_llvm():
             return self._load_overload(sig, target_context)
 
     caching.Cache.load_overload = load_overload
+
+
+# Each call into LLVM (about 35 a kernel load) runs Numba's callbacks on llvmlite's lock, which
+# broadcast a numba:llvm_lock start and end event to its listeners: only compile-time statistics (a
+# load is no compile). They were about a fifth of a warm kernel load, profiled; a generated module's
+# cache load runs without them (under Numba's compiler lock: no compile runs meanwhile).
+@contextlib.contextmanager
+def _quiet_llvm():
+    lock = getattr(getattr(sys.modules.get("llvmlite.binding.ffi"), "lib", None), "_lock", None)
+    callbacks = getattr(lock, "_cblist", None)
+    if not isinstance(callbacks, list):   # (another llvmlite: its callbacks run)
+        yield
+        return
+    lock._cblist = []
+    try:
+        yield
+    finally:
+        lock._cblist = callbacks
+
+
+def _memoize_magic(codegen_module: ModuleType) -> None:
+    """Numba's cache key of every load and save holds its codegen's magic_tuple (the target triple,
+    the host CPU's name and features), asked of LLVM each time: constant in a process, asked once."""
+    cls = getattr(codegen_module, "CPUCodegen", None)
+    numba_magic = getattr(cls, "magic_tuple", None)
+    if numba_magic is None or getattr(numba_magic, "_tk_memoized", False):
+        return
+
+    def magic_tuple(self):
+        magic = self.__dict__.get("_tk_magic")
+        if magic is None:
+            magic = self.__dict__["_tk_magic"] = numba_magic(self)
+        return magic
+
+    magic_tuple._tk_memoized = True
+    cls.magic_tuple = magic_tuple
 
 
 def _arg_types(sig) -> tuple | None:

@@ -5,6 +5,7 @@ dtype against the IR and frees each intermediate after its last use. It is also 
 new cpu step (backends/tiers.py): kernel_function evaluates one fused kernel's equations with NumPy."""
 from __future__ import annotations
 
+import heapq
 import math
 import os
 import threading
@@ -22,16 +23,17 @@ def compile_graph(graph: Graph, threads: Callable[[], int] | None = None) -> Cal
     """run(arrays) -> arrays: the graph, equation by equation. With `threads` (the cpu tiers' NumPy
     tier; never the oracle), each run of elementwise equations over large arrays is evaluated a
     block of rows at a time, on up to threads() threads (_Run)."""
+    eqns = graph.eqns if threads is None else _grouped(graph.eqns)
     last_use: dict[Var, int] = {}
-    for i, e in enumerate(graph.eqns):
+    for i, e in enumerate(eqns):
         for v in e.inputs:
             last_use[v] = i
     keep = set(graph.outputs)
-    frees = [[] for _ in graph.eqns]
+    frees = [[] for _ in eqns]
     for v, i in last_use.items():
         if v not in keep:
             frees[i].append(v)
-    plan = [(e, tuple(f)) for e, f in zip(graph.eqns, frees)]
+    plan = [(e, tuple(f)) for e, f in zip(eqns, frees)]
     live = peak = 0
     for e, free in plan:  # bytes of intermediates and outputs alive at once (inputs are the caller's)
         live += sum(v.aval.nbytes for v in e.outputs)
@@ -82,12 +84,25 @@ _POOL: list[ThreadPoolExecutor] = []   # the blocked runs' threads, one a core (
 
 def _blockable(e: Eqn) -> bool:
     """A NumPy ufunc of its operands alone (no position, no parameters) with a large output, whose
-    operands are arrays of the output's shape or scalars."""
+    operands are arrays of the output's shape, or scalars or rows broadcast to it (_whole_or_row)."""
     p = e.primitive
     if type(p).impl is not Elementwise.impl or p.ufunc is None or p.numpy_impl is not None or len(e.outputs) != 1:
         return False
     shape = e.outputs[0].aval.shape
-    return e.outputs[0].aval.size >= BLOCKED_MIN and all(v.aval.shape in (shape, ()) for v in e.inputs)
+    return e.outputs[0].aval.size >= BLOCKED_MIN and all(_whole_or_row(v.aval.shape, shape) for v in e.inputs)
+
+
+def _whole_or_row(operand: tuple, shape: tuple) -> bool:
+    """An operand a block of rows can read: of the output's shape (sliced), or broadcast to it
+    without its first axis (a scalar, a row: read whole by every block)."""
+    if operand in (shape, ()):
+        return True
+    if len(operand) > len(shape) or (len(operand) == len(shape) and operand[0] != 1):
+        return False
+    try:
+        return np.broadcast_shapes(operand, shape) == shape
+    except ValueError:
+        return False
 
 
 class _Run:
@@ -105,11 +120,17 @@ class _Run:
         self.outputs = outputs
         self.threads = threads
         self.rows = max(1, BLOCK // max(1, math.prod(self.shape[1:])))
+        # a block's values made here are dropped after their last use in it: the next ones reuse their
+        # memory, still in the CPU's cache (a run of 70 equations kept 70 blocks alive, beyond the cache)
+        last = {v: k for k, e in enumerate(eqns) for v in e.inputs if v in made}
+        self.drops = [tuple(dict.fromkeys(v for v in e.inputs if v in made and last[v] == k and v not in outputs))
+                      for k, e in enumerate(eqns)]
 
     def __call__(self, env: dict) -> None:
         outs = {v: np.empty(self.shape, v.aval.dtype) for v in self.outputs}
         whole = [(v, env[v], env[v].shape == self.shape) for v in self.reads]
-        eqns = [(e.primitive.ufunc, e.inputs, e.outputs[0], outs.get(e.outputs[0])) for e in self.eqns]
+        eqns = [(e.primitive.ufunc, e.inputs, e.outputs[0], outs.get(e.outputs[0]), drop)
+                for e, drop in zip(self.eqns, self.drops)]
         errors = np.geterr()   # (the caller's: NumPy keeps them per thread)
         starts = list(range(0, self.shape[0], self.rows))
 
@@ -118,9 +139,12 @@ class _Run:
                 for lo in mine:
                     hi = min(lo + self.rows, self.shape[0])
                     local = {v: a[lo:hi] if sliced else a for v, a, sliced in whole}
-                    for ufunc, ins, out, kept in eqns:
+                    for ufunc, ins, out, kept, drop in eqns:
                         args = [local[v] for v in ins]
                         local[out] = ufunc(*args) if kept is None else ufunc(*args, out=kept[lo:hi])
+                        for v in drop:
+                            del local[v]
+                        del args
 
         n = min(self.threads(), len(starts))
         if n > 1:
@@ -139,6 +163,64 @@ def _pool() -> ThreadPoolExecutor:
 
 
 _POOL_LOCK = threading.Lock()
+
+
+def _grouped(eqns: Sequence[Eqn]) -> list[Eqn]:
+    """The equations in an order that keeps runs of blockable equations of one shape together (each
+    run is evaluated block by block, its temporaries never whole arrays): each equation after those it
+    reads, and of those ready, first one that reads and makes only small values (a constant, a
+    scalar's reshape, or a view of one: a broadcast), then a blockable one of the run being made, else
+    the first in program order. W1's value and gradient was two runs, forward and backward, split by
+    the forward's sum (which the backward does not read) and by its constants: 16 forward values went
+    through memory whole. Without a large blockable equation, or with an effect, the program's order."""
+    if not any(_blockable(e) for e in eqns) or any(e.primitive.has_effects(**e.params) for e in eqns):
+        return list(eqns)   # (effects, a print, run in program order)
+    made = {v: i for i, e in enumerate(eqns) for v in e.outputs}
+    users: list[list[int]] = [[] for _ in eqns]
+    waiting = [0] * len(eqns)
+    for i, e in enumerate(eqns):
+        for j in {made[v] for v in e.inputs if v in made}:
+            users[j].append(i)
+            waiting[i] += 1
+    small = [not _blockable(e) and all(v.aval.size < BLOCKED_MIN for v in e.inputs)
+             and (e.primitive.fusion == "view" or all(v.aval.size < BLOCKED_MIN for v in e.outputs)) for e in eqns]
+    block = [_blockable(e) for e in eqns]
+    ready: dict[str, list[int]] = {"small": [], "other": []}
+    runs: dict[tuple, list[int]] = {}   # (shape) -> blockable equations ready
+
+    def push(i: int) -> None:
+        if small[i]:
+            heapq.heappush(ready["small"], i)
+        else:
+            heapq.heappush(ready["other"], i)
+            if block[i]:
+                heapq.heappush(runs.setdefault(eqns[i].outputs[0].aval.shape, []), i)
+
+    for i in range(len(eqns)):
+        if not waiting[i]:
+            push(i)
+    order: list[Eqn] = []
+    done = [False] * len(eqns)
+    shape = None
+    while len(order) < len(eqns):
+        if ready["small"]:
+            i = heapq.heappop(ready["small"])
+        else:
+            same = runs.get(shape, [])
+            while same and done[same[0]]:
+                heapq.heappop(same)
+            other = ready["other"]
+            while other and done[other[0]]:
+                heapq.heappop(other)
+            i = heapq.heappop(same) if same else heapq.heappop(other)
+            shape = eqns[i].outputs[0].aval.shape if block[i] else None
+        done[i] = True
+        order.append(eqns[i])
+        for j in users[i]:
+            waiting[j] -= 1
+            if not waiting[j]:
+                push(j)
+    return order
 
 
 def _blocked(plan: list, keep: set, last_use: dict, threads: Callable[[], int]) -> list:

@@ -27,9 +27,10 @@ from numba.np.ufunc import parallel as _numba_parallel
 from ..settings import config
 
 try:
+    import threadpoolctl
     from threadpoolctl import ThreadpoolController
 except ImportError:    # (a dependency: without it the BLAS pool keeps its own size)
-    ThreadpoolController = None
+    threadpoolctl = ThreadpoolController = None
 
 # OpenBLAS runs a GEMM of fewer multiply-adds than this on one thread by itself (its
 # SMP_THRESHOLD_MIN * GEMM_MULTITHREAD_THRESHOLD): below it the BLAS pool is left alone
@@ -117,7 +118,7 @@ class _Blas:
                 self.controllers = []
                 return self.controllers
             import scipy.linalg.cython_blas  # noqa: F401 (loads the library, if no step has yet)
-            blas = ThreadpoolController().select(user_api="blas").lib_controllers
+            blas = _blas_controller().select(user_api="blas").lib_controllers
             if self.numpy:
                 self.controllers = [c for c in blas if "numpy" in c.filepath]
                 return self.controllers
@@ -125,6 +126,25 @@ class _Blas:
                      and "numpy" not in c.filepath]
             self.controllers = scipy or blas
         return self.controllers
+
+
+def _blas_controller():
+    """threadpoolctl's controller of the BLAS libraries loaded, made without a controller of every
+    other library: its scan of all of them (OpenMP's too) was 5 to 30 ms of a warm start's first call."""
+    prefixes = tuple(p for c in getattr(threadpoolctl, "_ALL_CONTROLLERS", ()) if getattr(c, "user_api", None) == "blas"
+                     for p in getattr(c, "filename_prefixes", ()))
+    if not prefixes or not hasattr(ThreadpoolController, "_make_controller_from_path"):
+        return ThreadpoolController()
+
+    class BlasOnly(ThreadpoolController):
+        def _make_controller_from_path(self, filepath):
+            if os.path.basename(filepath).startswith(prefixes):
+                super()._make_controller_from_path(filepath)
+
+        def _warn_if_incompatible_openmp(self):   # (its OpenMP libraries are not looked at)
+            pass
+
+    return BlasOnly()
 
 
 _BLAS = _Blas()

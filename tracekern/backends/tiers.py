@@ -247,9 +247,11 @@ class TieredStep:
                 self.step._module = cache.load_module(self.step.driver)
             else:
                 self.step.compile(args, warm=background)
-            self._done.set()
-            if self.on_compiled is not None:
-                self.on_compiled()
+            try:   # (before the tier says "compiled": a process that stops then has saved its plan)
+                if self.on_compiled is not None:
+                    self.on_compiled()
+            finally:
+                self._done.set()
             self.step.compile_driver(args)   # (the last tier, where the step has one: cpu.COMPILED_DRIVER_CALLS)
         except Exception as err:
             text = "".join(traceback.format_exception_only(type(err), err)).strip()
