@@ -15,9 +15,10 @@ the step by its traced graph instead (staging's plan cache). What the digest cov
   tracekern's own source and the Python and NumPy versions; SciPy's version is added here.
 
 None (traced instead) for anything else: an object of another class (a tk.Variable, a model object,
-a user's class, a transform under a memory budget), numpy.random and other modules with state, a
-module of the user's used other than through attributes, impure builtins (print, open, eval, id, hash, getattr,
-...), and code that assigns or deletes a global."""
+a user's class, a transform under a memory budget), numpy.random and other modules with state, functions
+that read or write files (np.load, np.loadtxt, np.fromfile, scipy.io, ...: _FILES), a module of the user's
+used other than through attributes, impure builtins (print, open, eval, id, hash, getattr, ...), and code
+that assigns or deletes a global."""
 from __future__ import annotations
 
 import builtins
@@ -34,7 +35,10 @@ import numpy as np
 LIBRARIES = frozenset(("tracekern", "numpy", "scipy", "math", "cmath", "operator", "functools", "itertools",
                        "builtins"))
 # modules of those with state that a trace could read (a draw from NumPy's global generator)
-_STATEFUL = ("numpy.random",)
+_STATEFUL = ("numpy.random", "scipy.io", "scipy.datasets")
+# library functions that read or write files: a trace calling one depends on what the file holds now
+_FILES = frozenset(("load", "loadtxt", "genfromtxt", "fromfile", "fromregex", "memmap", "save", "savez",
+                    "savez_compressed", "savetxt", "DataSource", "loadmat", "savemat"))
 # builtins whose result or effect is not a function of their arguments' values
 _IMPURE = frozenset(("print", "open", "input", "eval", "exec", "compile", "globals", "locals", "vars", "setattr",
                      "delattr", "__import__", "id", "hash", "breakpoint", "exit", "quit", "help", "memoryview",
@@ -96,6 +100,8 @@ def _reads(code: types.CodeType) -> tuple:
                 continue
             if op in _ATTRS and ins.argval == "random" and not chain:
                 raise _Unknown("an attribute 'random' of a local or closure value (numpy.random?)")
+            if op in _ATTRS and ins.argval in _FILES and not chain:
+                raise _Unknown(f"an attribute {ins.argval!r} of a local or closure value (a file function?)")
             if op == "IMPORT_NAME" and not _library_name(ins.argval):
                 raise _Unknown(f"imports {ins.argval}")
             if op == "IMPORT_FROM" and ins.argval == "random":
@@ -195,6 +201,8 @@ class _Walker:
         module = getattr(t, "__module__", "")
         if _library_name(module) and module.startswith("numpy") and callable(x) and hasattr(x, "__qualname__") \
                 and _library_name(getattr(x, "__module__", None)):   # (NumPy's dispatched functions: np.sum)
+            if getattr(x, "__name__", "") in _FILES:
+                raise _Unknown(f"the file function {x.__module__}.{x.__qualname__}")
             self.put("numpy", x.__module__, x.__qualname__)
             return
         raise _Unknown(f"an object of {t.__module__}.{t.__qualname__}")
@@ -225,6 +233,8 @@ class _Walker:
     def function(self, f: types.FunctionType) -> None:
         module = getattr(f, "__module__", None)
         if _library_name(module) and f.__closure__ is None and "<locals>" not in f.__qualname__:
+            if f.__name__ in _FILES:
+                raise _Unknown(f"the file function {module}.{f.__qualname__}")
             self.put("libfunction", module, f.__qualname__)   # (library code: by name)
             return
         self.enter(f)
@@ -278,6 +288,8 @@ class _Walker:
                 x = nxt
                 continue
             if _library_name(x.__name__):
+                if a in _FILES:
+                    raise _Unknown(f"the file function {x.__name__}.{a}")
                 self.put("library", x.__name__, a)
             else:
                 self.value(nxt)
