@@ -184,8 +184,14 @@ def test_a_reductions_epilogue_runs_in_its_loop():
 
 
 def test_epilogues_on_every_reduction_layout_and_backend():
+    """A reduction's epilogue (the elementwise work after it) on every layout: per row, one value after
+    several chunks, several axes kept, two epilogues; on cpu and cuda, against the interpreter."""
     rng = np.random.default_rng(2)
-    big = rng.standard_normal((300, 260))          # a parallel loop: chunks of rows
+    big = rng.standard_normal((300, 260))          # cpu: a parallel loop (>= 2**16 elements), chunks of rows
+    # cuda: the same layouts from 16 rows (per row: a block a row, one chunk; one value: several chunks
+    # folded by a second kernel, with a GPU's launch sizes (more than 256 threads x 8 per chunk) and the
+    # simulator's alike). 300 rows there took the simulator minutes (a Python thread per CUDA thread).
+    big_cuda = big[:16]
     small = rng.standard_normal((3, 4, 5))
     programs = [
         (lambda a: np.sum(a, axis=1) / 7.0 + np.max(a, axis=1), big),      # per row
@@ -198,10 +204,14 @@ def test_epilogues_on_every_reduction_layout_and_backend():
     ]
     for backend in ("cpu", "cuda"):
         for k, (f, a) in enumerate(programs):
+            a = big_cuda if backend == "cuda" and a is big else a
             got = tk.jit(f, backend=backend)(a)
             got = got.copy_to_host() if hasattr(got, "copy_to_host") else got
             want = tk.jit(f, backend="interpret")(a)
             np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12, err_msg=f"{backend} program {k}")
+    # (the layouts the sizes are for: cpu's per-row loop in parallel chunks, cuda's one value from several chunks)
+    assert "in prange(" in tk.jit(programs[0][0]).lower(big).source
+    assert "partial results" in tk.jit(programs[1][0], backend="cuda").lower(big_cuda).source
 
 
 def _two_epilogues(a):
