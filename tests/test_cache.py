@@ -709,9 +709,12 @@ def test_a_warm_start_finds_its_plan_without_differentiating_or_planning(tmp_pat
     finished step (driver and kernels) by the digest of the function's code and of what it reads
     (tracekern.fingerprint): no trace, no differentiation, no fusion plan, nothing compiled, the same
     results. A third process whose function reads a global of another value (the same code) finds no
-    stale step: it traces and plans again (its kernels are on disk) and gets its own results."""
-    def run(scale):
-        env = dict(os.environ, TRACEKERN_CACHE_DIR=str(tmp_path / "cache"), TRACEKERN_PLAN_CACHE="1")
+    stale step: it traces and plans again (its kernels are on disk) and gets its own results. The code's
+    digest is asked for (tk.config.plan_code_key); by default a process traces for the graph's digest and
+    finds the same step without differentiating, planning or compiling."""
+    def run(scale, code_key="1"):
+        env = dict(os.environ, TRACEKERN_CACHE_DIR=str(tmp_path / "cache"), TRACEKERN_PLAN_CACHE="1",
+                   TRACEKERN_PLAN_CODE_KEY=code_key)
         env.pop("TRACEKERN_CACHE_SHARED", None)
         out = subprocess.run([sys.executable, "-c", _PLANNED, "run", str(scale)], env=env, capture_output=True,
                              text=True, timeout=300)
@@ -727,6 +730,9 @@ def test_a_warm_start_finds_its_plan_without_differentiating_or_planning(tmp_pat
     changed = run(2.0)
     assert changed["trace"] >= 1 and changed["vjp"] == 1 and changed["plan"] >= 1 and changed["compiled"] == 0, changed
     assert changed["value"] != cold["value"]
+    default = run(1.0, code_key="0")   # (the default: the trace's digest; no differentiation, plan or compile)
+    assert default["trace"] >= 1 and (default["vjp"], default["plan"], default["compiled"]) == (0, 0, 0), default
+    assert default["value"] == cold["value"] and default["grad"] == cold["grad"]
 
 
 def test_the_plan_key_is_the_graphs_content():
@@ -784,6 +790,7 @@ def test_the_plan_cache_never_serves_a_step_of_other_code_values_or_arguments(fr
     from tracekern import staging
 
     monkeypatch.setattr(tk.config, "plan_cache", True)
+    monkeypatch.setattr(tk.config, "plan_code_key", True)
     traces = []
     real = staging.trace_to_graph
     monkeypatch.setattr(staging, "trace_to_graph", lambda *a, **k: traces.append(1) or real(*a, **k))
@@ -869,6 +876,38 @@ def test_the_code_digest_covers_what_a_trace_reads_and_refuses_what_it_cannot_kn
     assert calls(jitted(2.0)) == calls(jitted(2.0)) != calls(jitted(3.0))
     assert calls(tk.grad(lambda y: np.sum(y * y))) not in (None, calls(tk.grad(lambda y: np.sum(y * y), argnums=(0,))))
     assert fingerprint.digest(lambda x: tk.print(x) or tk.random.normal(tk.random.key(0), x.shape) * x) is not None
+
+    # found by review: roads around the names the digest follows, each refused or told apart
+    import builtins
+    import operator
+
+    import scipy.special
+    import scipy.stats
+
+    def indirect(x):
+        return x * indirect.__globals__["SCALE_IN_GLOBALS"]
+
+    def imported(x):
+        from numpy import load
+        return x + load("w.npy")
+
+    mine = np.frompyfunc(lambda t: t * 2, 1, 1)
+    refused = [indirect, imported, lambda x: x + mine(x), lambda x: x + float(builtins.open("w").read()),
+               lambda x: x + operator.attrgetter("random")(np).rand(3), lambda x: x + np.__dict__["random"].rand(3),
+               lambda x: x + scipy.stats.norm.rvs(size=3), lambda x: x + np.lib.format.open_memmap("w.npy")]
+    assert [fingerprint.digest(f) for f in refused] == [None] * len(refused)
+    wrapped = "import functools\nimport numpy as np\n@functools.wraps(np.tanh)\ndef act(x):\n    return np.tanh(x) * {}\n"
+    digests = []
+    for c in ("2.0", "3.0"):   # (a user's function made to look like NumPy's is walked, not named)
+        ns = {}
+        exec(wrapped.format(c), ns)
+        digests.append(fingerprint.digest(lambda x, act=ns["act"]: act(x)))
+    assert None not in digests and digests[0] != digests[1]
+    ab = np.zeros(2, dtype=[("a", "f8"), ("b", "f8")])
+    ba = np.zeros(2, dtype=[("b", "f8"), ("a", "f8")])
+    assert fingerprint.digest(lambda x: x + ab["a"]) != fingerprint.digest(lambda x: x + ba["a"])
+    assert fingerprint.digest(lambda x: np.log1p(x)) != fingerprint.digest(lambda x: scipy.special.log1p(x))
+    assert fingerprint.digest(lambda x: x * len(x) + scipy.special.erf(x)) is not None
 
 
 def test_transforms_through_the_plan_cache_give_the_oracles_results(monkeypatch):

@@ -260,15 +260,15 @@ def test_two_processes_sharing_one_cache_directory_stay_correct(tmp_path):
     script.write_text(_SHARED)
     root = os.path.dirname(os.path.dirname(os.path.abspath(tk.__file__)))
     env = dict(os.environ, TRACEKERN_CACHE_DIR=str(tmp_path / "cache"), TRACEKERN_TIERS="1", TRACEKERN_PLAN_CACHE="1",
-               PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+               TRACEKERN_PLAN_CODE_KEY="1", PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
     procs = [subprocess.Popen([sys.executable, str(script)], env=env, cwd=root, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for _ in range(2)]
     for p in procs:
         out, err = p.communicate(timeout=300)
         assert p.returncode == 0, err
         assert out.startswith("ok"), out
-    # a third process finds the finished step in the plan cache by its code's digest: not even traced,
-    # compiled from its first call
+    # a third process finds the finished step in the plan cache by its code's digest (tk.config.plan_code_key):
+    # not even traced, compiled from its first call
     third = subprocess.run([sys.executable, str(script)], env=env, cwd=root, capture_output=True, text=True, timeout=300)
     assert third.returncode == 0, third.stderr
     assert third.stdout.strip() == "ok ['compiled'] from the plan cache, not traced", third.stdout

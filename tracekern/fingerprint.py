@@ -35,14 +35,22 @@ import numpy as np
 LIBRARIES = frozenset(("tracekern", "numpy", "scipy", "math", "cmath", "operator", "functools", "itertools",
                        "builtins"))
 # modules of those with state that a trace could read (a draw from NumPy's global generator)
-_STATEFUL = ("numpy.random", "scipy.io", "scipy.datasets")
+_STATEFUL = ("numpy.random", "scipy.io", "scipy.datasets", "scipy.stats", "scipy.sparse")
 # library functions that read or write files: a trace calling one depends on what the file holds now
 _FILES = frozenset(("load", "loadtxt", "genfromtxt", "fromfile", "fromregex", "memmap", "save", "savez",
-                    "savez_compressed", "savetxt", "DataSource", "loadmat", "savemat"))
+                    "savez_compressed", "savetxt", "DataSource", "loadmat", "savemat", "open_memmap",
+                    "load_npz", "save_npz"))
+# attributes that reach a value by another road than a name the digest follows (a function's globals, an
+# object's dict, a getattr in disguise): a trace may read anything through them
+_INDIRECT = frozenset(("__globals__", "__dict__", "__closure__", "__defaults__", "__kwdefaults__", "__code__",
+                       "__getattribute__", "__getattr__", "__builtins__", "attrgetter", "methodcaller"))
 # builtins whose result or effect is not a function of their arguments' values
 _IMPURE = frozenset(("print", "open", "input", "eval", "exec", "compile", "globals", "locals", "vars", "setattr",
                      "delattr", "__import__", "id", "hash", "breakpoint", "exit", "quit", "help", "memoryview",
                      "getattr"))
+# attribute names that, read from a local or closure value the digest does not follow (a module imported in
+# the function, a module in a closure cell), may reach state, files or another road: no code key
+_SUSPECT = _IMPURE | _FILES | _INDIRECT | frozenset(s.rpartition(".")[2] for s in _STATEFUL)
 _LOADS = frozenset(("LOAD_GLOBAL", "LOAD_NAME"))
 _ATTRS = frozenset(("LOAD_ATTR", "LOAD_METHOD"))
 _WRITES = frozenset(("STORE_GLOBAL", "DELETE_GLOBAL"))
@@ -67,6 +75,15 @@ def digest(fun: Callable, *extra) -> str | None:
     return walker.hash.hexdigest()[:40]
 
 
+def _resolves(x) -> bool:
+    """Whether x is what its module and qualified name name (a library's own function, not a user's
+    function wrapped with functools.wraps to look like one)."""
+    obj = sys.modules.get(getattr(x, "__module__", None) or "")
+    for part in getattr(x, "__qualname__", "").split("."):
+        obj = getattr(obj, part, None)
+    return obj is x
+
+
 def _library_name(name: str | None) -> bool:
     if not isinstance(name, str):
         return False
@@ -88,6 +105,8 @@ def _reads(code: types.CodeType) -> tuple:
             op = ins.opname
             if op in _WRITES:
                 raise _Unknown(f"assigns the global {ins.argval}")
+            if (op in _ATTRS or op in _LOADS or op == "LOAD_DEREF") and ins.argval in _INDIRECT:
+                raise _Unknown(f"reads {ins.argval}")
             if op in _LOADS:
                 if chain is not None:
                     out.append((chain[0], tuple(chain[1:])))
@@ -98,14 +117,13 @@ def _reads(code: types.CodeType) -> tuple:
                 continue
             if op == "EXTENDED_ARG":
                 continue
-            if op in _ATTRS and ins.argval == "random" and not chain:
-                raise _Unknown("an attribute 'random' of a local or closure value (numpy.random?)")
-            if op in _ATTRS and ins.argval in _FILES and not chain:
-                raise _Unknown(f"an attribute {ins.argval!r} of a local or closure value (a file function?)")
+            if op in _ATTRS and ins.argval in _SUSPECT and not chain:
+                raise _Unknown(f"an attribute {ins.argval!r} of a local or closure value (a module's?)")
             if op == "IMPORT_NAME" and not _library_name(ins.argval):
                 raise _Unknown(f"imports {ins.argval}")
-            if op == "IMPORT_FROM" and ins.argval == "random":
-                raise _Unknown("imports a random module")
+            if op == "IMPORT_FROM" and (ins.argval == "random" or ins.argval in _FILES or ins.argval in _IMPURE
+                                        or ins.argval in _INDIRECT):
+                raise _Unknown(f"imports {ins.argval}")
             if chain is not None:
                 out.append((chain[0], tuple(chain[1:])))
                 chain = None
@@ -134,7 +152,8 @@ class _Walker:
         if t is np.ndarray:   # (a subclass, np.matrix say, is an object of another class)
             if x.dtype.hasobject:
                 raise _Unknown("an object array")
-            self.put("array", x.dtype.str, repr(x.shape), hashlib.sha256(np.ascontiguousarray(x).tobytes()).digest())
+            self.put("array", x.dtype.str, repr(x.dtype.descr) if x.dtype.fields else "", repr(x.shape),
+                     hashlib.sha256(np.ascontiguousarray(x).tobytes()).digest())
             return
         if isinstance(x, np.generic):
             if x.dtype.hasobject:
@@ -142,11 +161,15 @@ class _Walker:
             self.put("scalar", x.dtype.str, x.tobytes())
             return
         if isinstance(x, np.dtype):
-            self.put("dtype", x.str)
+            self.put("dtype", x.str, repr(x.descr) if x.fields else "")
             return
-        if isinstance(x, np.ufunc):
-            self.put("ufunc", x.__name__)
-            return
+        if isinstance(x, np.ufunc):   # (NumPy's or SciPy's own, found by name: a user's ufunc is code of theirs)
+            special = sys.modules.get("scipy.special")
+            for owner in (np, special):
+                if owner is not None and getattr(owner, x.__name__, None) is x:
+                    self.put("ufunc", owner.__name__, x.__name__)
+                    return
+            raise _Unknown(f"the ufunc {x.__name__} (not NumPy's or scipy.special's own)")
         if id(x) in self.seen:
             self.put("ref", str(self.seen[id(x)]))
             return
@@ -200,7 +223,7 @@ class _Walker:
             return
         module = getattr(t, "__module__", "")
         if _library_name(module) and module.startswith("numpy") and callable(x) and hasattr(x, "__qualname__") \
-                and _library_name(getattr(x, "__module__", None)):   # (NumPy's dispatched functions: np.sum)
+                and _library_name(getattr(x, "__module__", None)) and _resolves(x):   # (NumPy's dispatched functions: np.sum)
             if getattr(x, "__name__", "") in _FILES:
                 raise _Unknown(f"the file function {x.__module__}.{x.__qualname__}")
             self.put("numpy", x.__module__, x.__qualname__)
@@ -232,7 +255,7 @@ class _Walker:
 
     def function(self, f: types.FunctionType) -> None:
         module = getattr(f, "__module__", None)
-        if _library_name(module) and f.__closure__ is None and "<locals>" not in f.__qualname__:
+        if _library_name(module) and f.__closure__ is None and "<locals>" not in f.__qualname__ and _resolves(f):
             if f.__name__ in _FILES:
                 raise _Unknown(f"the file function {module}.{f.__qualname__}")
             self.put("libfunction", module, f.__qualname__)   # (library code: by name)
@@ -288,7 +311,7 @@ class _Walker:
                 x = nxt
                 continue
             if _library_name(x.__name__):
-                if a in _FILES:
+                if a in _FILES or a in _INDIRECT or (x.__name__ == "builtins" and a in _IMPURE):
                     raise _Unknown(f"the file function {x.__name__}.{a}")
                 self.put("library", x.__name__, a)
             else:

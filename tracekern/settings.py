@@ -8,10 +8,10 @@ room may read it.
     with tk.config.override(compiled_loops=False):
         ...                               # steps compiled in here drive their loops from the host
 
-`threads` is read on every call of a compiled step; `compiled_loops`, `compiled_drivers`, `tiers` and
-`plan_cache` when a step is compiled (a tk.jit object keeps the steps it compiled).
-TRACEKERN_NUM_THREADS, TRACEKERN_COMPILED_LOOPS, TRACEKERN_COMPILED_DRIVERS, TRACEKERN_TIERS and
-TRACEKERN_PLAN_CACHE set the defaults when tracekern is imported."""
+`threads` is read on every call of a compiled step; `compiled_loops`, `compiled_drivers`, `tiers`,
+`plan_cache` and `plan_code_key` when a step is compiled (a tk.jit object keeps the steps it compiled).
+TRACEKERN_NUM_THREADS, TRACEKERN_COMPILED_LOOPS, TRACEKERN_COMPILED_DRIVERS, TRACEKERN_TIERS,
+TRACEKERN_PLAN_CACHE and TRACEKERN_PLAN_CODE_KEY set the defaults when tracekern is imported."""
 from __future__ import annotations
 
 import contextlib
@@ -51,7 +51,7 @@ def _flag_from_env(name: str, default: bool) -> bool:
 class Config:
     """The settings (see the module docstring). Assigning an attribute checks its value."""
 
-    _FIELDS = ("threads", "compiled_loops", "compiled_drivers", "tiers", "plan_cache")
+    _FIELDS = ("threads", "compiled_loops", "compiled_drivers", "tiers", "plan_cache", "plan_code_key")
 
     def __init__(self):
         # the most threads a compiled step uses, for its parallel loops and for BLAS together;
@@ -72,6 +72,12 @@ class Config:
         # a cpu step whose kernels are compiled on disk is found by the digest of the traced function
         # and its transform, without differentiating or planning it again (staging's plan cache)
         self.plan_cache: bool = _flag_from_env("TRACEKERN_PLAN_CACHE", True)
+        # the plan cache also keys a step by a digest of the function's code and what it reads, found
+        # without tracing (tracekern/fingerprint.py): a faster warm start, but a hit does not run the
+        # function's Python, and the digest cannot see every way a trace can depend on the process
+        # (a Python side effect at trace time), so it is asked for (False, the default: the key is the
+        # traced graph's digest)
+        self.plan_code_key: bool = _flag_from_env("TRACEKERN_PLAN_CODE_KEY", False)
 
     def __setattr__(self, name, value):
         if name not in self._FIELDS:

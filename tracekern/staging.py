@@ -317,7 +317,7 @@ class Staged:
         the settings that shape a plan, and tracekern's own source. Where fingerprint cannot know what a
         trace would read, None, and the step is keyed by its traced graph (_plan_key)."""
         backend = self.backend or backends.default_backend()
-        if not config.plan_cache or not backends.plans_cached(backend):
+        if not config.plan_cache or not config.plan_code_key or not backends.plans_cached(backend):
             return None
         found = self._plan_root()
         if found is None:
