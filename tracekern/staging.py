@@ -326,7 +326,7 @@ class Staged:
         code = fingerprint.digest(root.fun, tuple(v for _, v in sig.statics))
         if code is None:
             return None
-        text = repr(("code", code, chain, backend, sorted(self.options.items()), sig.key, config.compiled_loops,
+        text = repr(("code", code, chain, backend, sorted(self.options.items()), sig.key, config.compiled_loops, config.compiled_drivers,
                      _tracekern_salt()))
         return hashlib.sha256(text.encode()).hexdigest()[:40]
 
@@ -354,7 +354,7 @@ class Staged:
         digest = graph_digest(traced.graph)
         if digest is None:
             return None
-        text = repr((digest, chain, backend, sorted(self.options.items()), sig.key, config.compiled_loops,
+        text = repr((digest, chain, backend, sorted(self.options.items()), sig.key, config.compiled_loops, config.compiled_drivers,
                      _tracekern_salt()))
         hint = (root, sig.flat.avals, sig.flat.weak, traced[:3]) if chain and not sig.statics and not sig.key[0][-1].children \
             else None

@@ -1,5 +1,7 @@
 """The cpu step at run time (no rendering): loading its modules, compiling the kernels the disk cache lacks
-(typed from the call's arguments), calling the driver under the thread budget, and the exact-trig re-run."""
+(typed from the call's arguments: _arg_spec, _arg_type), calling the driver under the thread budget, the exact-trig
+re-run, the optional compiled driver (tk.config.compiled_drivers: compile_driver) and the progress line of a long
+compile (PROGRESS_AFTER_S)."""
 from __future__ import annotations
 
 import sys

@@ -252,7 +252,6 @@ class TieredStep:
                     self.on_compiled()
             finally:
                 self._done.set()
-            self.step.compile_driver(args)   # (the last tier, where the step has one: cpu.COMPILED_DRIVER_CALLS)
         except Exception as err:
             text = "".join(traceback.format_exception_only(type(err), err)).strip()
             with self._lock:
@@ -260,6 +259,13 @@ class TieredStep:
                                     f"the NumPy tier (results are the same, slower). {text}")
             if not background:
                 raise
+            return
+        try:   # (the last tier, where the step has one: cpu.COMPILED_DRIVER_CALLS; the compiled step runs meanwhile)
+            self.step.compile_driver(args)
+        except Exception as err:   # (said at once: the step is compiled, so no later call reports errors)
+            text = "".join(traceback.format_exception_only(type(err), err)).strip()
+            warnings.warn(f"tracekern: compiling a step's compiled driver failed; the step keeps running with its "
+                          f"Python driver (results are the same). {text}", CompileWarning, stacklevel=2)
 
     def _compile_kernels(self, args: list) -> None:
         """Compile each kernel (in a compile worker where there is one, loading its machine code
