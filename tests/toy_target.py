@@ -133,10 +133,6 @@ class _Renderer(ControlRenderer):
     def subcall(self, graph, args: list[str]) -> str:
         return f"{self.module.sub(graph)}({', '.join(args + ['X'])})"
 
-    def h_schedule(self, acts: str, k: str, n: str, checkpoint: str, depth: int) -> None:
-        self.emit(depth, f"{k} = schedule_slots({n}, {checkpoint})")
-        self.emit(depth, f"{acts} = schedule_actions({n}, {k})")
-
     def h_trip(self, name: str, n: str) -> None:
         self.emit(1, f"{name} = np.array({n}, np.int64)")
 

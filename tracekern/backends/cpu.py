@@ -428,8 +428,7 @@ class _Renderer(ControlRenderer):
 
     def h_schedule(self, acts: str, k: str, n: str, checkpoint: str, depth: int) -> None:
         if not self.jitted:
-            self.emit(depth, f"{k} = schedule_slots({n}, {checkpoint})")
-            self.emit(depth, f"{acts} = schedule_actions({n}, {k})")
+            super().h_schedule(acts, k, n, checkpoint, depth)
             return
         self.emit(depth, f"with objmode({acts}='int64[:, ::1]', {k}='int64'):")
         self.emit(depth + 1, f"{k} = schedule_slots({n}, {checkpoint})")

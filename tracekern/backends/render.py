@@ -248,10 +248,12 @@ class ControlRenderer(ABC):
     def h_contiguous(self, x: str) -> str:
         return self.idioms.contiguous.format(x=x)
 
-    @abstractmethod
     def h_schedule(self, acts: str, k: str, n: str, checkpoint: str, depth: int) -> None:
         """Statements binding `k` to schedule.slots(n, checkpoint) and `acts` to schedule.actions(n, k)
-        (an int64 array (steps, 2)); `checkpoint` is the param's repr."""
+        (an int64 array (steps, 2)); `checkpoint` is the param's repr. Host code calls them directly
+        (a target whose driver is compiled wraps them: cpu's njit driver, in objmode)."""
+        self.emit(depth, f"{k} = schedule_slots({n}, {checkpoint})")
+        self.emit(depth, f"{acts} = schedule_actions({n}, {k})")
 
     @abstractmethod
     def h_trip(self, name: str, n: str) -> None:
