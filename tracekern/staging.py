@@ -316,18 +316,27 @@ class Staged:
         name; static arguments), with the transforms' keys, the signature, the backend and its options,
         the settings that shape a plan, and tracekern's own source. Where fingerprint cannot know what a
         trace would read, None, and the step is keyed by its traced graph (_plan_key)."""
-        backend = self.backend or backends.default_backend()
-        if not config.plan_cache or not config.plan_code_key or not backends.plans_cached(backend):
-            return None
-        found = self._plan_root()
+        found = self._cached_root() if config.plan_code_key else None
         if found is None:
             return None
-        chain, root = found
+        backend, chain, root = found
         code = fingerprint.digest(root.fun, tuple(v for _, v in sig.statics))
-        if code is None:
+        return None if code is None else self._key(("code", code), chain, backend, sig)
+
+    def _cached_root(self) -> tuple[str, list, Staged] | None:
+        """(the backend, the transforms' keys, the Staged whose .fun they apply to) where the plan cache
+        keeps this function's steps, else None."""
+        backend = self.backend or backends.default_backend()
+        if not config.plan_cache or not backends.plans_cached(backend):
             return None
-        text = repr(("code", code, chain, backend, sorted(self.options.items()), sig.key, config.compiled_loops, config.compiled_drivers,
-                     _tracekern_salt()))
+        found = self._plan_root()
+        return None if found is None else (backend, *found)
+
+    def _key(self, head: tuple, chain: list, backend: str, sig: Signature) -> str:
+        """A plan key: `head` (the code's or the graph's digest) with the transforms' keys, the backend and
+        its options, the signature, the settings that shape a plan, and tracekern's own source."""
+        text = repr((*head, chain, backend, sorted(self.options.items()), sig.key, config.compiled_loops,
+                     config.compiled_drivers, _tracekern_salt()))
         return hashlib.sha256(text.encode()).hexdigest()[:40]
 
     def _plan_key(self, sig: Signature) -> tuple[str, tuple, tuple | None, tuple | None] | None:
@@ -336,13 +345,10 @@ class Staged:
         transforms apply to (traced: cheap; a function under a transform is traced once more), the
         transforms' own keys (an emit's plan_key), the backend and its options, the settings that
         shape a plan, and tracekern's own source."""
-        backend = self.backend or backends.default_backend()
-        if not config.plan_cache or not backends.plans_cached(backend):
-            return None
-        found = self._plan_root()
+        found = self._cached_root()
         if found is None:
             return None
-        chain, s = found
+        backend, chain, s = found
         root = s.fun
         if chain:
             try:
@@ -354,11 +360,9 @@ class Staged:
         digest = graph_digest(traced.graph)
         if digest is None:
             return None
-        text = repr((digest, chain, backend, sorted(self.options.items()), sig.key, config.compiled_loops, config.compiled_drivers,
-                     _tracekern_salt()))
         hint = (root, sig.flat.avals, sig.flat.weak, traced[:3]) if chain and not sig.statics and not sig.key[0][-1].children \
             else None
-        return hashlib.sha256(text.encode()).hexdigest()[:40], traced.variables, None if chain else traced, hint
+        return self._key((digest,), chain, backend, sig), traced.variables, None if chain else traced, hint
 
     def compile(self, *args, **kwargs) -> Staged:
         """Trace and compile for the signature of these arguments now, and wait: every kernel is

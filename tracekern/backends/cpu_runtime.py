@@ -127,7 +127,7 @@ class CompiledStep:
         prints nothing): also run it once on copies of args, which compiles what only a call reveals
         the types of (the functions of loops compiled whole, of branches)."""
         module = self._module or self._load(args)
-        if warm and not _prints(self.graph):
+        if warm and not _has_objmode(self.graph):
             self._run_step(module, [np.array(a) if isinstance(a, np.ndarray) else a for a in args])
         elif self.jitted:
             module.step.compile(tuple(typeof(a) for a in list(args) + list(self._consts)))
@@ -208,10 +208,6 @@ def _gemm_macs(graph: Graph) -> int:
                 most = max(most, e.outputs[0].aval.size * e.inputs[0].shape[-1])
             todo += [p for p in e.params.values() if isinstance(p, Graph)]
     return most
-
-
-def _prints(graph: Graph) -> bool:
-    return _has_objmode(graph)
 
 
 def _arg_spec(v: Var, how: bool | tuple, inputs: dict, consts: dict) -> tuple:
