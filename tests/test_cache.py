@@ -879,6 +879,7 @@ def test_the_code_digest_covers_what_a_trace_reads_and_refuses_what_it_cannot_kn
 
     # found by review: roads around the names the digest follows, each refused or told apart
     import builtins
+    import inspect
     import operator
 
     import scipy.special
@@ -896,6 +897,7 @@ def test_the_code_digest_covers_what_a_trace_reads_and_refuses_what_it_cannot_kn
                lambda x: x + operator.attrgetter("random")(np).rand(3), lambda x: x + np.__dict__["random"].rand(3),
                lambda x: x + scipy.stats.norm.rvs(size=3), lambda x: x + np.lib.format.open_memmap("w.npy")]
     assert [fingerprint.digest(f) for f in refused] == [None] * len(refused)
+    inspect.signature(np.tanh)   # (caches np.tanh.__signature__, which functools.wraps copies: found by CI)
     wrapped = "import functools\nimport numpy as np\n@functools.wraps(np.tanh)\ndef act(x):\n    return np.tanh(x) * {}\n"
     digests = []
     for c in ("2.0", "3.0"):   # (a user's function made to look like NumPy's is walked, not named)

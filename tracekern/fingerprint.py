@@ -25,6 +25,7 @@ import builtins
 import dis
 import functools
 import hashlib
+import inspect
 import sys
 import types
 from collections.abc import Callable
@@ -201,6 +202,12 @@ class _Walker:
             return
         if isinstance(x, types.FunctionType):
             self.function(x)
+            return
+        if t is inspect.Signature:   # (a __signature__ that inspect.signature cached, copied by functools.wraps)
+            self.put("signature", str(len(x.parameters)), repr(x.return_annotation))
+            for p in x.parameters.values():
+                self.put(p.name, str(p.kind), repr(p.annotation))
+                self.value(None if p.default is p.empty else p.default)
             return
         if isinstance(x, functools.partial):
             self.enter(x)
