@@ -143,11 +143,12 @@ def compile_graph(graph: Graph, background_driver: bool = False) -> CompiledStep
              for c in renderer.items if isinstance(c, _Call)]
     step = CompiledStep(graph, plan, driver, module.deps, consts, lines, flagged=renderer.flag_needed(),
                         parallel=any(u.parallel for u in module.deps), jitted=renderer.jitted, calls=calls,
-                        compiled_driver=fast)
+                        compiled_driver=fast, arena=None if renderer.jitted else renderer.arena or [])
     step.background_driver = background_driver
     # each unit's (values read, values written), from a kernel that renders it, where the driver is plain
     # Python that calls every unit itself (no loop, branch or njit function): the tiers' NumPy evaluation
     if not module.used and "@njit" not in driver:
+        step.straight = True
         step.unit_kernels = {}
         for c in renderer.items:
             if isinstance(c, _Call) and index[c.unit.digest] not in step.unit_kernels:
@@ -263,6 +264,10 @@ class _Renderer(ControlRenderer):
         self.workspace: list[tuple] = []
         self.indent = 0
         self.variant = PLAIN   # (of the function being rendered: function(), inline())
+        # a step's plain-Python driver takes its buffers from W, a list the runtime keeps between calls
+        # (cpu_runtime.Workspace): `arena` is their (shape, dtype), slot k being W[k]; None elsewhere
+        self.arena: list[tuple] | None = None
+        self._slot = 0
 
     def flag_needed(self) -> bool:
         return self.has_trig() or self.module.used
@@ -334,11 +339,29 @@ class _Renderer(ControlRenderer):
     def function(self, name: str, variant: Variant = PLAIN) -> None:
         """The driver's (or a sub-graph's) function in this variant (render.ControlRenderer.function)."""
         self.variant = variant
+        if self._python_step():
+            self.arena = [] if self.arena is None else self.arena   # (step_exact takes the same slots)
+            self._slot = 0
         super().function(name)
 
+    def _python_step(self) -> bool:
+        return not (self.jitted or self.sub or self.inlined)
+
     def h_parameters(self, bound: list[int]) -> list[str]:
-        # (F: a one-element bool array, set when an argument needed libm)
-        return (["X"] if self.module.used else []) + (["F"] if self.sub and self.variant.flags else [])
+        # (F: a one-element bool array, set when an argument needed libm; W: a Python step's buffers)
+        return ((["X"] if self.module.used else []) + (["F"] if self.sub and self.variant.flags else [])
+                + (["W"] if self._python_step() else []))
+
+    def h_buffer(self, v: Var) -> str:
+        if not self._python_step():
+            return super().h_buffer(v)
+        k, self._slot = self._slot, self._slot + 1
+        slot = (tuple(v.shape), v.dtype.str)
+        if k == len(self.arena):
+            self.arena.append(slot)
+        elif self.arena[k] != slot:
+            raise AssertionError(f"the step's variants allocate differently at buffer {k}")
+        return f"W[{k}]"
 
     def h_decorators(self) -> list[str]:
         if not self.jitted:

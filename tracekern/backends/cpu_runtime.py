@@ -4,12 +4,15 @@ re-run, the optional compiled driver (tk.config.compiled_drivers: compile_driver
 compile (PROGRESS_AFTER_S)."""
 from __future__ import annotations
 
+import bisect
 import sys
 import threading
+import types
 from collections.abc import Sequence
 
 import numpy as np
 from numba import typeof
+from numba._dispatcher import compute_fingerprint
 from numba.core.errors import NumbaError
 from numba.np.ufunc.parallel import _launch_threads
 
@@ -37,7 +40,7 @@ class CompiledStep:
 
     def __init__(self, graph: Graph, plan: fusion.Plan, driver: str, deps: list[Unit], consts: list[np.ndarray],
                  lines: dict, flagged: bool = False, parallel: bool = False, jitted: bool = True,
-                 calls: list | None = None, compiled_driver: str | None = None):
+                 calls: list | None = None, compiled_driver: str | None = None, arena: list | None = None):
         self.graph = graph
         self.plan = plan
         self.driver = driver
@@ -56,6 +59,14 @@ class CompiledStep:
         self.compiled_driver = compiled_driver
         self.background_driver = False
         self._fast = None
+        # a plain-Python driver's buffers (cpu._Renderer.arena: (shape, dtype) of W[k]), kept between calls in
+        # Workspaces; None: the driver is an njit function and allocates its own
+        self.arena = arena
+        self._arena_bytes = sum(int(np.prod(s)) * np.dtype(d).itemsize for s, d in arena or ())
+        self._spare: list[Workspace] = []
+        self._escaping: set[int] = set()   # slots whose buffer a call returned (made anew for every call)
+        self._bound: dict[tuple, object] = {}   # (driver module, argument fingerprints) -> _entry_points' step
+        self.straight = False   # the driver is plain Python calling every kernel itself (cpu.compile_graph)
         # unit index -> (values it reads, values it writes), where the tiers may run units one by one
         self.unit_kernels: dict[int, tuple] | None = None
         # the thread budget (backends/threads.py): only a step with prange loops or large GEMMs needs one
@@ -73,7 +84,7 @@ class CompiledStep:
     portable = True
 
     def __getstate__(self) -> dict:
-        return dict(self.__dict__, graph=None, plan=None, _module=None, _fast=None, unit_kernels=None,
+        return dict(self.__dict__, graph=None, plan=None, _module=None, _fast=None, unit_kernels=None, _spare=[], _bound={},
                     _lines=cache.portable_lines(self._lines))
 
     def compiled_on_disk(self) -> bool:
@@ -106,6 +117,24 @@ class CompiledStep:
         if not on_disk:
             units.count_compiled(drivers=1)
         self._fast = module
+
+    def _entry_points(self, module, args: Sequence):
+        """The driver's step (and step_exact) calling each kernel's compiled code for this call's argument
+        types directly, past Numba's dispatcher (which types every argument of every call again: a
+        tenth of a small step's time), where the driver is straight-line Python (every kernel call is
+        in `step`). The first call with new argument types runs a version that records the types each
+        kernel is called with (_Recorder); later calls with the same types, the kernels called with one
+        signature through its entry point, the others through their dispatchers."""
+        try:
+            key = (module, tuple(map(compute_fingerprint, args)))
+        except Exception:   # (an argument the dispatchers type their own way: they do)
+            return module
+        bound = self._bound.get(key)
+        if bound is None:
+            bound = self._bound[key] = _Recorder(module)
+        elif type(bound) is _Recorder and bound.done:
+            bound = self._bound[key] = bound.bind()
+        return bound
 
     def kernel_jobs(self, args: Sequence) -> list[tuple[int, tuple]]:
         """(unit index, Numba signature) of each distinct kernel call of the step, for the argument
@@ -155,7 +184,10 @@ class CompiledStep:
 
     def __call__(self, args: Sequence[np.ndarray]) -> list:
         try:
-            return self._run(self._fast or self._module or self._load(args), args)
+            module = self._fast or self._module or self._load(args)
+            if module is self._module and self.straight:
+                module = self._entry_points(module, args)
+            return self._run(module, args)
         except NumbaError as err:
             raise cache.located_error("cpu", err, self._lines, self.driver) from None
         except (ValueError, OSError, EOFError, AttributeError, ImportError):
@@ -174,12 +206,105 @@ class CompiledStep:
         return self._run_step(module, args)
 
     def _run_step(self, module, args) -> list:
-        out = module.step(*args, *self._consts)
-        if not self._flagged:
-            return list(out)
-        if out[0]:  # a sin/cos/tan argument beyond the vectorised range: the libm variant
-            return list(module.step_exact(*args, *self._consts))
-        return list(out[1:])
+        if self.arena is None or module is self._fast:
+            extra = ()
+        else:
+            try:
+                ws = self._spare.pop()
+            except IndexError:   # (the first call, or another thread's call running with the spare)
+                ws = Workspace(self)
+            ws.fresh(self)
+            extra = (ws.arrays,)
+        out = module.step(*args, *self._consts, *extra)
+        if self._flagged:
+            # (out[0]: a sin/cos/tan argument beyond the vectorised range: the libm variant)
+            out = module.step_exact(*args, *self._consts, *extra) if out[0] else out[1:]
+        if extra and self._arena_bytes <= WORKSPACE_KEEP_BYTES and len(self._spare) < 2:
+            ws.returned(self, out)
+            self._spare.append(ws)
+        return list(out)
+
+
+class _Recorder:
+    """A straight-line driver's step and step_exact run with each kernel K<i> (and K<i>x) wrapped to record
+    the Numba types of its arguments (as its dispatcher types them); bind() then makes the namespace whose
+    step calls the compiled entry point of each kernel that had one signature."""
+
+    def __init__(self, module):
+        self.module = module
+        self.types: dict[str, set] = {}
+        self.done = False
+        names = dict(vars(module))
+        for name, fn in vars(module).items():
+            if name[:1] == "K" and hasattr(fn, "overloads"):
+                names[name] = self._recording(name, fn)
+        self.step = types.FunctionType(module.step.__code__, names, "step")
+        if hasattr(module, "step_exact"):
+            self.step_exact = types.FunctionType(module.step_exact.__code__, names, "step_exact")
+
+    def _recording(self, name: str, fn):
+        seen = self.types.setdefault(name, set())
+
+        def call(*args):
+            seen.add(tuple(typeof(a) for a in args))
+            out = fn(*args)
+            self.done = True
+            return out
+        return call
+
+    def bind(self) -> types.SimpleNamespace:
+        module = self.module
+        names = dict(vars(module))
+        for name, seen in self.types.items():
+            compiled = getattr(module, name).overloads.get(next(iter(seen))) if len(seen) == 1 else None
+            if compiled is not None:
+                names[name] = compiled.entry_point
+        bound = types.SimpleNamespace(step=types.FunctionType(module.step.__code__, names, "step"))
+        if hasattr(module, "step_exact"):
+            bound.step_exact = types.FunctionType(module.step_exact.__code__, names, "step_exact")
+        return bound
+
+
+# A plain-Python driver's buffers (at most this many bytes in all) stay allocated between its calls: a small
+# step's np.empty calls were a quarter of its time (the hand model's jacfwd: 154 a call, 0.55 us each),
+# and a mid-sized step's fresh pages fault on first write. Larger steps allocate them anew every call.
+WORKSPACE_KEEP_BYTES = 1 << 22
+
+
+class Workspace:
+    """One call's buffers of a plain-Python driver (W: CompiledStep.arena), kept for its next call. A slot
+    whose buffer a call returns (an output, or a view of one) is never used again: the slot is learned and
+    made anew before every later call, so that no result a caller holds is overwritten."""
+
+    __slots__ = ("arrays", "_bounds", "_known")
+
+    def __init__(self, step: CompiledStep):
+        self.arrays = [np.empty(shape, dtype) for shape, dtype in step.arena]
+        self._bounds: list[tuple[int, int, int]] = []
+        self._known = None
+
+    def fresh(self, step: CompiledStep) -> None:
+        """New buffers in the slots the step's calls return."""
+        for k in step._escaping:
+            self.arrays[k] = np.empty(*step.arena[k])
+
+    def returned(self, step: CompiledStep, outs) -> None:
+        """Learn the slots whose memory these outputs use (an output's data pointer inside a buffer)."""
+        if self._known is not step._escaping:
+            self._known = step._escaping
+            at = [a.__array_interface__["data"][0] for a in self.arrays]
+            self._bounds = sorted((at[k], at[k] + a.nbytes, k) for k, a in enumerate(self.arrays)
+                                  if k not in step._escaping and a.nbytes)
+        for o in outs:
+            if not isinstance(o, np.ndarray) or not o.size or not self._bounds:
+                continue
+            at = o.__array_interface__["data"][0]
+            j = bisect.bisect_right(self._bounds, (at, float("inf"), 0)) - 1
+            if j >= 0 and self._bounds[j][0] <= at < self._bounds[j][1]:
+                step._escaping = step._escaping | {self._bounds[j][2]}   # (a new set: other Workspaces see the change)
+                self._known = None
+                self.returned(step, outs)
+                return
 
 
 # A compile the caller waits for (tiers=False, .compile(), a loop step's first call) that takes longer

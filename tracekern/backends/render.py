@@ -236,6 +236,10 @@ class ControlRenderer(ABC):
     def h_empty(self, dims: list, dtype: np.dtype) -> str:
         return self.idioms.empty(dims, dtype)
 
+    def h_buffer(self, v: Var) -> str:
+        """A new buffer for v, made where the function binds it (alloc): an empty array by default."""
+        return self.h_empty(list(v.shape), v.dtype)
+
     def h_copy(self, x: str) -> str:
         return self.idioms.copy.format(x=x)
 
@@ -338,7 +342,7 @@ class ControlRenderer(ABC):
         if free:
             self.emit(1, f"{name} = {free.pop()}  # reuses a dead buffer")
         else:
-            self.emit(1, f"{name} = {self.h_empty(list(v.shape), v.dtype)}")
+            self.emit(1, f"{name} = {self.h_buffer(v)}")
         return name
 
     def release(self, pos: int) -> None:
