@@ -191,13 +191,17 @@ class PeakSampler:
 
 
 def sampled_peak(fn: Callable, calls: int = 3) -> int | None:
-    """The highest resident memory during `calls` calls of fn, above the level before them."""
+    """The highest resident memory during `calls` calls of fn, above the level before them. tracekern's
+    steps keep no buffers meanwhile (tk.config.keep_buffers: a step's kept buffers would be in the level
+    before, not in its peak); fn's first call drops those it kept."""
     import gc
 
-    gc.collect()
-    with PeakSampler() as sampler:
-        for _ in range(calls):
-            fn()
+    with tk.config.override(keep_buffers=False):
+        fn()
+        gc.collect()
+        with PeakSampler() as sampler:
+            for _ in range(calls):
+                fn()
     return sampler.above_base
 
 

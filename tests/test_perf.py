@@ -252,6 +252,15 @@ def test_results_a_caller_holds_are_never_overwritten_by_later_calls():
         for k in ref:
             np.testing.assert_allclose(out[k], ref[k], rtol=1e-12, atol=1e-12)
     assert not np.shares_memory(held[0]["g"], held[1]["g"])
+    import weakref
+    out = jf(xs[0])["g"]
+    gone = weakref.ref(out)
+    del out
+    assert gone() is None   # (a result the caller dropped is not kept alive by the step's buffers)
+    assert step._spare
+    with tk.config.override(keep_buffers=False):   # (nothing kept between calls: the spare goes)
+        np.testing.assert_allclose(jf(xs[1])["g"], f(xs[1])["g"], rtol=1e-12, atol=1e-12)
+        assert not step._spare
 
 
 def test_kernels_called_past_their_dispatchers_get_the_types_they_were_compiled_for():

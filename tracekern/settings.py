@@ -8,10 +8,10 @@ room may read it.
     with tk.config.override(compiled_loops=False):
         ...                               # steps compiled in here drive their loops from the host
 
-`threads` is read on every call of a compiled step; `compiled_loops`, `compiled_drivers`, `tiers`,
+`threads` and `keep_buffers` are read on every call of a compiled step; `compiled_loops`, `compiled_drivers`, `tiers`,
 `plan_cache` and `plan_code_key` when a step is compiled (a tk.jit object keeps the steps it compiled).
 TRACEKERN_NUM_THREADS, TRACEKERN_COMPILED_LOOPS, TRACEKERN_COMPILED_DRIVERS, TRACEKERN_TIERS,
-TRACEKERN_PLAN_CACHE and TRACEKERN_PLAN_CODE_KEY set the defaults when tracekern is imported."""
+TRACEKERN_PLAN_CACHE, TRACEKERN_PLAN_CODE_KEY and TRACEKERN_KEEP_BUFFERS set the defaults when tracekern is imported."""
 from __future__ import annotations
 
 import contextlib
@@ -51,7 +51,7 @@ def _flag_from_env(name: str, default: bool) -> bool:
 class Config:
     """The settings (see the module docstring). Assigning an attribute checks its value."""
 
-    _FIELDS = ("threads", "compiled_loops", "compiled_drivers", "tiers", "plan_cache", "plan_code_key")
+    _FIELDS = ("threads", "compiled_loops", "compiled_drivers", "tiers", "plan_cache", "plan_code_key", "keep_buffers")
 
     def __init__(self):
         # the most threads a compiled step uses, for its parallel loops and for BLAS together;
@@ -78,6 +78,11 @@ class Config:
         # (a Python side effect at trace time), so it is asked for (False, the default: the key is the
         # traced graph's digest)
         self.plan_code_key: bool = _flag_from_env("TRACEKERN_PLAN_CODE_KEY", False)
+        # a cpu step whose driver is plain Python keeps its intermediate buffers between calls when they
+        # hold at most 32 MiB in all (backends/cpu_runtime.py, WORKSPACE_KEEP_BYTES): no allocation and no
+        # fresh pages a call; False: they are allocated every call and freed when it returns (the least
+        # memory held between calls; a call's own peak is the same either way)
+        self.keep_buffers: bool = _flag_from_env("TRACEKERN_KEEP_BUFFERS", True)
 
     def __setattr__(self, name, value):
         if name not in self._FIELDS:

@@ -18,6 +18,7 @@ from numba.np.ufunc.parallel import _launch_threads
 
 from ..ir import Graph, Var
 from ..primitives.control import RevolveLayout
+from ..settings import config
 from . import cache, fusion, threads, units, workers
 from .units import Unit
 
@@ -220,8 +221,13 @@ class CompiledStep:
             # (out[0]: a sin/cos/tan argument beyond the vectorised range: the libm variant)
             out = module.step_exact(*args, *self._consts, *extra) if out[0] else out[1:]
         if extra and self._arena_bytes <= WORKSPACE_KEEP_BYTES and len(self._spare) < 2:
-            ws.returned(self, out)
-            self._spare.append(ws)
+            if config.keep_buffers:
+                ws.returned(self, out)
+                for k in self._escaping:   # (the caller's results: not kept alive here)
+                    ws.arrays[k] = None
+                self._spare.append(ws)
+            else:
+                self._spare.clear()
         return list(out)
 
 
@@ -266,15 +272,17 @@ class _Recorder:
 
 
 # A plain-Python driver's buffers (at most this many bytes in all) stay allocated between its calls: a small
-# step's np.empty calls were a quarter of its time (the hand model's jacfwd: 154 a call, 0.55 us each),
-# and a mid-sized step's fresh pages fault on first write. Larger steps allocate them anew every call.
-WORKSPACE_KEEP_BYTES = 1 << 22
+# step's np.empty calls were a fifth of its time (the hand model's jacfwd: 154 a call, 0.37 -> 0.29 ms), and
+# a mid-sized step's fresh pages fault on first write (its jacrev, 15 MiB of buffers: 7.3 -> 4.2 ms). Larger
+# steps allocate them anew every call, as their arithmetic dwarfs it (README "Jacobians").
+WORKSPACE_KEEP_BYTES = 1 << 25
 
 
 class Workspace:
     """One call's buffers of a plain-Python driver (W: CompiledStep.arena), kept for its next call. A slot
-    whose buffer a call returns (an output, or a view of one) is never used again: the slot is learned and
-    made anew before every later call, so that no result a caller holds is overwritten."""
+    whose buffer a call returns (an output, or a view of one) is never used again: the slot is learned,
+    emptied when the call returns (the caller's result is not kept alive by the workspace) and made anew
+    before every later call, so that no result a caller holds is overwritten."""
 
     __slots__ = ("arrays", "_bounds", "_known")
 
