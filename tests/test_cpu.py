@@ -211,3 +211,24 @@ def test_integer_and_bool_programs():
             assert g.dtype == w.dtype
 
 
+
+
+def test_a_strided_matmul_operand_gives_no_numba_performance_warning():
+    """cpu_math.gemm copies an operand that is neither C- nor F-contiguous itself (Numba's np.dot
+    would copy it as well, with a NumbaPerformanceWarning about generated code a user cannot change).
+    gemm's own body is compiled afresh here (gemm may be in Numba's cache, where no warning is given)."""
+    import warnings
+
+    from numba import njit
+    from numba.core.errors import NumbaPerformanceWarning
+
+    fresh = njit(cpu_math.gemm.py_func)
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((6, 8)), rng.standard_normal((8, 10))
+    for x, y in ((a[::-1], b), (a, b[:, ::2]), (a[::2, 1::2], b[1::2, ::-1]), (a.T.T, b.T.copy().T)):
+        c = np.empty((x.shape[0], y.shape[1]))
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            fresh(x, y, c)
+        assert not [w for w in seen if issubclass(w.category, NumbaPerformanceWarning)]
+        np.testing.assert_allclose(c, x @ y, rtol=1e-12, atol=1e-12)

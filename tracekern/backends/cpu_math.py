@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 from numba import njit, types
-from numba.extending import intrinsic
+from numba.extending import intrinsic, overload
 from numba.np.numpy_support import from_dtype
 
 from ..primitives import random as random_primitives
@@ -125,13 +125,27 @@ empty_f32, empty_f64, empty_i32, empty_i64, empty_boolean, empty_c64, empty_c128
     _empty(T) for T in (f32, f64, i32, i64, boolean, c64, c128))
 
 
+def blas_operand(a):
+    """a, or a C-ordered copy of it where it is neither C- nor F-contiguous (a strided view): BLAS
+    reads whole rows or columns, and Numba's np.dot would copy such an operand too, with a
+    NumbaPerformanceWarning about generated code that a user cannot act on."""
+    return np.ascontiguousarray(a)
+
+
+@overload(blas_operand)
+def _blas_operand(a):
+    if isinstance(a, types.Array) and a.layout in "CF":
+        return lambda a: a
+    return lambda a: np.ascontiguousarray(a)
+
+
 @njit(**INLINE)
 def gemm(a, b, c):
     """c = a @ b for 2-D float or complex operands, by BLAS (Numba's np.dot with an output). A matmul
     kernel calls this: compiled once per machine, dtype and layouts, and loaded from Numba's cache
     after, where np.dot written in the kernel was typed and lowered again in every kernel's compile
     (Numba's np.dot implementation: 0.15 to 0.25 s of a matmul kernel's 0.2 to 0.3 s of CPU)."""
-    np.dot(a, b, c)
+    np.dot(blas_operand(a), blas_operand(b), c)
 
 
 # What a loop compiled whole does with its arrays besides running kernels (cpu_loops.py, _LoopFunction).
