@@ -221,12 +221,12 @@ def test_checkpoint_budgets_are_parsed_and_checked():
 
 
 # -- a plain-Python driver's kept buffers (cpu_runtime.Workspace) and direct kernel entry points ------------------
-def _cpu_step(f, *args):
-    """The compiled step of tk.jit(f, tiers=False) for these arguments, after one call."""
+def _cpu_step(f, *args, jf=None):
+    """The compiled step of tk.jit(f, tiers=False) (or of jf) for these arguments, after one call."""
     import gc
 
     from tracekern.backends.cpu_runtime import CompiledStep
-    jf = tk.jit(f, backend="cpu", tiers=False)
+    jf = jf or tk.jit(f, backend="cpu", tiers=False)
     jf(*args)
     steps = [o for o in gc.get_objects() if type(o) is CompiledStep and o.graph is not None
              and o.graph.inputs and tuple(v.shape for v in o.graph.inputs) == tuple(np.shape(a) for a in args)]
@@ -281,6 +281,16 @@ def test_kernels_called_past_their_dispatchers_get_the_types_they_were_compiled_
             assert got.dtype == f(x).dtype
             np.testing.assert_allclose(got, f(x), rtol=1e-5 if x.dtype == np.float32 else 1e-12)
     assert len(step._bound) == 3   # (contiguous, strided, read-only; float32 inputs make another step)
+    # found by review: one fingerprint (2-D float64, layout A), but x[5:6] of every other row is C-contiguous
+    # and of every other column is not: the binding is per strides too
+    def pins(x):
+        return x[5] * 2.0 + x[7]   # (the driver passes the kernel a0[5:6] and a0[7:8])
+
+    rows = np.arange(16 * 8, dtype=np.float64).reshape(16, 8)[::2]
+    cols = np.arange(8 * 16, dtype=np.float64).reshape(8, 16)[:, ::2]
+    jp = tk.jit(pins, backend="cpu", tiers=False)
+    for x in (rows, rows, rows, cols, cols, cols, rows):
+        np.testing.assert_array_equal(jp(x), pins(x))
     assert any(type(b).__name__ == "SimpleNamespace" for b in step._bound.values())
     g = tk.grad(lambda x: np.sum(f(x)))
     x = base[:4]
@@ -318,3 +328,36 @@ def test_threads_calling_one_step_each_get_their_own_buffers():
     for t in threads_:
         t.join()
     assert not errors and len(results) == len(xs)
+
+
+def test_kept_buffers_stay_within_the_process_budget_and_old_pickles_load(monkeypatch):
+    """All steps' kept workspaces hold at most cpu_runtime.KEPT_TOTAL_BYTES: a function called on many
+    shapes (a step each) drops the workspaces made longest ago. A step pickled before the workspace
+    existed (no such attributes) still runs."""
+    import pickle
+
+    from tracekern.backends import cpu_runtime
+
+    def f(x):
+        return np.sum(np.sort(x) * np.tanh(x))
+
+    jf = tk.jit(f, backend="cpu", tiers=False)
+    steps = [_cpu_step(f, np.ones((100 + k, 50)), jf=jf)[1] for k in range(4)]
+    each = max(s._arena_bytes for s in steps)
+    monkeypatch.setattr(cpu_runtime, "KEPT_TOTAL_BYTES", 2 * each)
+    for s in steps:   # (made before the budget was lowered: each keeps a new workspace below)
+        s._spare.clear()
+    for k in range(4):
+        for _ in range(2):
+            np.testing.assert_allclose(jf(np.ones((100 + k, 50))), f(np.ones((100 + k, 50))), rtol=1e-12)
+    kept = [s for s in steps if s._spare]
+    assert kept and sum(s._arena_bytes * len(s._spare) for s in kept) <= 2 * each
+    assert steps[-1]._spare   # (the latest kept its own)
+    state = steps[0].__getstate__()
+    for name in ("straight", "_arena_bytes", "_spare", "_escaping", "_bound"):   # (an old pickle's driver takes
+        state.pop(name)                                                          # no W: its arena is None too)
+    old = pickle.loads(pickle.dumps(steps[0]))
+    old.__dict__.clear()
+    old.__setstate__(state)
+    x = np.ones((100, 50))
+    np.testing.assert_allclose(old([x])[0], f(x), rtol=1e-12)

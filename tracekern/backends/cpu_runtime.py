@@ -8,6 +8,7 @@ import bisect
 import sys
 import threading
 import types
+import weakref
 from collections.abc import Sequence
 
 import numpy as np
@@ -84,6 +85,11 @@ class CompiledStep:
     # through its own disk cache, compiling what it lacks once
     portable = True
 
+    def __setstate__(self, state: dict) -> None:
+        # (a step pickled by an older tracekern lacks the attributes added since: their defaults)
+        self.__dict__.update(dict(straight=False, arena=None, _arena_bytes=0, _spare=[], _escaping=set(), _bound={}),
+                             **state)
+
     def __getstate__(self) -> dict:
         return dict(self.__dict__, graph=None, plan=None, _module=None, _fast=None, unit_kernels=None, _spare=[], _bound={},
                     _lines=cache.portable_lines(self._lines))
@@ -126,12 +132,16 @@ class CompiledStep:
         in `step`). The first call with new argument types runs a version that records the types each
         kernel is called with (_Recorder); later calls with the same types, the kernels called with one
         signature through its entry point, the others through their dispatchers."""
-        try:
-            key = (module, tuple(map(compute_fingerprint, args)))
+        try:   # (and the strides of each array: a pinned view of a strided input, x[5:6], is C-contiguous or
+            # not by them, not by the input's type)
+            key = (module, tuple(map(compute_fingerprint, args)),
+                   tuple(a.strides if isinstance(a, np.ndarray) else None for a in args))
         except Exception:   # (an argument the dispatchers type their own way: they do)
             return module
         bound = self._bound.get(key)
         if bound is None:
+            if len(self._bound) >= BOUND_KEYS:   # (inputs of ever new strides: the dispatchers)
+                return module
             bound = self._bound[key] = _Recorder(module)
         elif type(bound) is _Recorder and bound.done:
             bound = self._bound[key] = bound.bind()
@@ -207,27 +217,31 @@ class CompiledStep:
         return self._run_step(module, args)
 
     def _run_step(self, module, args) -> list:
+        new = False
         if self.arena is None or module is self._fast:
             extra = ()
+            if self._spare:   # (the compiled driver allocates its own: the Python driver's go)
+                self._spare.clear()
         else:
             try:
                 ws = self._spare.pop()
             except IndexError:   # (the first call, or another thread's call running with the spare)
-                ws = Workspace(self)
+                ws, new = Workspace(self), True
             ws.fresh(self)
             extra = (ws.arrays,)
         out = module.step(*args, *self._consts, *extra)
         if self._flagged:
             # (out[0]: a sin/cos/tan argument beyond the vectorised range: the libm variant)
             out = module.step_exact(*args, *self._consts, *extra) if out[0] else out[1:]
-        if extra and self._arena_bytes <= WORKSPACE_KEEP_BYTES and len(self._spare) < 2:
-            if config.keep_buffers:
-                ws.returned(self, out)
-                for k in self._escaping:   # (the caller's results: not kept alive here)
-                    ws.arrays[k] = None
-                self._spare.append(ws)
-            else:
-                self._spare.clear()
+        if extra and not config.keep_buffers:
+            self._spare.clear()
+        elif extra and self._arena_bytes <= WORKSPACE_KEEP_BYTES and len(self._spare) < 2:
+            ws.returned(self, out)
+            for k in self._escaping:   # (the caller's results: not kept alive here)
+                ws.arrays[k] = None
+            self._spare.append(ws)
+            if new:
+                _kept(self)
         return list(out)
 
 
@@ -271,11 +285,38 @@ class _Recorder:
         return bound
 
 
+def _kept(step: CompiledStep) -> None:
+    """A step has kept a new workspace: drop those of the steps that kept theirs longest ago while all the
+    kept workspaces hold more than KEPT_TOTAL_BYTES (a step that loses its own allocates a new one on its
+    next call, and keeps it: the order is that of the workspaces' making)."""
+    _KEPT.pop(id(step), None)
+    _KEPT[id(step)] = weakref.ref(step)
+    live = [(k, r()) for k, r in list(_KEPT.items())]
+    total = sum(s._arena_bytes * len(s._spare) for _, s in live if s is not None)
+    for k, s in live:
+        if total <= KEPT_TOTAL_BYTES or s is step:
+            break
+        _KEPT.pop(k, None)
+        if s is not None:
+            total -= s._arena_bytes * len(s._spare)
+            s._spare.clear()
+
+
+# the steps holding kept workspaces (id -> weak reference), the one that made its workspace longest ago first
+_KEPT: dict[int, weakref.ref] = {}
+# all steps' kept workspaces together hold at most this many bytes (one function called on many shapes is a
+# step per shape, each keeping up to WORKSPACE_KEEP_BYTES)
+KEPT_TOTAL_BYTES = 1 << 28
+
+
 # A plain-Python driver's buffers (at most this many bytes in all) stay allocated between its calls: a small
 # step's np.empty calls were a fifth of its time (the hand model's jacfwd: 154 a call, 0.37 -> 0.29 ms), and
 # a mid-sized step's fresh pages fault on first write (its jacrev, 15 MiB of buffers: 7.3 -> 4.2 ms). Larger
 # steps allocate them anew every call, as their arithmetic dwarfs it (README "Jacobians").
 WORKSPACE_KEEP_BYTES = 1 << 25
+# a straight-line step binds entry points (_entry_points) for at most this many argument types and strides;
+# further ones (a strided input of ever new strides) call the kernels through their dispatchers
+BOUND_KEYS = 32
 
 
 class Workspace:
