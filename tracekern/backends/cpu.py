@@ -143,7 +143,7 @@ def compile_graph(graph: Graph, background_driver: bool = False) -> CompiledStep
              for c in renderer.items if isinstance(c, _Call)]
     step = CompiledStep(graph, plan, driver, module.deps, consts, lines, flagged=renderer.flag_needed(),
                         parallel=any(u.parallel for u in module.deps), jitted=renderer.jitted, calls=calls,
-                        compiled_driver=fast, arena=None if renderer.jitted else renderer.arena or [])
+                        compiled_driver=fast, arena=None if renderer.jitted else renderer.arena)
     step.background_driver = background_driver
     # each unit's (values read, values written), from a kernel that renders it, where the driver is plain
     # Python that calls every unit itself (no loop, branch or njit function): the tiers' NumPy evaluation

@@ -273,9 +273,7 @@ class _Recorder:
         for name, fn in vars(module).items():
             if name[:1] == "K" and hasattr(fn, "overloads"):
                 names[name] = self._recording(name, fn)
-        self.step = types.FunctionType(module.step.__code__, names, "step")
-        if hasattr(module, "step_exact"):
-            self.step_exact = types.FunctionType(module.step_exact.__code__, names, "step_exact")
+        self.__dict__.update(vars(_with_names(module, names)))
 
     def _recording(self, name: str, fn):
         seen = self.types.setdefault(name, set())
@@ -294,10 +292,13 @@ class _Recorder:
             compiled = getattr(module, name).overloads.get(next(iter(seen))) if len(seen) == 1 else None
             if compiled is not None:
                 names[name] = compiled.entry_point
-        bound = types.SimpleNamespace(step=types.FunctionType(module.step.__code__, names, "step"))
-        if hasattr(module, "step_exact"):
-            bound.step_exact = types.FunctionType(module.step_exact.__code__, names, "step_exact")
-        return bound
+        return _with_names(module, names)
+
+
+def _with_names(module, names: dict) -> types.SimpleNamespace:
+    """The driver module's step (and step_exact) reading their globals from `names` instead."""
+    return types.SimpleNamespace(**{f: types.FunctionType(getattr(module, f).__code__, names, f)
+                                    for f in ("step", "step_exact") if hasattr(module, f)})
 
 
 def _kept(step: CompiledStep) -> None:
