@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from .errors import ShapeError, TracerLeakError, with_location
-from .ir import SUPPORTED_DTYPES, Aval, Graph, is_inexact, rank_error
+from .ir import MAX_RANK, SUPPORTED_DTYPES, Aval, Graph, is_inexact, rank_error
 from .pytree import leaf_paths
 from .trace import FlatArgs, Tracer, flatten_args, refuse_subclass, weak_flag
 
@@ -74,11 +74,16 @@ def device_view(x: Any) -> Any:
     return cuda.as_cuda_array(x)
 
 
-def leaf_to_array(fun: Callable, x: Any, where: str, device: bool = False) -> tuple[Any, bool]:
+def leaf_to_array(fun: Callable, x: Any, where: str | Callable[[], str], device: bool = False) -> tuple[Any, bool]:
     """A concrete argument leaf as (array, weak): weak marks Python int/float (promote like scalars).
-    GPU arrays stay on the device for a device backend (device=True), else are copied to the host."""
+    GPU arrays stay on the device for a device backend (device=True), else are copied to the host.
+    `where` names the leaf in errors (a function making the name: only an error pays for it)."""
+    def named() -> str:
+        return f"{where() if callable(where) else where} of {fun_name(fun)}"
+
     if isinstance(x, np.ndarray):
-        refuse_subclass(x, f"{where} of {fun_name(fun)}")
+        if type(x) is not np.ndarray:
+            refuse_subclass(x, named())
         arr, weak = (x if type(x) is np.ndarray else np.asarray(x)), False
     elif on_device(x):
         arr, weak = device_view(x), False
@@ -90,7 +95,7 @@ def leaf_to_array(fun: Callable, x: Any, where: str, device: bool = False) -> tu
         arr, weak = np.asarray(x), False
     elif isinstance(x, int):
         if not np.iinfo(np.int64).min <= x <= np.iinfo(np.int64).max:
-            raise OverflowError(f"{where} of {fun_name(fun)} is the Python integer {x}, out of bounds for int64 (as in "
+            raise OverflowError(f"{named()} is the Python integer {x}, out of bounds for int64 (as in "
                                 "NumPy); pass a float, or split it")
         arr, weak = np.asarray(x, np.int64), weak_flag(x)
     elif isinstance(x, float):
@@ -98,18 +103,17 @@ def leaf_to_array(fun: Callable, x: Any, where: str, device: bool = False) -> tu
     elif isinstance(x, complex):
         arr, weak = np.asarray(x, np.complex128), True
     elif isinstance(x, Tracer):
-        raise TracerLeakError(f"{where} of {fun_name(fun)} is a traced value from a trace that has ended "
+        raise TracerLeakError(f"{named()} is a traced value from a trace that has ended "
                               "(a leaked tracer); return values from traced functions instead")
     else:
-        raise TypeError(f"{where} of {fun_name(fun)} is a {type(x).__name__} ({x!r:.60}), not an array: "
+        raise TypeError(f"{named()} is a {type(x).__name__} ({x!r:.60}), not an array: "
                         "traced functions take NumPy arrays, numbers, or tuples/lists/dicts of them. "
                         "Pass non-array values through static_argnums or a closure.")
     if arr.dtype not in SUPPORTED_DTYPES:
-        raise TypeError(f"{where} of {fun_name(fun)} has dtype {arr.dtype}; supported dtypes are "
+        raise TypeError(f"{named()} has dtype {arr.dtype}; supported dtypes are "
                         f"{', '.join(d.name for d in SUPPORTED_DTYPES)}. Convert it with .astype().")
-    message = rank_error(arr.shape, f"{where} of {fun_name(fun)}")
-    if message:
-        raise ShapeError(with_location(message))
+    if len(arr.shape) > MAX_RANK:
+        raise ShapeError(with_location(rank_error(arr.shape, named())))
     return arr, weak
 
 
@@ -120,7 +124,8 @@ def flatten_call(fun: Callable, args: tuple, device: bool = False, names: Callab
     def leaf(x, i, path):
         if isinstance(x, Tracer):
             return x, x.aval, x.weak
-        where = (names(i) if names else arg_name(fun, i)) + (f" at {path}" if path else "")
+        def where() -> str:   # (inspect.signature, for an error's message only: not on every call)
+            return (names(i) if names else arg_name(fun, i)) + (f" at {path}" if path else "")
         arr, weak = leaf_to_array(fun, x, where, device)
         return arr, Aval(tuple(arr.shape), np.dtype(arr.dtype)), weak   # (a device array's shape may be a tuple subclass)
 

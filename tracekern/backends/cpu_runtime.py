@@ -341,12 +341,13 @@ class Workspace:
     emptied when the call returns (the caller's result is not kept alive by the workspace) and made anew
     before every later call, so that no result a caller holds is overwritten."""
 
-    __slots__ = ("arrays", "_bounds", "_known")
+    __slots__ = ("arrays", "_bounds", "_known", "_kept_ids")
 
     def __init__(self, step: CompiledStep):
         self.arrays = [np.empty(shape, dtype) for shape, dtype in step.arena]
         self._bounds: list[tuple[int, int, int]] = []
         self._known = None
+        self._kept_ids: set[int] = set()
 
     def fresh(self, step: CompiledStep) -> None:
         """New buffers in the slots the step's calls return."""
@@ -360,9 +361,12 @@ class Workspace:
             at = [a.__array_interface__["data"][0] for a in self.arrays]
             self._bounds = sorted((at[k], at[k] + a.nbytes, k) for k, a in enumerate(self.arrays)
                                   if k not in step._escaping and a.nbytes)
+            self._kept_ids = {id(self.arrays[k]) for _, _, k in self._bounds}
         for o in outs:
             if not isinstance(o, np.ndarray) or not o.size or not self._bounds:
                 continue
+            if o.base is None and id(o) not in self._kept_ids:
+                continue   # (an array of its own that is no kept buffer: it overlaps none)
             at = o.__array_interface__["data"][0]
             j = bisect.bisect_right(self._bounds, (at, float("inf"), 0)) - 1
             if j >= 0 and self._bounds[j][0] <= at < self._bounds[j][1]:
