@@ -222,15 +222,17 @@ def test_checkpoint_budgets_are_parsed_and_checked():
 
 # -- a plain-Python driver's kept buffers (cpu_runtime.Workspace) and direct kernel entry points ------------------
 def _cpu_step(f, *args, jf=None):
-    """The compiled step of tk.jit(f, tiers=False) (or of jf) for these arguments, after one call."""
-    import gc
-
+    """The compiled step of tk.jit(f, tiers=False) (or of jf) for these arguments, after one call: the
+    one its own signature cache holds (not found among all live steps: another test's step of the same
+    shapes may be alive in this process)."""
     from tracekern.backends.cpu_runtime import CompiledStep
     jf = jf or tk.jit(f, backend="cpu", tiers=False)
     jf(*args)
-    steps = [o for o in gc.get_objects() if type(o) is CompiledStep and o.graph is not None
-             and o.graph.inputs and tuple(v.shape for v in o.graph.inputs) == tuple(np.shape(a) for a in args)]
-    return jf, steps[-1]
+    want = tuple((np.shape(a), np.asarray(a).dtype) for a in args)
+    steps = [e.run for e in jf._cache.values() if type(e.run) is CompiledStep
+             and tuple((v.shape, v.dtype) for v in e.graph.inputs) == want]
+    assert len(steps) == 1, steps
+    return jf, steps[0]
 
 
 def test_results_a_caller_holds_are_never_overwritten_by_later_calls():
