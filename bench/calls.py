@@ -38,6 +38,8 @@ def _count(staged, args) -> tuple[int, int, int]:
     wrapping every compiled function the step's driver module names with a counter."""
     from numba.core.dispatcher import Dispatcher
 
+    from tracekern.backends import cpu_runtime
+
     staged(*args)   # (compiles: counting starts with the second call)
     step = next(iter(staged._cache.values())).run
     module = step._module
@@ -52,11 +54,15 @@ def _count(staged, args) -> tuple[int, int, int]:
     originals = {k: v for k, v in vars(module).items() if isinstance(v, Dispatcher)}
     for name, fn in originals.items():
         setattr(module, name, counted(name, fn))
+    bound, keys = step._bound, cpu_runtime.BOUND_KEYS
+    # (the driver's own names, counted: no entry points bound past them, cpu_runtime._entry_points)
+    step._bound, cpu_runtime.BOUND_KEYS = {}, 0
     try:
         staged(*args)
     finally:
         for name, fn in originals.items():
             setattr(module, name, fn)
+        step._bound, cpu_runtime.BOUND_KEYS = bound, keys
     return step.units, counts["all"], counts["kernels"]
 
 

@@ -363,3 +363,24 @@ def test_kept_buffers_stay_within_the_process_budget_and_old_pickles_load(monkey
     old.__setstate__(state)
     x = np.ones((100, 50))
     np.testing.assert_allclose(old([x])[0], f(x), rtol=1e-12)
+
+
+def test_the_calls_table_counts_the_kernel_calls_of_a_step_whose_kernels_are_called_directly():
+    """bench.calls counts a straight-line step's kernel calls even once its kernels are called past
+    their dispatchers (the entry points bound on the second call): one count per kernel call."""
+    from bench import calls
+
+    def f(x):
+        return np.sum(np.sort(x, axis=1) * np.tanh(x)) + np.max(x @ x.T)
+
+    jf = tk.jit(tk.value_and_grad(f), backend="cpu", tiers=False)
+    x = np.random.default_rng(3).normal(size=(6, 5))
+    _, step = _cpu_step(None, x, jf=jf)
+    for _ in range(3):
+        jf(x)
+    assert step.straight and step._bound   # (bound: the calls below would skip the driver's names)
+    want = step.driver.count("# kernel ")
+    assert want >= 3
+    units, every, kernels = calls._count(jf, (x,))
+    assert (units, kernels) == (step.units, want) and every >= kernels
+    assert step._bound   # (given back)
