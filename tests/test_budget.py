@@ -600,3 +600,36 @@ def test_the_budget_benchmark_plans_its_sweep_and_checks_its_targets(tmp_path):
         assert budget.plot(result, str(tmp_path / "budget.png")) is None and not (tmp_path / "budget.png").exists()
     else:
         assert budget.plot(result, str(tmp_path / "budget.png")) and (tmp_path / "budget.png").stat().st_size > 0
+
+
+def test_processes_starting_together_share_one_calibration(tmp_path, monkeypatch):
+    """Two processes (here threads, each with its own lock file handle) that find no calibration measure
+    one at a time: the second reads the first one's table instead of measuring, and a table written is
+    never replaced (the planner's choices, and so a plan's kernels, follow from it: two tables made two
+    sets of kernels for one program, and the main job compiled the transformer twice)."""
+    import threading
+    import time
+
+    from tracekern.backends import calibrate
+
+    monkeypatch.setenv("TRACEKERN_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("TRACEKERN_CALIBRATE", raising=False)
+    measured = []
+
+    def measure():
+        measured.append(threading.get_ident())
+        time.sleep(0.3)
+        return {"per_element": {}, "arithmetic": 1e-11 * len(measured), "per_byte": 1e-10, "per_flop": 1e-11,
+                "origin": f"measurement {len(measured)}"}
+
+    monkeypatch.setattr(calibrate, "measure", measure)
+    got = []
+    threads = [threading.Thread(target=lambda: got.append(calibrate.cost_table.__wrapped__())) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(measured) == 1 and len(got) == 2 and got[0] == got[1] == calibrate.cost_table.__wrapped__()
+    assert got[0]["origin"] == "measurement 1"
+    (written,) = (tmp_path / "cache").glob("calibration-*.json")
+    assert json.loads(written.read_text())["origin"] == "measurement 1"

@@ -12,6 +12,7 @@ the math modules, the versions and the machine: a change of any of them measures
 5 s). TRACEKERN_CALIBRATE=0 skips the measurement: the model's defaults are used."""
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -43,24 +44,67 @@ def _digest() -> str:
 
 @functools.cache
 def cost_table() -> dict:
-    """remat.CostModel's fields: read from the cache directory, or measured now and written there."""
+    """remat.CostModel's fields: read from the cache directory, or measured now and written there.
+    One table per cache directory and digest, whoever measures it: processes that start together on
+    an empty cache measure one at a time (a lock file beside it: the others wait, then read the
+    first one's table), and a table is never replaced (written only where none exists), since the
+    planner's choices, and so the kernels of every plan, follow from it: two tables would make two
+    sets of kernels for one program (every process after the second writer compiling again)."""
     if os.environ.get("TRACEKERN_CALIBRATE", "1") == "0":
         return {"origin": "defaults (TRACEKERN_CALIBRATE=0)"}
     path = cache.cache_dir() / f"calibration-{_digest()}.json"
+    table = _read(path)
+    if table is not None:
+        return table
+    with _locked(path.with_name(path.name + ".lock")):
+        table = _read(path)   # (measured by the process that held the lock before)
+        if table is not None:
+            return table
+        table = measure()
+        tmp = path.with_name(f".tmp_{uuid.uuid4().hex[:16]}.json")
+        try:
+            with os.fdopen(cache.new_file(tmp), "w") as f:
+                json.dump(table, f, indent=1)
+            try:
+                os.link(tmp, path)   # (never over another table: without a lock, another process may have written one)
+            except FileExistsError:
+                table = _read(path) or table
+            except OSError:   # (no hard links here: a rename)
+                os.replace(tmp, path)
+        except OSError:
+            pass   # (not cached: the next process measures again)
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+    return table
+
+
+_FIELDS = ("per_element", "arithmetic", "per_byte", "per_flop", "origin")
+
+
+def _read(path) -> dict | None:
     try:
         table = json.loads(path.read_text())
-        return {k: table[k] for k in ("per_element", "arithmetic", "per_byte", "per_flop", "origin")}
+        return {k: table[k] for k in _FIELDS}
     except (OSError, ValueError, KeyError, TypeError):
-        pass
-    table = measure()
-    tmp = path.with_name(f".tmp_{uuid.uuid4().hex[:16]}.json")
+        return None
+
+
+@contextlib.contextmanager
+def _locked(path):
+    """An exclusive lock on the file `path` (made if needed) while the block runs, where the system has
+    POSIX file locks (fcntl); no lock otherwise, or where the file cannot be made."""
     try:
-        with os.fdopen(cache.new_file(tmp), "w") as f:
-            json.dump(table, f, indent=1)
-        os.replace(tmp, path)
-    except OSError:
-        pass   # (not cached: the next process measures again)
-    return table
+        import fcntl
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    except (ImportError, OSError):
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)   # (releases the lock)
 
 
 def _var(shape, dtype=np.float32) -> Var:
