@@ -56,7 +56,7 @@ SIZES = {"quick": {"mlp": (8, 256, 2048), "transformer": (4, 256, 128), "chain":
          "full": {"mlp": (8, 512, 4096), "transformer": (4, 1024, 256), "chain": (1 << 22,)},
          "test": {"mlp": (3, 16, 32), "transformer": (2, 16, 8), "chain": (256,)}}
 POINTS = 9
-RUNS = {"quick": (10, 0.8), "full": (8, 2.0), "test": (2, 0.0)}
+RUNS = {"quick": (6, 0.3), "full": (8, 2.0), "test": (2, 0.0)}
 # Every tool runs on one thread (BENCH_BUDGET_THREADS to change it): on this shared 2-core machine a
 # parallel loop waits for its slowest thread, which another process's work preempts, and the same
 # step then took anywhere from 200 to 800 ms (110 to 125 ms on one thread).
@@ -70,7 +70,7 @@ NOISE = 0.03     # times within 3% of each other are equal, for the targets (the
 # wall-clock timing: on this shared machine another process's work preempts a step and stretches
 # its wall time (the same compiled step measured 32 and 40 ms medians in two runs), but not the CPU
 # time it uses; with one thread per tool, that is what a step costs. The targets compare it.
-CPU_RUNS = {"quick": 40, "full": 15, "test": 2}
+CPU_RUNS = {"quick": 16, "full": 15, "test": 2}
 
 
 # -- in the measuring processes --------------------------------------------------------------------
