@@ -362,6 +362,7 @@ class Workspace:
             self._bounds = sorted((at[k], at[k] + a.nbytes, k) for k, a in enumerate(self.arrays)
                                   if k not in step._escaping and a.nbytes)
             self._kept_ids = {id(self.arrays[k]) for _, _, k in self._bounds}
+        found = set()
         for o in outs:
             if not isinstance(o, np.ndarray) or not o.size or not self._bounds:
                 continue
@@ -370,10 +371,11 @@ class Workspace:
             at = o.__array_interface__["data"][0]
             j = bisect.bisect_right(self._bounds, (at, float("inf"), 0)) - 1
             if j >= 0 and self._bounds[j][0] <= at < self._bounds[j][1]:
-                step._escaping = step._escaping | {self._bounds[j][2]}   # (a new set: other Workspaces see the change)
-                self._known = None
-                self.returned(step, outs)
-                return
+                k = self._bounds.pop(j)[2]   # (learned: another output in the same buffer needs no search)
+                self._kept_ids.discard(id(self.arrays[k]))
+                found.add(k)
+        if found:   # (a new set: the step's other Workspaces see the change and learn their bounds again)
+            step._escaping = self._known = step._escaping | found
 
 
 # A compile the caller waits for (tiers=False, .compile(), a loop step's first call) that takes longer
