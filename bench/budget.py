@@ -18,7 +18,7 @@ memory at once; tk.vjp's plan may also save elementwise values: its planned byte
 "vjp_residual_bytes"), and the measured peak of the whole step. The budget bounds the residuals: the
 saved state, not what the backward pass holds while it recomputes (the step's peak). The sweep
 runs from the larger of the unconstrained residual bytes and the planner's own choice with no
-budget at all, down to the smallest feasible budget, in POINTS steps.
+budget at all, down to the smallest feasible budget, in POINTS steps (9; 6 with --quick).
 
 Targets (issue 20): the curve is monotone (a smaller budget never keeps more, nor runs faster beyond
 the noise); at every budget, tracekern's time is at most that of the best hand-placed strategy that
@@ -55,7 +55,7 @@ WORKLOADS = ("mlp", "transformer", "chain")
 SIZES = {"quick": {"mlp": (8, 256, 2048), "transformer": (4, 256, 128), "chain": (1 << 20,)},
          "full": {"mlp": (8, 512, 4096), "transformer": (4, 1024, 256), "chain": (1 << 22,)},
          "test": {"mlp": (3, 16, 32), "transformer": (2, 16, 8), "chain": (256,)}}
-POINTS = 9
+POINTS = {"quick": 6, "full": 9, "test": 9}   # budgets in a sweep, by size
 RUNS = {"quick": (6, 0.3), "full": (8, 2.0), "test": (2, 0.0)}
 # Every tool runs on one thread (BENCH_BUDGET_THREADS to change it): on this shared 2-core machine a
 # parallel loop waits for its slowest thread, which another process's work preempts, and the same
@@ -130,7 +130,8 @@ def plan(name: str, size: str) -> dict:
     top, low = max(planned.unconstrained_bytes, free.residual_bytes), planned.smallest_budget
     # (where the step has one plan only, top == low, e.g. an elementwise chain, whose fused step
     # keeps just its input: one point)
-    budgets = sorted({int(round(low + (top - low) * k / (POINTS - 1))) for k in range(POINTS)}, reverse=True)
+    points = POINTS[size]
+    budgets = sorted({int(round(low + (top - low) * k / (points - 1))) for k in range(points)}, reverse=True)
     return {"sizes": list(SIZES[size][name]), "unconstrained_bytes": planned.unconstrained_bytes,
             "smallest_bytes": low, "top_bytes": top, "budgets": budgets}
 
@@ -160,6 +161,16 @@ def _saved_state(vjp_call) -> int:
     return after - before
 
 
+def _settle() -> None:
+    """Collect, then exempt what lives now from the cyclic collector (gc.freeze): the memory figures
+    collect before they measure, and with 12 steps' graphs and plans alive each collect took 0.24 s
+    (a sixth of the process's time)."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
+
+
 def time_tracekern(name: str, size: str, budgets: list[int]) -> list[dict]:
     import numpy as np
 
@@ -183,6 +194,7 @@ def time_tracekern(name: str, size: str, budgets: list[int]) -> list[dict]:
         step_plan[label] = low.vjp if budget is not None else \
             tk.value_and_grad(loss, memory_budget=1.0).lower(*args).vjp
         lowered[label] = (low.memory, tk.make_ir(loss, mode="vjp", memory_budget=budget)(*args))
+    _settle()
     timings = interleaved(steps, *RUNS[size])
     cpu = cpu_times(steps, CPU_RUNS[size])
     rows = []

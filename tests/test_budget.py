@@ -558,7 +558,8 @@ def test_the_budget_benchmark_plans_its_sweep_and_checks_its_targets(tmp_path):
 
     info = budget.plan("mlp", "test")        # (traces only)
     points = info["budgets"]
-    assert len(points) == budget.POINTS >= 8 and points == sorted(points, reverse=True)
+    assert len(points) == budget.POINTS["test"] == budget.POINTS["full"] >= 8 and points == sorted(points, reverse=True)
+    assert 5 <= budget.POINTS["quick"] < budget.POINTS["full"]
     assert points[0] == info["top_bytes"] >= info["unconstrained_bytes"] and points[-1] == info["smallest_bytes"] > 0
     # the chain's fused step has one plan (it keeps its input: elementwise values are remade in the
     # loops): one point
