@@ -75,10 +75,16 @@ def compile_one(name: str, strategy: str, size: str) -> dict:
     w = make(name, size, strategy)
     step = tk.jit(tk.value_and_grad(w.loss))
     first, second = first_call(lambda: step(*w.args))
-    # what time_tracekern reads besides the step (tk.vjp's split and the memory plans), so that the
-    # timing process finds all of it in the disk cache
-    _ = tk.jit(w.loss).lower(*w.args).memory.residual_bytes, step.lower(*w.args).memory.peak_bytes
-    return {"compile_s": max(first - second, 0.0), "compiled": _compiled() > before}
+    # the memory plans (tk.vjp's split and the step's), given to the row here: the timing process
+    # need not trace and plan the configuration again (0.8 s a configuration)
+    return {"compile_s": max(first - second, 0.0), "compiled": _compiled() > before,
+            **_memory(tk.jit(w.loss).lower(*w.args).memory, step.lower(*w.args).memory)}
+
+
+def _memory(plain, joint) -> dict:
+    """A row's memory plan fields, from tk.jit(loss).lower(...).memory and the value_and_grad step's."""
+    return {"residual_bytes": plain.residual_bytes, "saved_bytes": plain.saved_bytes,
+            "planned_peak_bytes": joint.peak_bytes["step"]}
 
 
 def _kept(name, size, strategy):
@@ -88,7 +94,9 @@ def _kept(name, size, strategy):
     return fn(size, strategy) if fn else (None, None)
 
 
-def time_tracekern(name: str, size: str) -> list[dict]:
+def time_tracekern(name: str, size: str, memory: bool = True) -> list[dict]:
+    """The timing rows of a workload's strategies; memory=False leaves the memory plans' fields to the
+    compile phase (compile_one), which has them."""
     import kernels
     import tracekern as tk
 
@@ -99,15 +107,13 @@ def time_tracekern(name: str, size: str) -> list[dict]:
         step = tk.jit(tk.value_and_grad(w.loss))
         steps[strategy] = (lambda step=step, w=w: step(*w.args))
         steps[strategy]()                                   # loads from the disk cache
-        lowered[strategy] = (tk.jit(w.loss).lower(*w.args).memory, step.lower(*w.args).memory)
+        lowered[strategy] = _memory(tk.jit(w.loss).lower(*w.args).memory, step.lower(*w.args).memory) if memory else {}
     timings = interleaved(steps, *RUNS[size])
     for strategy, fn in steps.items():
-        plain, joint = lowered[strategy]
         kept, what = _kept(name, size, strategy)
         rows.append(dict(_row(name, strategy, "tracekern", "tk annotations" if strategy != "none" else "no annotation"),
-                         **timings[strategy].as_dict(), residual_bytes=plain.residual_bytes,
-                         saved_bytes=plain.saved_bytes, kept_at_run_time_bytes=kept, kept_at_run_time=what,
-                         planned_peak_bytes=joint.peak_bytes["step"], peak_bytes=sampled_peak(fn)))
+                         **timings[strategy].as_dict(), **lowered[strategy], kept_at_run_time_bytes=kept,
+                         kept_at_run_time=what, peak_bytes=sampled_peak(fn)))
     return rows
 
 
@@ -182,8 +188,10 @@ def run(options: argparse.Namespace) -> dict:
         for name in names:
             for tool in tools:
                 progress(f"{name} ({LABELS[tool]}{f', load {busy}' if busy else ''}) ...", end="")
+                # (tracekern's memory plans: from the compile phase where it ran)
+                known = tool == "tracekern" and all((name, st) in compiled for st in kernels.MODULES[name].STRATEGIES)
                 with load(busy):
-                    got = in_process("bench.recompute", "--time", tool, name, size)
+                    got = in_process("bench.recompute", "--time", tool, name, size, *(["--memory-known"] * known))
                 for r in got:
                     r.update(compiled.get((name, r["strategy"]), {}) if tool == "tracekern" else {})
                     r["load"] = busy
@@ -297,7 +305,8 @@ def main(argv=None):
         print(json.dumps(compile_one(*argv[1:4])))
     elif argv[:1] == ["--time"]:
         tool, name, size = argv[1:4]
-        print(json.dumps(time_tracekern(name, size) if tool == "tracekern" else time_peer(tool, name, size)))
+        print(json.dumps(time_tracekern(name, size, memory="--memory-known" not in argv) if tool == "tracekern"
+                         else time_peer(tool, name, size)))
     else:
         return main_job([SECTION], argv, prog="python -m bench.recompute", doc=__doc__)
 

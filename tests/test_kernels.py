@@ -177,9 +177,16 @@ def test_time_peer_reports_unsupported_strategies_as_rows():
     assert all(r["time_s"] is None and "while_loop" in r["unsupported"] for r in rows)
 
 
-def test_compile_one_reports_a_compile_time():
+def test_compile_one_reports_a_compile_time_and_the_memory_plans_the_timing_rows_would():
+    """The compile phase gives each row its memory plans (the timing process then skips them): the
+    same figures as the timing process's own."""
     r = recompute.compile_one("softplus", "custom", "test")
     assert r["compile_s"] >= 0 and isinstance(r["compiled"], bool)
+    (timed,) = [t for t in recompute.time_tracekern("softplus", "test") if t["strategy"] == "custom"]
+    fields = ("residual_bytes", "saved_bytes", "planned_peak_bytes")
+    assert {k: r[k] for k in fields} == {k: timed[k] for k in fields} and r["residual_bytes"] > 0
+    (skipped,) = [t for t in recompute.time_tracekern("softplus", "test", memory=False) if t["strategy"] == "custom"]
+    assert all(skipped[k] is None for k in fields) and skipped["time_s"] > 0
 
 
 def test_interleaved_timing_runs_each_function_enough():
