@@ -1040,3 +1040,26 @@ def _fori_value(x):
     for _ in range(5):
         x = np.sin(x) * 0.9
     return x
+
+
+def test_a_step_that_raises_a_value_error_is_not_taken_for_a_damaged_cache(monkeypatch):
+    """np.linalg.LinAlgError is a ValueError: a step whose kernel raises it (a singular matrix) gives the
+    error to the caller at once, every time; its cache files are not discarded nor compiled again (the
+    damaged-cache path, for errors while loading, once did both before the error came out)."""
+    import numpy as np
+
+    import tracekern as tk
+    from tracekern.backends import cache, units
+
+    f = tk.jit(lambda a: np.linalg.inv(a) * 2.0, backend="cpu", tiers=False)
+    np.testing.assert_allclose(f(np.eye(3) * 4.0), np.eye(3) * 0.5)
+    discarded = []
+    monkeypatch.setattr(cache, "discard", lambda path: discarded.append(path))
+    for _ in range(2):
+        before = units.compiled()
+        with pytest.raises(np.linalg.LinAlgError):
+            np.linalg.inv(np.zeros((3, 3)))           # (NumPy's own error, for the same input)
+        with pytest.raises(np.linalg.LinAlgError):
+            f(np.zeros((3, 3)))
+        assert units.compiled() == before and discarded == []
+    np.testing.assert_allclose(f(np.eye(3)), np.eye(3) * 2.0)

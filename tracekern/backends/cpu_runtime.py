@@ -5,12 +5,14 @@ compile (PROGRESS_AFTER_S)."""
 from __future__ import annotations
 
 import bisect
+import os
 import sys
 import threading
 import types
 import weakref
 from collections.abc import Sequence
 
+import numba.core
 import numpy as np
 from numba import typeof
 from numba._dispatcher import compute_fingerprint
@@ -201,7 +203,9 @@ class CompiledStep:
             return self._run(module, args)
         except NumbaError as err:
             raise cache.located_error("cpu", err, self._lines, self.driver) from None
-        except (ValueError, OSError, EOFError, AttributeError, ImportError):
+        except (ValueError, OSError, EOFError, AttributeError, ImportError) as err:
+            if not _while_loading(err):
+                raise   # (the step's own error: np.linalg.LinAlgError is a ValueError)
             # a damaged Numba cache entry fails while loading: discard it, compile once more
             for s in self.modules + [self.compiled_driver] * bool(self.compiled_driver):
                 cache.discard(cache.module_path(s))
@@ -243,6 +247,23 @@ class CompiledStep:
             if new:
                 _kept(self)
         return list(out)
+
+
+_NUMBA_CORE = os.path.dirname(numba.core.__file__) + os.sep
+
+
+def _while_loading(err: BaseException) -> bool:
+    """Whether `err` was raised while the step's code was loaded (a generated module imported, Numba's
+    cache read: its traceback passes through CompiledStep._load, backends/cache.py, numba.core or
+    importlib), not by the step's run, whose compiled code leaves no frame of those."""
+    tb = err.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if (code is CompiledStep._load.__code__ or code.co_filename == cache.__file__
+                or code.co_filename.startswith(_NUMBA_CORE) or "importlib" in code.co_filename):
+            return True
+        tb = tb.tb_next
+    return False
 
 
 _TYPES: dict = {}   # Numba's type fingerprint of a value -> its Numba type (what the dispatchers' own cache does)
