@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import tracekern as tk
+from tests.conftest import assert_tree_close
 from tracekern import schedule
 from tracekern.backends import threads
 
@@ -384,3 +385,74 @@ def test_the_calls_table_counts_the_kernel_calls_of_a_step_whose_kernels_are_cal
     units, every, kernels = calls._count(jf, (x,))
     assert (units, kernels) == (step.units, want) and every >= kernels
     assert step._bound   # (given back)
+
+
+def test_entry_points_are_bound_only_after_a_whole_call_was_recorded(monkeypatch):
+    """A first call with new argument types that stops midway (here a kernel raises) has not recorded the
+    call sites after it: the next call records again instead of binding entry points from half a record
+    (found by tests/test_dask.py: threads making their first calls at once bound one while another was
+    recording, and a gradient came out wrong)."""
+    from tracekern.backends import cpu_runtime
+
+    def loss(w, x):
+        return np.sum(np.tanh(x @ w) ** 2)
+
+    rng = np.random.default_rng(4)
+    w, x = rng.normal(size=(6, 5)), rng.normal(size=(8, 6))
+    g = tk.jit(tk.grad(loss, argnums=(0, 1)), backend="cpu", tiers=False)
+    _, step = _cpu_step(None, w, x, jf=g)
+    module = step._module
+    kernels = sorted(k for k, v in vars(module).items() if k[:1] == "K" and hasattr(v, "overloads"))
+    assert step.straight and len(kernels) >= 2
+    last, real = kernels[-1], getattr(module, kernels[-1])
+
+    calls = []
+
+    def fails_once(*a):
+        calls.append(a)
+        if len(calls) == 1:
+            raise FloatingPointError("stopped midway")
+        return real(*a)
+    xf = np.asfortranarray(x)   # (new strides: a new record)
+    monkeypatch.setattr(module, last, fails_once)
+    with pytest.raises(FloatingPointError):
+        g(w, xf)
+    (recorder,) = [b for b in step._bound.values() if isinstance(b, cpu_runtime._Recorder) and not b.done]
+    want = tk.jit(tk.grad(loss, argnums=(0, 1)), backend="interpret")(w, xf)
+    for _ in range(3):
+        assert_tree_close(g(w, xf), want)
+    assert recorder.done
+
+
+def test_first_calls_from_many_threads_at_once_give_the_right_results():
+    """Threads making the first calls of new argument types at once (a dask scheduler of threads does):
+    every result is the interpreter's, whichever call records the kernels' types and whichever binds."""
+    import threading
+
+    def loss(w1, w2, x):
+        h = np.tanh(x @ w1)
+        return np.sum((h @ w2.T) ** 2) + np.sum(h.T @ x)
+
+    rng = np.random.default_rng(5)
+    w1, w2, base = rng.normal(size=(6, 7)), rng.normal(size=(3, 7)), rng.normal(size=(16, 12))
+    g = tk.jit(tk.value_and_grad(loss, argnums=(0, 1, 2)), backend="cpu", tiers=False)
+    ref = tk.jit(tk.value_and_grad(loss, argnums=(0, 1, 2)), backend="interpret")
+    g(w1, w2, np.ascontiguousarray(base[:8, :6]))
+    errors = []
+    for x in (base[::2, :6], base[:8, ::2], np.asfortranarray(base[:8, :6]), base[8:, 6:], base[::2, 6:]):
+        want = ref(w1, w2, x)
+        barrier = threading.Barrier(4)
+
+        def work(x=x, want=want, barrier=barrier):
+            try:
+                barrier.wait()
+                for _ in range(6):
+                    assert_tree_close(g(w1, w2, x), want)
+            except Exception as err:   # (reported below, in the main thread)
+                errors.append(err)
+        threads_ = [threading.Thread(target=work) for _ in range(4)]
+        for t in threads_:
+            t.start()
+        for t in threads_:
+            t.join()
+    assert not errors, errors[0]

@@ -237,6 +237,12 @@ class CompiledStep:
         if self._flagged:
             # (out[0]: a sin/cos/tan argument beyond the vectorised range: the libm variant)
             out = module.step_exact(*args, *self._consts, *extra) if out[0] else out[1:]
+        if type(module) is _Recorder:
+            # (a whole call recorded: every call site's types. Not before it returns: a call that raised
+            # midway, or one another thread is still running, has not seen the sites after it, where a
+            # kernel may be called with other types, and an entry point called with types it was not
+            # compiled for computes garbage)
+            module.done = True
         if extra and not config.keep_buffers:
             self._spare.clear()
         elif extra and self._arena_bytes <= WORKSPACE_KEEP_BYTES and len(self._spare) < 2:
@@ -301,9 +307,7 @@ class _Recorder:
 
         def call(*args):
             seen.add(tuple(map(_typeof, args)))
-            out = fn(*args)
-            self.done = True
-            return out
+            return fn(*args)
         return call
 
     def bind(self) -> types.SimpleNamespace:
@@ -356,6 +360,9 @@ WORKSPACE_KEEP_BYTES = 1 << 25
 BOUND_KEYS = 32
 
 
+_LEARNING = threading.Lock()   # Workspace.returned's update of a step's escaping slots
+
+
 class Workspace:
     """One call's buffers of a plain-Python driver (W: CompiledStep.arena), kept for its next call. A slot
     whose buffer a call returns (an output, or a view of one) is never used again: the slot is learned,
@@ -396,7 +403,8 @@ class Workspace:
                 self._kept_ids.discard(id(self.arrays[k]))
                 found.add(k)
         if found:   # (a new set: the step's other Workspaces see the change and learn their bounds again)
-            step._escaping = self._known = step._escaping | found
+            with _LEARNING:   # (two threads learning at once: neither's slots lost)
+                step._escaping = self._known = step._escaping | found
 
 
 # A compile the caller waits for (tiers=False, .compile(), a loop step's first call) that takes longer
