@@ -315,18 +315,23 @@ def _sections_of(result: dict, first: str) -> dict:
 def main_job(sections: list[Section], argv=None, prog: str = "python -m bench", doc: str | None = None,
              name: str = "recompute", options: Callable[[argparse.ArgumentParser], None] | None = None) -> dict | None:
     ap = argparse.ArgumentParser(prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="quick sizes (each step >= ~20 ms), about 2 minutes")
+    ap.add_argument("--quick", action="store_true", help="quick sizes (each step >= ~20 ms); results go to NAME-quick.json "
+                    "and .png unless --json/--plot say otherwise (the README's 'How long' gives the time)")
     ap.add_argument("--only", nargs="+", metavar="WORKLOAD", help="workloads to run (default: all)")
     ap.add_argument("--tools", nargs="+", metavar="TOOL", help="tracekern and the peers to run (default: all installed)")
     ap.add_argument("--sections", nargs="+", choices=[s.name for s in sections], help="sections to run (default: all)")
-    ap.add_argument("--json", default=os.path.join(RESULTS, f"{name}.json"))
-    ap.add_argument("--plot", default=os.path.join(RESULTS, f"{name}.png"))
+    ap.add_argument("--json", default=None, help=f"default: bench/results/{name}.json ({name}-quick.json with --quick)")
+    ap.add_argument("--plot", default=None, help=f"default: bench/results/{name}.png ({name}-quick.png with --quick)")
     add_load_option(ap)
     ap.add_argument("--compare", nargs=2, metavar=("OLD", "NEW"), help="new/old of every row two result files share")
     ap.add_argument("--markdown", metavar="RESULT", help="print a result file's tables and notes as Markdown")
     if options:
         options(ap)
     args = ap.parse_args(argv)
+    # (a quick run never overwrites the full run's results)
+    stem = os.path.join(RESULTS, f"{name}-quick" if args.quick else name)
+    args.json = args.json or stem + ".json"
+    args.plot = args.plot or stem + ".png"
     chosen = [s for s in sections if not args.sections or s.name in args.sections]
     if args.markdown:
         saved = json.load(open(args.markdown))
