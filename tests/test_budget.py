@@ -634,3 +634,23 @@ def test_processes_starting_together_share_one_calibration(tmp_path, monkeypatch
     assert got[0]["origin"] == "measurement 1"
     (written,) = (tmp_path / "cache").glob("calibration-*.json")
     assert json.loads(written.read_text())["origin"] == "measurement 1"
+
+
+def test_a_file_system_that_refuses_locks_still_gets_a_calibration(tmp_path, monkeypatch):
+    """Where flock fails (some network file systems), the calibration is measured and written without
+    the lock instead of failing the planner."""
+    import fcntl
+
+    from tracekern.backends import calibrate
+
+    monkeypatch.setenv("TRACEKERN_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("TRACEKERN_CALIBRATE", raising=False)
+    monkeypatch.setattr(calibrate, "measure", lambda: {"per_element": {}, "arithmetic": 1e-11, "per_byte": 1e-10,
+                                                       "per_flop": 1e-11, "origin": "no lock"})
+
+    def refuse(fd, op):
+        raise OSError(37, "No locks available")
+    monkeypatch.setattr(fcntl, "flock", refuse)
+    assert calibrate.cost_table.__wrapped__()["origin"] == "no lock"
+    (written,) = (tmp_path / "cache").glob("calibration-*.json")
+    assert json.loads(written.read_text())["origin"] == "no lock"

@@ -93,7 +93,8 @@ def _read(path) -> dict | None:
 @contextlib.contextmanager
 def _locked(path):
     """An exclusive lock on the file `path` (made if needed) while the block runs, where the system has
-    POSIX file locks (fcntl); no lock otherwise, or where the file cannot be made."""
+    POSIX file locks (fcntl); no lock otherwise: where the file cannot be made or the file system
+    refuses locks (some network file systems), each process measures as before the lock existed."""
     try:
         import fcntl
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
@@ -101,7 +102,10 @@ def _locked(path):
         yield
         return
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:
+            pass   # (no lock here: the table is still written only where none exists)
         yield
     finally:
         os.close(fd)   # (releases the lock)
