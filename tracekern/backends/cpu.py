@@ -29,7 +29,7 @@ PLAN_CACHE = True
 # how a driver allocates and copies: plain Python (NumPy), an njit driver, a loop compiled whole (its workspace)
 PYTHON = Idioms(empty=lambda dims, dtype: f"np.empty(({''.join(f'{d}, ' for d in dims)}), np.{np.dtype(dtype).name})",
                 copy="{x}.copy()", assign="{dst}[...] = {src}", truth="{x}[()]", contiguous="np.ascontiguousarray({x})")
-NJIT = Idioms(empty=lambda dims, dtype: _empty(dims, dtype), copy="{x}.copy()", assign="{dst}[...] = {src}",
+NJIT = Idioms(empty=lambda dims, dtype: _empty(dims, dtype), copy="{x}.copy()", assign="put({dst}, {src})",
               truth="{x}[()]", contiguous="np.ascontiguousarray({x})")
 INLINED = Idioms(empty=lambda dims, dtype: _empty(dims, dtype), copy="fresh_copy({x})", assign="assign({dst}, {src})",
                  truth="{x}[()]", contiguous="contiguous({x})")

@@ -120,8 +120,8 @@ def _sort(t, k, ops, dsts) -> None:
     (x,), (out,) = ops, dsts
     names, depth = _loops(t, x, list(range(e.inputs[0].ndim - 1)))
     row = f"{x}[{', '.join(names)}]" if names else x
-    call = f"np.sort({row})" if e.primitive.name == "sort" else f"np.argsort({row}, kind='mergesort')"
-    t.emit(depth, f"{out}[{', '.join(names + [':'])}] = {call}", eqn=e)
+    call = f"np_sort({row})" if e.primitive.name == "sort" else f"np_argsort_stable({row})"
+    t.emit(depth, f"put({out}[{', '.join(names)}], {call})" if names else f"put({out}, {call})", eqn=e)
 
 
 @kernel("searchsorted")
@@ -139,7 +139,7 @@ def _scatter(t, k, ops, dsts) -> None:
     e = k.eqn
     (base, idx, upd), (out,) = ops, dsts
     axis, mode = e.params["axis"], e.params["mode"]
-    t.emit(1, f"{out}[...] = {base}")
+    t.emit(1, f"put({out}, {base})")
     names, depth = _loops(t, idx, list(range(e.inputs[1].ndim)))
     t.emit(depth, f"j = take_index({subscript(idx, names)}, {base}.shape[{axis}])")
     cell = subscript(out, names[:axis] + ["j"] + names[axis + 1:])
@@ -159,12 +159,12 @@ def _fft(t, k, ops, dsts) -> None:
     axes = tuple(range(nd - p["ndim"], nd))
     x = ops[0]
     if p["kind"] == "c2c":
-        call = f"np.fft.{'ifftn' if p['inverse'] else 'fftn'}({x}, axes={axes}, norm={'forward' if p['inverse'] else 'backward'!r})"
+        call = f"np_{'ifftn' if p['inverse'] else 'fftn'}({x}, {axes})"
     elif p["kind"] == "r2c":
-        call = f"np.fft.rfftn({x}, axes={axes}, norm='backward')"
+        call = f"np_rfftn({x}, {axes})"
     else:
-        call = f"np.fft.irfftn({x}, s={tuple(e.outputs[0].shape[nd - p['ndim']:])}, axes={axes}, norm='forward')"
-    t.emit(1, f"{dsts[0]}[...] = {call}", eqn=e)
+        call = f"np_irfftn({x}, {tuple(e.outputs[0].shape[nd - p['ndim']:])}, {axes})"
+    t.emit(1, f"put({dsts[0]}, {call})", eqn=e)
 
 
 @kernel("eig")
@@ -180,14 +180,14 @@ def _eig(t, k, ops, dsts) -> None:
     t.emit(depth, f"with objmode({types}):", eqn=e)
     t.emit(depth + 1, f"{', '.join(results)}{',' if len(results) == 1 else ''} = eig_numpy(m, {e.params['vectors']})", eqn=e)
     for r, dst in zip(results, dsts):
-        t.emit(depth, f"{dst}[{pre}] = {r}" if names else f"{dst}[...] = {r}")
+        t.emit(depth, f"put({dst}[{pre}], {r})" if names else f"put({dst}, {r})")
 
 
 # The call on one float64 matrix of the batch, per primitive ({0}, {1}: the operands; then the params): Numba's
 # np.linalg, or cpu_math's eigh_f64, which calls LAPACK on the triangle asked for, as NumPy does
-LINALG_CALLS = {"solve": "np.linalg.solve({0}, {1})", "inv": "np.linalg.inv({0})", "slogdet": "np.linalg.slogdet({0})",
-                "cholesky": "np.linalg.cholesky({0})", "qr": "np.linalg.qr({0})",
-                "eigh": "eigh_f64({0}, {upper})", "svd": "np.linalg.svd({0}, full_matrices={full_matrices})"}
+LINALG_CALLS = {"solve": "np_solve({0}, {1})", "inv": "np_inv({0})", "slogdet": "np_slogdet({0})",
+                "cholesky": "np_cholesky({0})", "qr": "np_qr({0})", "eigh": "eigh_f64({0}, {upper})",
+                "svd": "np_svd_{svd}({0})"}
 
 
 @kernel(*LINALG_CALLS)
@@ -200,12 +200,12 @@ def _linalg(t, k, ops, dsts) -> None:
     pre = ", ".join(names)
     widen = {"float32": ".astype(np.float64)", "complex64": ".astype(np.complex128)"}.get(e.inputs[0].dtype.name, "")
     mats = [f"np.ascontiguousarray({op}[{pre}]){widen}" if names else f"np.ascontiguousarray({op}){widen}" for op in ops]
-    params = dict(e.params, upper=e.params.get("uplo") == "U")
+    params = dict(e.params, upper=e.params.get("uplo") == "U", svd="full" if e.params.get("full_matrices") else "reduced")
     results = [f"r{j}" for j in range(len(dsts))]
     t.emit(depth, f"{', '.join(results)} = {LINALG_CALLS[e.primitive.name].format(*mats, **params)}", eqn=e)
     for r, dst, v in zip(results, dsts, e.outputs):
         target = f"{dst}[{pre}]" if names else dst
         if len(v.shape) > len(names):
-            t.emit(depth, f"{target}[...] = {r}")
+            t.emit(depth, f"put({target}, {r})")
         else:
             t.emit(depth, f"{dst}[{pre if names else '()'}] = {r}")
