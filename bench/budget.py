@@ -52,7 +52,7 @@ from bench.harness import (
 WORKLOADS = ("mlp", "transformer", "chain")
 # sizes with activations that outweigh the weights (the budget cannot touch the weights: the
 # backward reads them), for kernels/<name>.inputs(*sizes)
-SIZES = {"quick": {"mlp": (8, 256, 2048), "transformer": (4, 256, 128), "chain": (1 << 20,)},
+SIZES = {"quick": {"mlp": (8, 256, 1024), "transformer": (4, 256, 128), "chain": (1 << 20,)},
          "full": {"mlp": (8, 512, 4096), "transformer": (4, 1024, 256), "chain": (1 << 22,)},
          "test": {"mlp": (3, 16, 32), "transformer": (2, 16, 8), "chain": (256,)}}
 POINTS = {"quick": 6, "full": 9, "test": 9}   # budgets in a sweep, by size

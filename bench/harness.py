@@ -206,6 +206,11 @@ def sampled_peak(fn: Callable, calls: int = 3) -> int | None:
 
 
 # -- processes, peers, machine ---------------------------------------------------------------------
+# every process in_process ran in this one ({"args", "wall_s"}): the main job's JSON keeps them ("processes"),
+# which says where its time went
+PROCESSES: list[dict] = []
+
+
 def in_process(module: str, *args: str, env: dict | None = None) -> object:
     """Runs `python -m module *args` from the repository root and returns the JSON of its last line
     of output (a measurement in a fresh process: no memory or cache of another one)."""
@@ -213,7 +218,9 @@ def in_process(module: str, *args: str, env: dict | None = None) -> object:
     # the repository first; a PYTHONPATH already set (a peer installed by hand) stays after it
     path = os.pathsep.join([ROOT] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != ROOT])
     env = dict(os.environ, PYTHONPATH=path, TF_CPP_MIN_LOG_LEVEL="2", **(env or {}))
+    start = time.perf_counter()
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
+    PROCESSES.append({"args": [module, *args], "wall_s": round(time.perf_counter() - start, 3)})
     if out.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd[2:])} failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -357,6 +364,7 @@ def main_job(sections: list[Section], argv=None, prog: str = "python -m bench", 
             print("note:", note)
     result["wall_s"] = time.perf_counter() - start
     result["load_average_end"] = load_average()
+    result["processes"] = PROCESSES
     save(result, args.json)
     for s in chosen:
         if s.plot:

@@ -252,3 +252,16 @@ def test_table_compare_json_and_plot(tmp_path):
 
     path = plot(dict(old, size="test"), str(tmp_path / "p.png"))
     assert path and (tmp_path / "p.png").stat().st_size > 10_000
+
+
+def test_the_main_job_keeps_each_process_it_ran_and_its_time(tmp_path):
+    """The main job's JSON lists every measuring process (its arguments, its wall time): where the run's time went."""
+    probe = tmp_path / "probe.json"
+    probe.write_text('{"a": 1}')
+    section = harness.Section("probe", lambda options: {"rows": [harness.in_process("json.tool", "--compact", str(probe))],
+                                                        "notes": []}, lambda result: "a table")
+    harness.main_job([section], ["--json", str(tmp_path / "r.json"), "--plot", str(tmp_path / "r.png")])
+    saved = json.loads((tmp_path / "r.json").read_text())
+    assert saved["sections"]["probe"]["rows"] == [{"a": 1}]
+    ran = [p for p in saved["processes"] if p["args"] == ["json.tool", "--compact", str(probe)]]
+    assert len(ran) == 1 and ran[0]["wall_s"] > 0, saved["processes"]
