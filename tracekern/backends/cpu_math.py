@@ -167,14 +167,52 @@ def assign(dst, src):
         d[i] = s[i]
 
 
+def _copy_into(dst, src):
+    """dst[...] = src (put's body, chosen by the arrays' layouts when put is compiled)."""
+
+
+@overload(_copy_into)
+def _copy_into_layouts(dst, src):
+    if dst.layout == "C" and src.layout == "C":
+        def flat(dst, src):
+            d = dst.reshape(dst.size)
+            s = src.reshape(src.size)
+            for i in range(d.size):
+                d[i] = s[i]
+        return flat
+
+    if dst.ndim == 1:
+        def rows(dst, src):
+            for i in range(dst.shape[0]):
+                dst[i] = src[i]
+        return rows
+    if dst.ndim == 2:
+        def matrix(dst, src):
+            for i in range(dst.shape[0]):
+                for j in range(dst.shape[1]):
+                    dst[i, j] = src[i, j]
+        return matrix
+    if dst.ndim == 3:
+        def cube(dst, src):
+            for i in range(dst.shape[0]):
+                for j in range(dst.shape[1]):
+                    for k in range(dst.shape[2]):
+                        dst[i, j, k] = src[i, j, k]
+        return cube
+
+    def strided(dst, src):
+        for i in np.ndindex(dst.shape):
+            dst[i] = src[i]
+    return strided
+
+
 @njit(**INLINE)
 def put(dst, src):
-    """dst[...] = src for arrays of one shape and any layouts, element by element. Numba's slice
-    assignment of an array checks the shapes and formats its error message with Numba's string
-    code, which it compiles again in every process that compiles such a kernel (5 to 7 s of a
-    spectral or signal program's first call, per rank of the arrays)."""
-    for i in np.ndindex(dst.shape):
-        dst[i] = src[i]
+    """dst[...] = src for arrays of one shape and any layouts, element by element (a flat loop where
+    both are C-contiguous). Numba's slice assignment of an array checks the shapes and formats its
+    error message with Numba's string code, which it compiled again in every process that compiled
+    such a kernel (5 to 7 s of a spectral or signal program's first call, per rank of the arrays)."""
+    _copy_into(dst, src)
 
 
 # NumPy's library calls inside kernels, compiled once per machine and signature and cached with the math
