@@ -245,6 +245,26 @@ def test_checkpointed_fori_loop_saves_fewer_bytes():
     close(tk.grad(lambda x: f(x, 4))(x), tk.grad(lambda x: f(x, None))(x), 1e-12)
 
 
+def test_grad_of_grad_through_a_while_loop_names_the_while_loop_and_what_works():
+    """The refusal named a checkpointed tk.scan and said to use checkpoint=None, which a while loop
+    already had; it names the while loop, the user's line, and forward over reverse, which works."""
+    def f(x):
+        return np.sum(tk.while_loop(lambda c: c[1] < 3, lambda c: (np.sin(c[0]) * 1.5, c[1] + 1),
+                                    (x, np.int64(0)))[0])
+
+    x = np.array([0.3, -0.7])
+    with pytest.raises(tk.TracekernError, match=r"(?s)tk\.while_loop.*tk\.jvp\(tk\.grad\(f\).*test_control\.py:"):
+        tk.grad(lambda x: np.sum(tk.grad(f)(x) ** 2))(x)
+    g = lambda x: np.sum(tk.scan(lambda c, _: (np.sin(c), c), x, None, length=3, checkpoint=1)[0])  # noqa: E731
+    with pytest.raises(tk.TracekernError, match=r"checkpointed tk\.scan.*checkpoint=None"):
+        tk.grad(lambda x: np.sum(tk.grad(g)(x) ** 2))(x)
+    # what the message offers: forward over reverse, against central differences of the gradient
+    hv = tk.jvp(tk.grad(f), (x,), (np.array([1.0, 0.0]),), backend="interpret")[1]
+    e = 1e-6
+    fd = (tk.grad(f)(x + [e, 0.0]) - tk.grad(f)(x - [e, 0.0])) / (2 * e)
+    np.testing.assert_allclose(hv, fd, rtol=1e-6, atol=1e-8)
+
+
 @pytest.mark.parametrize("start,trips", [(np.array([-1.0, 1.0]), 0), (np.array([0.01, 0.02]), 1),
                                          (np.array([1.0, 1.5]), None)])
 def test_checkpointed_while_loop_gives_identical_gradients_for_every_k(backend, start, trips):
