@@ -112,6 +112,22 @@ def test_scan_reverse_length_pytrees_and_zero_steps(backend):
     assert empty[1].shape == (0, 2)
 
 
+def test_scan_and_fori_loop_accept_jax_unroll_with_the_same_results():
+    """JAX code passes unroll= to lax.scan and lax.fori_loop (a hint; the results are the same):
+    it raised TypeError, an unexpected keyword argument."""
+    xs = np.array([0.3, -0.7, 1.1])
+    f = lambda x, u: tk.scan(lambda c, x: (np.sin(c) + x, c * x), 0.5, x, unroll=u)  # noqa: E731
+    want = ref(lambda x: f(x, 1))(xs)
+    close(ref(lambda x: f(x, 2))(xs), want, 0)
+    close(tk.grad(lambda x: np.sum(f(x, True)[1]))(xs), tk.grad(lambda x: np.sum(f(x, 1)[1]))(xs), 0)
+    g = lambda x, n: tk.fori_loop(0, n, lambda i, v: v * 1.5 + i, x, unroll=3)  # noqa: E731
+    close(ref(lambda x: g(x, 3))(xs), ((xs * 1.5) * 1.5 + 1) * 1.5 + 2, 1e-15)
+    close(ref(g)(xs, np.int64(3)), ((xs * 1.5) * 1.5 + 1) * 1.5 + 2, 1e-15)
+    for bad in (0, 1.5, "2"):
+        with pytest.raises(ValueError, match="unroll must be an int >= 1 or a bool"):
+            f(xs, bad)
+
+
 def test_scan_carry_must_keep_its_shape():
     with pytest.raises(TypeError, match=r"the carry changed: leaf .* is f64\[2\] in init and f64\[\] in f's result"):
         tk.jit(lambda x: tk.scan(lambda c, xi: (c.sum(), xi), x, np.ones((3, 2))))(np.ones(2))
