@@ -166,6 +166,12 @@ def test_errors_name_the_users_line():
     with pytest.raises(TypeError, match="dtype int") as err:
         tk.jacfwd(lambda x: x * 2)(np.arange(3))
     assert HERE in str(err.value)
+    # the integer argument named is the one argnums picks (it named argument 0, 'x', a float)
+    for transform in (tk.jacfwd, tk.jacrev):
+        with pytest.raises(TypeError, match=r"argument 1 \('n'\) has a leaf of dtype int64"):
+            transform(lambda x, n: x * n, argnums=1)(np.ones(3), np.int64(2))
+        with pytest.raises(TypeError, match=r"argument 2 \('m'\) has a leaf of dtype int64"):
+            transform(lambda x, y, m: x * y * m, argnums=(0, 2))(np.ones(3), 2.0, np.int64(2))
     with pytest.raises(ValueError, match="argnums") as err:
         tk.jacrev(lambda x: x * 2, argnums=2)(np.ones(3))
     assert HERE in str(err.value)

@@ -37,11 +37,12 @@ def _argnums(name: str, fun: Callable, argnums, args: tuple) -> tuple[int, ...]:
     return tuple(i % len(args) for i in nums)
 
 
-def _check_float(name: str, fun: Callable, flat, i: int) -> None:
+def _check_float(name: str, fun: Callable, flat, k: int, argnum: int) -> None:
+    """The leaves of flat's k-th differentiated argument, fun's positional argument `argnum`, are float."""
     for aval, owner in zip(flat.avals, flat.owner):
-        if owner == i and not is_float(aval.dtype):
+        if owner == k and not is_float(aval.dtype):
             raise TypeError(with_location(
-                f"{name} of {fun_name(fun)}: {arg_name(fun, i)} has a leaf of dtype {aval.dtype}; derivatives are taken "
+                f"{name} of {fun_name(fun)}: {arg_name(fun, argnum)} has a leaf of dtype {aval.dtype}; derivatives are taken "
                 "with respect to float32/float64 values only (leave integer arguments out of argnums, or .astype(float))"))
 
 
@@ -103,7 +104,7 @@ def _differentiated(name: str, fun: Callable, argnums, args: tuple):
     primals = tuple(args[i] for i in nums)
     flat = flatten_call(fun, primals)
     for k in range(len(nums)):
-        _check_float(name, fun, flat, k)
+        _check_float(name, fun, flat, k, nums[k])
     return _partial(fun, args, nums), primals, flat
 
 
