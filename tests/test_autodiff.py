@@ -70,6 +70,22 @@ def test_stop_gradient():
     assert tk.grad(lambda x: tk.stop_gradient(x * 2).sum(), unconnected="none")(x) is None
 
 
+def test_stop_gradient_of_a_pytree():
+    """jax.lax.stop_gradient takes a pytree; tk.stop_gradient raised TypeError on a tuple."""
+    x = np.array([0.3, -0.7])
+
+    def f(x):
+        a, d, none = tk.stop_gradient((x ** 2, {"b": x * 3}, None))
+        assert none is None
+        return np.sum(x * a + x * d["b"] + x ** 2)
+
+    np.testing.assert_allclose(tk.jit(tk.grad(f), backend="interpret")(x), x ** 2 + 3 * x + 2 * x)
+    np.testing.assert_allclose(tk.grad(f)(x), x ** 2 + 3 * x + 2 * x)      # cpu
+    out = tk.stop_gradient({"a": x, "b": [x, 2.0]})                         # outside a trace
+    assert list(out) == ["a", "b"] and len(out["b"]) == 2
+    np.testing.assert_array_equal(out["b"][0], x)
+
+
 @pytest.mark.parametrize("fn,second,point", [
     (np.sin, lambda x: -np.sin(x), 0.7),
     (lambda x: x ** 3, lambda x: 6 * x, 1.3),

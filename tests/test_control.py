@@ -112,6 +112,22 @@ def test_scan_reverse_length_pytrees_and_zero_steps(backend):
     assert empty[1].shape == (0, 2)
 
 
+def test_scan_and_fori_loop_accept_jax_unroll_with_the_same_results():
+    """JAX code passes unroll= to lax.scan and lax.fori_loop (a hint; the results are the same):
+    it raised TypeError, an unexpected keyword argument."""
+    xs = np.array([0.3, -0.7, 1.1])
+    f = lambda x, u: tk.scan(lambda c, x: (np.sin(c) + x, c * x), 0.5, x, unroll=u)  # noqa: E731
+    want = ref(lambda x: f(x, 1))(xs)
+    close(ref(lambda x: f(x, 2))(xs), want, 0)
+    close(tk.grad(lambda x: np.sum(f(x, True)[1]))(xs), tk.grad(lambda x: np.sum(f(x, 1)[1]))(xs), 0)
+    g = lambda x, n: tk.fori_loop(0, n, lambda i, v: v * 1.5 + i, x, unroll=3)  # noqa: E731
+    close(ref(lambda x: g(x, 3))(xs), ((xs * 1.5) * 1.5 + 1) * 1.5 + 2, 1e-15)
+    close(ref(g)(xs, np.int64(3)), ((xs * 1.5) * 1.5 + 1) * 1.5 + 2, 1e-15)
+    for bad in (0, 1.5, "2"):
+        with pytest.raises(ValueError, match="unroll must be an int >= 1 or a bool"):
+            f(xs, bad)
+
+
 def test_scan_carry_must_keep_its_shape():
     with pytest.raises(TypeError, match=r"the carry changed: leaf .* is f64\[2\] in init and f64\[\] in f's result"):
         tk.jit(lambda x: tk.scan(lambda c, xi: (c.sum(), xi), x, np.ones((3, 2))))(np.ones(2))
@@ -243,6 +259,26 @@ def test_checkpointed_fori_loop_saves_fewer_bytes():
     saved = {k: tk.make_ir(lambda x: f(x, k), mode="vjp")(x).residual_bytes for k in (None, 4)}
     assert saved[4] < saved[None] / 5
     close(tk.grad(lambda x: f(x, 4))(x), tk.grad(lambda x: f(x, None))(x), 1e-12)
+
+
+def test_grad_of_grad_through_a_while_loop_names_the_while_loop_and_what_works():
+    """The refusal named a checkpointed tk.scan and said to use checkpoint=None, which a while loop
+    already had; it names the while loop, the user's line, and forward over reverse, which works."""
+    def f(x):
+        return np.sum(tk.while_loop(lambda c: c[1] < 3, lambda c: (np.sin(c[0]) * 1.5, c[1] + 1),
+                                    (x, np.int64(0)))[0])
+
+    x = np.array([0.3, -0.7])
+    with pytest.raises(tk.TracekernError, match=r"(?s)tk\.while_loop.*tk\.jvp\(tk\.grad\(f\).*test_control\.py:"):
+        tk.grad(lambda x: np.sum(tk.grad(f)(x) ** 2))(x)
+    g = lambda x: np.sum(tk.scan(lambda c, _: (np.sin(c), c), x, None, length=3, checkpoint=1)[0])  # noqa: E731
+    with pytest.raises(tk.TracekernError, match=r"checkpointed tk\.scan.*checkpoint=None"):
+        tk.grad(lambda x: np.sum(tk.grad(g)(x) ** 2))(x)
+    # what the message offers: forward over reverse, against central differences of the gradient
+    hv = tk.jvp(tk.grad(f), (x,), (np.array([1.0, 0.0]),), backend="interpret")[1]
+    e = 1e-6
+    fd = (tk.grad(f)(x + [e, 0.0]) - tk.grad(f)(x - [e, 0.0])) / (2 * e)
+    np.testing.assert_allclose(hv, fd, rtol=1e-6, atol=1e-8)
 
 
 @pytest.mark.parametrize("start,trips", [(np.array([-1.0, 1.0]), 0), (np.array([0.01, 0.02]), 1),

@@ -162,10 +162,39 @@ def test_one_compiled_program_per_signature():
     assert "while" not in str(low.ir) and low.source   # a batched program, not a loop
 
 
+@pytest.mark.parametrize("backend", ["interpret", "cpu"])
+def test_empty_inputs_and_outputs_give_empty_jacobians_as_jax(backend):
+    """A Jacobian with no input or no output entries is empty, as JAX's; it raised tk.vmap's
+    'the batch axis has size 0' about jacfwd's internal function."""
+    x, e = np.array([0.3, -0.7, 1.1]), np.zeros(0)
+    cases = [(lambda a: a ** 2, lambda a: a ** 2, e),
+             (lambda a: (np.sum(a) * x, a * 2), lambda a: (jnp.sum(a) * x, a * 2), e),
+             (lambda a: (a[:0] * 2, np.sum(a ** 2)), lambda a: (a[:0] * 2, jnp.sum(a ** 2)), x)]
+    for f, fj, arg in cases:
+        for transform, reference in ((tk.jacfwd, jax.jacfwd), (tk.jacrev, jax.jacrev)):
+            got, want = tk.jit(transform(f), backend=backend)(arg), reference(fj)(arg)
+            got_leaves, got_td = jax.tree_util.tree_flatten(got)
+            want_leaves, want_td = jax.tree_util.tree_flatten(want)
+            assert got_td == want_td
+            assert [(np.shape(g), np.asarray(g).dtype) for g in got_leaves] == \
+                [(np.shape(w), np.asarray(w).dtype) for w in want_leaves]
+            for g, w in zip(got_leaves, want_leaves):
+                np.testing.assert_allclose(g, w, rtol=1e-12)
+    assert tk.jit(tk.hessian(lambda a: np.sum(a ** 2)), backend=backend)(e).shape == (0, 0)
+    jac, aux = tk.jit(tk.jacfwd(lambda a: (a * 2, np.sum(a) + 1.5), has_aux=True), backend=backend)(e)
+    assert jac.shape == (0, 0) and aux == 1.5
+
+
 def test_errors_name_the_users_line():
     with pytest.raises(TypeError, match="dtype int") as err:
         tk.jacfwd(lambda x: x * 2)(np.arange(3))
     assert HERE in str(err.value)
+    # the integer argument named is the one argnums picks (it named argument 0, 'x', a float)
+    for transform in (tk.jacfwd, tk.jacrev):
+        with pytest.raises(TypeError, match=r"argument 1 \('n'\) has a leaf of dtype int64"):
+            transform(lambda x, n: x * n, argnums=1)(np.ones(3), np.int64(2))
+        with pytest.raises(TypeError, match=r"argument 2 \('m'\) has a leaf of dtype int64"):
+            transform(lambda x, y, m: x * y * m, argnums=(0, 2))(np.ones(3), 2.0, np.int64(2))
     with pytest.raises(ValueError, match="argnums") as err:
         tk.jacrev(lambda x: x * 2, argnums=2)(np.ones(3))
     assert HERE in str(err.value)

@@ -20,7 +20,7 @@ from .arguments import arg_name, device_view, differentiated, flatten_call, fun_
 from .budget import budgeted
 from .errors import TracerLeakError, with_location
 from .ir import Aval, Graph, is_complex, is_float, is_inexact
-from .pytree import Static, TreeDef, leaf_paths, takes_static, tree_flatten, tree_unflatten
+from .pytree import Static, TreeDef, leaf_paths, takes_static, tree_flatten, tree_map, tree_unflatten
 from .staging import Staged, Transform, primal_trace, split_aux, stage_vjp, trace_call
 from .trace import FlatArgs, Tracer, Variable, _read, aval_of, current_builder
 from .vectorize import make_vmap_ir
@@ -651,5 +651,6 @@ def make_ir(fun: Callable, *, mode: str = "forward", argnums: int | Sequence[int
 
 
 def stop_gradient(x):
-    """Identity in the forward pass; no gradient flows through x."""
-    return tnp.stop_gradient(x)
+    """Identity in the forward pass; no gradient flows through x, an array or a pytree of them
+    (tuples, lists, dicts), as jax.lax.stop_gradient takes."""
+    return tree_map(tnp.stop_gradient, x)

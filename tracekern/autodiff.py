@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from . import passes
-from .errors import IRError, TracekernError
+from .errors import IRError, TracekernError, with_location
 from .ir import Aval, Eqn, Graph, Var, is_inexact
 from .primitives import annotations as A
 from .primitives import control as C
@@ -408,8 +408,18 @@ def _scan_step_vjp(rev, body, nc, nk, fk, dc, dx, n_xs, step_active, avals, rec_
 
 
 def _revolve_grad(rev, cts, ins, outs, active, **params):
-    raise TracekernError("grad of grad through a checkpointed tk.scan is not supported; use checkpoint=None "
-                         "(its backward is an ordinary scan, differentiable again)")
+    """Reverse mode of a loop's scheduled backward (scan_revolve): refused, naming the loop the user
+    wrote (a while loop, or a traced-bound fori_loop, has no length) and what works instead."""
+    hessian = "forward over reverse (tk.jvp(tk.grad(f), ...) for Hessian-vector products, tk.hessian(f))"
+    if params.get("length") is None:
+        message = ("grad of grad through a tk.while_loop (or a tk.fori_loop with traced bounds) is not "
+                   "supported: its backward re-runs the loop on a schedule made at run time, which is not "
+                   f"differentiable again; use {hessian}, or a tk.fori_loop with static bounds")
+    else:
+        message = ("grad of grad through a checkpointed tk.scan (or static-bound tk.fori_loop) is not "
+                   "supported; use checkpoint=None (its backward is an ordinary scan, differentiable "
+                   f"again), or {hessian}")
+    raise TracekernError(with_location(message, rev.builder.current_source()))
 
 
 def _while_vjp(rev, cts, ins, outs, active, cond, body, num_consts, checkpoint=None):

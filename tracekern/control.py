@@ -36,6 +36,17 @@ def _leaves(tree, what: str):
 _UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10, "mib": 2**20, "gib": 2**30}
 
 
+def _unroll(unroll, what: str) -> None:
+    """JAX's `unroll` (an int >= 1, or a bool) is a hint of how many steps one iteration of the
+    compiled loop runs; it never changes the results, and tracekern's compiled loops take no such
+    hint, so it is accepted as JAX code passes it and checked, nothing more."""
+    if isinstance(unroll, (bool, np.bool_)):
+        return
+    if not isinstance(unroll, (int, np.integer)) or unroll < 1:
+        raise ValueError(with_location(f"{what}: unroll must be an int >= 1 or a bool (as in JAX), "
+                                       f"got {unroll!r}"))
+
+
 def _checkpoint(checkpoint, carry_bytes: int, steps: int | None, what: str):
     """A loop's `checkpoint` as its primitive's param: None (keep every carry), k (k snapshots), or
     a memory budget, "auto" (about 2 sqrt(n) carries, tracekern.schedule.auto_carries) or a size
@@ -146,7 +157,7 @@ def _extend(g: Graph, at: int, avals, after: bool) -> Graph:
 
 
 def scan(f: Callable, init, xs=None, length: int | None = None, *, reverse: bool = False,
-         checkpoint: int | str | None = None):
+         checkpoint: int | str | None = None, unroll: int | bool = 1):
     """(carry, ys) = scan(f, init, xs): carry, y = f(carry, x) for each x along axis 0 of xs (a
     pytree of arrays, or None with `length`); ys stacks the ys. Differentiable (grad of grad too).
 
@@ -154,7 +165,9 @@ def scan(f: Callable, init, xs=None, length: int | None = None, *, reverse: bool
     backward runs a binomial schedule from the initial carry with at most k carries stored
     (tracekern.schedule), re-running the fewest forward steps that allows. checkpoint="auto" or a
     size ("64MB") is a memory budget for those carries: the loop takes the snapshots that run
-    fastest within it (see _checkpoint)."""
+    fastest within it (see _checkpoint). unroll: JAX's, accepted and checked, with no effect on the
+    results (a compiled loop runs whole in one function; see _unroll)."""
+    _unroll(unroll, "tk.scan")
     if checkpoint is not None and not isinstance(checkpoint, str):
         _checkpoint(checkpoint, 1, None, "tk.scan")   # (checks it before tracing)
     init_leaves, carry_td = _leaves(init, "tk.scan init")
@@ -209,9 +222,11 @@ def _consts_first(g: Graph, n_extra: int) -> Graph:
 # ----------------------------------------------------------------------------- loops
 
 
-def fori_loop(lower, upper, body_fn: Callable, init, *, checkpoint: int | str | None = None):
+def fori_loop(lower, upper, body_fn: Callable, init, *, checkpoint: int | str | None = None,
+              unroll: int | bool = 1):
     """for i in range(lower, upper): val = body_fn(i, val). Static integer bounds run as tk.scan
-    (checkpoint= as there); traced bounds as tk.while_loop."""
+    (checkpoint= and unroll= as there); traced bounds as tk.while_loop."""
+    _unroll(unroll, "tk.fori_loop")
     lo, hi = _read(lower), _read(upper)
     if not isinstance(lo, Tracer) and not isinstance(hi, Tracer):
         lo, hi = int(lo), int(hi)

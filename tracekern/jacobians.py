@@ -37,11 +37,12 @@ def _argnums(name: str, fun: Callable, argnums, args: tuple) -> tuple[int, ...]:
     return tuple(i % len(args) for i in nums)
 
 
-def _check_float(name: str, fun: Callable, flat, i: int) -> None:
+def _check_float(name: str, fun: Callable, flat, k: int, argnum: int) -> None:
+    """The leaves of flat's k-th differentiated argument, fun's positional argument `argnum`, are float."""
     for aval, owner in zip(flat.avals, flat.owner):
-        if owner == i and not is_float(aval.dtype):
+        if owner == k and not is_float(aval.dtype):
             raise TypeError(with_location(
-                f"{name} of {fun_name(fun)}: {arg_name(fun, i)} has a leaf of dtype {aval.dtype}; derivatives are taken "
+                f"{name} of {fun_name(fun)}: {arg_name(fun, argnum)} has a leaf of dtype {aval.dtype}; derivatives are taken "
                 "with respect to float32/float64 values only (leave integer arguments out of argnums, or .astype(float))"))
 
 
@@ -103,7 +104,7 @@ def _differentiated(name: str, fun: Callable, argnums, args: tuple):
     primals = tuple(args[i] for i in nums)
     flat = flatten_call(fun, primals)
     for k in range(len(nums)):
-        _check_float(name, fun, flat, k)
+        _check_float(name, fun, flat, k, nums[k])
     return _partial(fun, args, nums), primals, flat
 
 
@@ -118,8 +119,16 @@ def jacfwd(fun: Callable, argnums: int | Sequence[int] = 0, *, has_aux: bool = F
         part, primals, flat = _differentiated(name, fun, argnums, args)
         avals = list(flat.avals)
         sizes = [a.size for a in avals]
-        basis = _basis(sizes, [a.dtype for a in avals])
         primal_leaves = [_read(x) for x in flat.leaves]
+        if sum(sizes) == 0:   # no input entries, no lanes: every Jacobian is empty, as JAX's
+            res = part(*flat.unflatten(primal_leaves))
+            out, aux = res if has_aux else (res, None)
+            out_leaves, out_td = tree_flatten(out)
+            per_out = [_by_argument([tnp.zeros(_shape(o) + tuple(a.shape), _dtype(o)) for a in avals], flat)
+                       for o in out_leaves]
+            jac = _assemble(out_td, flat.treedefs, isinstance(argnums, int), per_out)
+            return (jac, aux) if has_aux else jac
+        basis = _basis(sizes, [a.dtype for a in avals])
 
         def push(*columns):   # one JVP, along one basis direction (a lane of the vmap)
             tans = [tnp.reshape(c, a.shape) for c, a in zip(columns, avals)]
@@ -159,6 +168,11 @@ def jacrev(fun: Callable, argnums: int | Sequence[int] = 0, *, has_aux: bool = F
                                               "derivative; return float values (or use tk.jacfwd, which gives zeros)"))
         sizes = [int(np.prod(o.shape, dtype=np.int64)) for o in out_leaves]
         shapes = [tuple(o.shape) for o in out_leaves]
+        if sum(sizes) == 0:   # no output entries, no lanes: every Jacobian is empty, as JAX's
+            per_out = [_by_argument([tnp.zeros(shape + tuple(a.shape), a.dtype) for a in flat.avals], flat)
+                       for shape in shapes]
+            jac = _assemble(out_td, flat.treedefs, isinstance(argnums, int), per_out)
+            return (jac, res[2]) if has_aux else jac
         basis = _basis(sizes, [np.dtype(o.dtype) for o in out_leaves])
 
         def pull(*rows):   # one VJP, along one basis cotangent (a lane of the vmap)
@@ -185,6 +199,15 @@ def hessian(fun: Callable, argnums: int | Sequence[int] = 0, *, has_aux: bool = 
     """The Hessian of a scalar-valued fun: tk.jacfwd of tk.jacrev (forward over reverse). Shape
     in.shape + in.shape per pair of leaves, nested as JAX's."""
     return jacfwd(jacrev(fun, argnums, has_aux=has_aux), argnums, has_aux=has_aux)
+
+
+def _shape(x) -> tuple:
+    return tuple(np.shape(_read(x)))
+
+
+def _dtype(x) -> np.dtype:
+    x = _read(x)
+    return np.dtype(x.dtype) if hasattr(x, "dtype") else np.asarray(x).dtype
 
 
 def _by_argument(leaf_jacs: list, flat) -> list[list]:
