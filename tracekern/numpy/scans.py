@@ -80,12 +80,14 @@ def cumulative_prod(x, /, *, axis=None, dtype=None, out=None, include_initial=Fa
 
 
 def accumulate(ufunc, a, axis=0, dtype=None):
-    """ufunc.accumulate for add, multiply, maximum and minimum (keeping a's dtype, as NumPy)."""
+    """ufunc.accumulate for add, multiply, maximum and minimum (as NumPy: add and multiply promote bools and
+    integers to int64, maximum and minimum keep a's dtype)."""
     prims = {np.add: P.cumsum, np.multiply: P.cumprod, np.maximum: P.cummax, np.minimum: P.cummin}
     if ufunc not in prims:
         raise NotImplementedError(with_location(f"np.{ufunc.__name__}.accumulate is not supported while tracing; "
                                                 "supported: add, multiply, maximum, minimum"))
-    return _cumulative(prims[ufunc], f"np.{ufunc.__name__}.accumulate", a, axis, dtype, promote_int=False)
+    return _cumulative(prims[ufunc], f"np.{ufunc.__name__}.accumulate", a, axis, dtype,
+                       promote_int=ufunc in (np.add, np.multiply))
 
 
 def _no_out(fname, out):

@@ -35,6 +35,8 @@ class Reduce(Primitive):
         return (Aval(tuple(s for i, s in enumerate(x.shape) if i not in axes), x.dtype),)
 
     def impl(self, x, *, axes):
+        if self.has_identity:   # (sum, prod: in the operand's dtype; np.sum alone would promote an int32 to int64)
+            return self.np_fn(x, axis=axes, dtype=x.dtype)
         return self.np_fn(x, axis=axes)
 
 

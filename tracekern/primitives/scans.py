@@ -34,10 +34,10 @@ class Cumulative(Primitive):
         return (x,)
 
     def impl(self, x, *, axis, reverse):
-        fn = _NUMPY[self.name]
+        fn = _NUMPY[self.name]   # (in the operand's dtype: np.cumsum alone would promote an int32 to int64)
         if not reverse:
-            return fn(x, axis=axis)
-        return np.flip(fn(np.flip(x, axis), axis=axis), axis)
+            return fn(x, axis=axis, dtype=x.dtype)
+        return np.flip(fn(np.flip(x, axis), axis=axis, dtype=x.dtype), axis)
 
     def vjp(self, cts, ins, outs, active, *, axis, reverse):
         (ct,), (x,), (out,) = cts, ins, outs
