@@ -492,6 +492,10 @@ CONTRACTIONS = _rows("contractions", [
       F("any", 2, 3, 4), F("any", 4)),
     C("multi_dot", "np.linalg.multi_dot", lambda a, b, c: (np.linalg.multi_dot([a, b, c]), np.linalg.multi_dot([a[0], b, c[:, 0]])),
       F("any", 3, 4), F("any", 4, 3), F("any", 3, 2)),
+    C("int_contractions", "np.einsum np.vecdot np.tensordot np.dot np.inner np.matmul",
+      lambda a, p: (np.einsum("ij->", a), np.einsum("ij,ij->i", a, a), np.einsum("i,i", a[0], a[1]), np.vecdot(a, a),
+                    np.tensordot(a, a), np.dot(a[0], a[1]), np.inner(a, a), a @ a.T, np.einsum("i,i->", p, p), np.vecdot(p, p)),
+      I(-9, 9, 3, 4), B(4), grad=False, dtypes=INT_F, note="int32 contractions stay int32, bools give bools"),
 ])
 
 SORTING = _rows("sorting", [
