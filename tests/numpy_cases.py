@@ -372,6 +372,8 @@ SCANS = _rows("scans", [
       G([-2.0, -0.7, 0.1, 0.3, 1.2, 3.0]), F("any", 4), note="outside the samples"),
     C("interp_x", "np.interp", lambda x, xp: np.interp(x, xp, np.array([1.0, -2.0, 0.5, 4.0, 0.0])),
       F("unit", 6), G(np.array([-1.0, -0.4, 0.1, 0.45, 1.0]))),
+    C("interp_float32", "np.interp", lambda x, xp, fp: np.interp(x, xp, fp), F("unit", 6), G(np.array([-1.0, -0.4, 0.1, 0.45, 1.0])),
+      F("any", 5), note="float32 samples give float64, as NumPy's"),
     C("polyval_vander", "np.polyval np.vander", lambda p, x: (np.polyval(p, x), np.vander(x), np.vander(x, 3, increasing=True)),
       F("any", 4), F("any", 4)),
 ])

@@ -245,6 +245,8 @@ def interp(x, xp, fp, left=None, right=None, period=None):
         raise NotImplementedError(with_location("np.interp: period= is not supported while tracing"))
     x, xp, fp = (_inexact(_array(v, "interp"), "interp") for v in (x, xp, fp))
     xp, fp, x = _promote("interp", xp, fp, x)
+    wide = np.promote_types(_dtype(x), np.float64)   # (NumPy's interp computes in, and returns, float64 or complex128)
+    xp, fp, x = (_cast(v, wide) for v in (xp, fp, x))
     if len(_shape(xp)) != 1 or _shape(xp) != _shape(fp):
         raise ValueError(with_location(f"interp: xp {_shape(xp)} and fp {_shape(fp)} must be 1-D of the same length"))
     n = _shape(xp)[0]
