@@ -275,6 +275,53 @@ def test_linalg_factorizations_are_numpys_own_results():
                 np.testing.assert_allclose(g, w, rtol=tol, atol=tol, err_msg=f"{backend} {dtype.__name__} leaf {k}")
 
 
+def test_inplace_operators_keep_the_arrays_dtype_and_shape():
+    """x op= y writes into x in NumPy: a float32 x += a float64 array stays float32, an int32 x *= an int64 stays
+    int32 (they became float64 and int64, silently); where NumPy cannot write the result into x (int32 x /= 2, or a
+    result that broadcasts to a larger shape) tracing raises as NumPy does. Against NumPy on interpret and cpu."""
+    def f(x, a):
+        y, n = x.astype(np.float32), a * 1
+        y += x
+        y *= 2.5
+        y **= 2
+        y //= np.float64(0.75)
+        z = x.copy()
+        z -= y
+        z /= a
+        n *= a.astype(np.int64)
+        n += True
+        n //= 2
+        n <<= 1
+        n |= a
+        m = (x * 1).reshape(2, 2)   # (not a view of x: NumPy would write into the argument)
+        m @= np.ones((2, 2))
+        return {"y": y, "z": z, "n": n, "m": m}
+
+    x, a = np.array([0.5, -1.5, 2.25, 4.0]), np.array([3, -2, 5, 7], np.int32)
+    want = f(x, a)
+    for backend in ("interpret", "cpu"):
+        got = tk.jit(f, backend=backend)(x, a)
+        assert sorted(got) == sorted(want)
+        for k in want:
+            assert got[k].dtype == want[k].dtype and got[k].shape == want[k].shape, (backend, k, got[k].dtype, want[k].dtype)
+            np.testing.assert_allclose(got[k], want[k], rtol=1e-6, err_msg=f"{backend} {k}")
+
+    def divide_ints(a):
+        a /= 2
+        return a
+
+    def grow(x):
+        x += np.ones((2, 4))
+        return x
+
+    for fn, arg, err in ((divide_ints, a, TypeError), (grow, x, ValueError)):
+        with pytest.raises(err):
+            fn(arg.copy())   # (NumPy's own)
+        with pytest.raises(err, match="x .?= ") as info:
+            tk.jit(fn, backend="interpret")(arg)
+        assert "test_numpy.py" in str(info.value)
+
+
 # ----------------------------------------------------------------------------- the table itself
 
 

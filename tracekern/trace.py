@@ -470,6 +470,26 @@ class ArrayOps:
     def __rrshift__(self, o): return ArrayOps.numpy.right_shift(_read(o), _read(self))
     def __getitem__(self, idx): return ArrayOps.numpy.getitem(_read(self), _read(idx))
 
+    # in place (x += y): NumPy writes into x, so the result keeps x's shape and dtype (the name is rebound: a traced
+    # array is a value, and another name for the same array does not see the change, as it would in NumPy)
+    def _inplace(self, fn, o, name):
+        x = _read(self)
+        return ArrayOps.numpy.inplace_result(x, fn(x, _read(o)), name)
+
+    def __iadd__(self, o): return self._inplace(ArrayOps.numpy.add, o, "+")
+    def __isub__(self, o): return self._inplace(ArrayOps.numpy.subtract, o, "-")
+    def __imul__(self, o): return self._inplace(ArrayOps.numpy.multiply, o, "*")
+    def __itruediv__(self, o): return self._inplace(ArrayOps.numpy.divide, o, "/")
+    def __ifloordiv__(self, o): return self._inplace(ArrayOps.numpy.floor_divide, o, "//")
+    def __imod__(self, o): return self._inplace(ArrayOps.numpy.remainder, o, "%")
+    def __ipow__(self, o): return self._inplace(ArrayOps.numpy.power, o, "**")
+    def __imatmul__(self, o): return self._inplace(ArrayOps.numpy.matmul, o, "@")
+    def __iand__(self, o): return self._inplace(ArrayOps.numpy.bitwise_and, o, "&")
+    def __ior__(self, o): return self._inplace(ArrayOps.numpy.bitwise_or, o, "|")
+    def __ixor__(self, o): return self._inplace(ArrayOps.numpy.bitwise_xor, o, "^")
+    def __ilshift__(self, o): return self._inplace(ArrayOps.numpy.left_shift, o, "<<")
+    def __irshift__(self, o): return self._inplace(ArrayOps.numpy.right_shift, o, ">>")
+
     def __setitem__(self, idx, value):
         raise TypeError(with_location(
             "traced arrays cannot be assigned to in place (x[idx] = v): they are values. Use "
@@ -489,6 +509,7 @@ class ArrayOps:
         return ArrayOps.numpy.prod(_read(self), axis, dtype, keepdims=keepdims)
 
     def astype(self, dtype): return ArrayOps.numpy.astype(_read(self), dtype)
+    def copy(self, order="C"): return ArrayOps.numpy.copy(_read(self))
     def clip(self, a_min=None, a_max=None): return ArrayOps.numpy.clip(_read(self), a_min, a_max)
     def dot(self, o): return ArrayOps.numpy.dot(_read(self), _read(o))
     def squeeze(self, axis=None): return ArrayOps.numpy.squeeze(_read(self), axis)
