@@ -322,6 +322,30 @@ def test_inplace_operators_keep_the_arrays_dtype_and_shape():
         assert "test_numpy.py" in str(info.value)
 
 
+def test_array_methods_take_numpys_arguments():
+    """ndarray's methods on traced arrays take the arguments NumPy's do, in NumPy's order (x.max(initial=),
+    x.take(i, mode=), x.std(0, None, None, 1), x.astype(t, copy=False) raised TypeError, or read out= as ddof)."""
+    def f(x):
+        return (x.sum(0, None, None, True), x.mean(1, keepdims=True), x.max(0, None, True), x.max(initial=10.0),
+                x.min(axis=1, initial=-5.0), x.prod(0, np.float32), x.std(0, None, None, 1), x.std(ddof=1, keepdims=True),
+                x.all(0, keepdims=True), x.any(axis=None, keepdims=True), x.argmax(1, None, keepdims=True), x.argmin(axis=0),
+                x.cumsum(1, np.float32), x.argsort(0, stable=True), x.repeat(2, 1), x.take([0, 2], 1, mode="clip"),
+                x.take([5], mode="wrap"), x.round(1), x.diagonal(1), x.trace(0, 0, 1, np.float32), x.clip(min=0),
+                x.ravel("C"), x.astype(np.float32, copy=False), x.copy(), x.reshape(3, 2, order="C"),
+                x.sum(where=x > 0), x.mean(where=x > 0))
+
+    x = np.array([[1.0, -2.0, 3.0], [0.5, 4.0, -1.0]])
+    want = f(x)
+    for backend in ("interpret", "cpu"):
+        got = tk.jit(f, backend=backend)(x)
+        assert len(got) == len(want)
+        for k, (g, w) in enumerate(zip(got, want)):
+            assert np.asarray(g).dtype == np.asarray(w).dtype and np.shape(g) == np.shape(w), (backend, k)
+            np.testing.assert_allclose(g, w, rtol=1e-6, err_msg=f"{backend} result {k}")
+    with pytest.raises(TypeError, match="same_kind"):
+        tk.jit(lambda x: x.astype(np.int32, casting="same_kind"), backend="interpret")(x)
+
+
 # ----------------------------------------------------------------------------- the table itself
 
 
