@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from ..ir import is_float
+from ..ir import is_float, is_inexact
 from ._core import P, Tracer, _array, _axes, _axis, _cast, _dtype, _inexact, _promote, _result_dtype, _shape, bind, with_location
 from .indexing import take, take_along_axis
 from .reductions import sum as _sum
@@ -75,9 +75,11 @@ def top_k(x, k: int):
 # ----------------------------------------------------------------------------- order statistics
 
 
-def _prepare(a, axis, fname):
-    """(a as float with the reduced axes flattened last, the kept shape with the reduced axes as 1)."""
-    a = _inexact(_array(a, fname), fname)
+def _prepare(a, axis, fname, inexact=True):
+    """(a as float (or in its own dtype) with the reduced axes flattened last, the kept shape with the reduced axes
+    as 1)."""
+    a = _array(a, fname)
+    a = _inexact(a, fname) if inexact else a
     shape = _shape(a)
     axes = _axes(axis, len(shape), fname)
     kept = tuple(1 if i in axes else s for i, s in enumerate(shape))
@@ -127,11 +129,13 @@ def _quantile(a, q, axis, method, keepdims, fname, skip_nan, percent=False):
     if method not in _METHODS:
         raise NotImplementedError(with_location(f"np.{fname}: method {method!r} is not supported while tracing; "
                                                 f"supported: {', '.join(_METHODS)}"))
-    x, kept, rest = _prepare(a, axis, fname)
+    discrete = method in ("lower", "higher", "nearest")   # (an element of a: NumPy's result keeps a's dtype)
+    x, kept, rest = _prepare(a, axis, fname, inexact=not discrete)
     n = _shape(x)[-1]
     q = _array(q, fname)
     dt = _result_dtype(fname, x, q)   # (NumPy's: a list of quantiles is float64; a Python number is weak)
-    s = bind(P.sort, _cast(x, dt))
+    dt = dt if is_inexact(dt) else np.promote_types(dt, np.float64)   # (the positions' dtype)
+    s = bind(P.sort, x if discrete else _cast(x, dt))
     q_shape = _shape(q)
     q = _cast(q, dt) if isinstance(q, Tracer) else np.asarray(q, dt)
     if percent:
@@ -141,12 +145,12 @@ def _quantile(a, q, axis, method, keepdims, fname, skip_nan, percent=False):
     qf = reshape(q, (1,) * len(rest) + (math.prod(q_shape),))
     if skip_nan:
         count = _sum(logical_not(isnan(x)), axis=-1, keepdims=True)
-        last = subtract(_cast(count, _dtype(s)), 1)
+        last = subtract(_cast(count, dt), 1)
         pos = multiply(qf, where(greater_equal(last, 0), last, 0))
     else:
         pos = multiply(qf, n - 1)
     y = _at_positions(s, pos, method)
-    if skip_nan:
+    if skip_nan and is_float(_dtype(s)):
         y = where(greater_equal(_cast(count, _dtype(s)), 1), y, np.nan)
     elif is_float(_dtype(s)):
         y = where(isnan(s[..., -1:]), np.nan, y)   # (NaN sorts last: a slice with one has it there)
