@@ -344,6 +344,10 @@ REDUCTIONS = _rows("reductions", [
         np.quantile(x, [0.2, 0.8], axis=1, method="lower"), np.nanpercentile(x, [30.0], method="higher"),
         np.quantile(x, np.float32(0.5), axis=0, method="nearest")), F("distinct", 3, 4),
       note="lower, higher, nearest keep float32 (a list of quantiles too)"),
+    C("quantile_positions", "np.quantile np.percentile np.nanquantile", lambda x: (
+        np.quantile(x, 0.28, method="higher"), np.quantile(x, [0.56, 0.6], method="higher"), np.percentile(x, 28.0, method="nearest"),
+        np.nanquantile(x, 0.28, method="higher"), np.quantile(x, [[0.1, 0.28]], method="midpoint"), np.quantile(x, 0.28)),
+      F("distinct", 26), note="positions in q's dtype, float64 (float32's (n - 1) * q picks a neighbour); a 2-D q"),
     C("nan_quantiles", "np.nanmedian np.nanpercentile np.nanquantile",
       lambda x: (np.nanmedian(x, axis=1), np.nanpercentile(x, 50), np.nanquantile(x, [0.2, 0.7], axis=0)), F("nan", 3, 4),
       note="NaN"),
