@@ -275,6 +275,77 @@ def test_linalg_factorizations_are_numpys_own_results():
                 np.testing.assert_allclose(g, w, rtol=tol, atol=tol, err_msg=f"{backend} {dtype.__name__} leaf {k}")
 
 
+def test_inplace_operators_keep_the_arrays_dtype_and_shape():
+    """x op= y writes into x in NumPy: a float32 x += a float64 array stays float32, an int32 x *= an int64 stays
+    int32 (they became float64 and int64, silently); where NumPy cannot write the result into x (int32 x /= 2, or a
+    result that broadcasts to a larger shape) tracing raises as NumPy does. Against NumPy on interpret and cpu."""
+    def f(x, a):
+        y, n = x.astype(np.float32), a * 1
+        y += x
+        y *= 2.5
+        y **= 2
+        y //= np.float64(0.75)
+        z = x.copy()
+        z -= y
+        z /= a
+        n *= a.astype(np.int64)
+        n += True
+        n //= 2
+        n <<= 1
+        n |= a
+        m = (x * 1).reshape(2, 2)   # (not a view of x: NumPy would write into the argument)
+        m @= np.ones((2, 2))
+        return {"y": y, "z": z, "n": n, "m": m}
+
+    x, a = np.array([0.5, -1.5, 2.25, 4.0]), np.array([3, -2, 5, 7], np.int32)
+    want = f(x, a)
+    for backend in ("interpret", "cpu"):
+        got = tk.jit(f, backend=backend)(x, a)
+        assert sorted(got) == sorted(want)
+        for k in want:
+            assert got[k].dtype == want[k].dtype and got[k].shape == want[k].shape, (backend, k, got[k].dtype, want[k].dtype)
+            np.testing.assert_allclose(got[k], want[k], rtol=1e-6, err_msg=f"{backend} {k}")
+
+    def divide_ints(a):
+        a /= 2
+        return a
+
+    def grow(x):
+        x += np.ones((2, 4))
+        return x
+
+    for fn, arg, err in ((divide_ints, a, TypeError), (grow, x, ValueError)):
+        with pytest.raises(err):
+            fn(arg.copy())   # (NumPy's own)
+        with pytest.raises(err, match="x .?= ") as info:
+            tk.jit(fn, backend="interpret")(arg)
+        assert "test_numpy.py" in str(info.value)
+
+
+def test_array_methods_take_numpys_arguments():
+    """ndarray's methods on traced arrays take the arguments NumPy's do, in NumPy's order (x.max(initial=),
+    x.take(i, mode=), x.std(0, None, None, 1), x.astype(t, copy=False) raised TypeError, or read out= as ddof)."""
+    def f(x):
+        return (x.sum(0, None, None, True), x.mean(1, keepdims=True), x.max(0, None, True), x.max(initial=10.0),
+                x.min(axis=1, initial=-5.0), x.prod(0, np.float32), x.std(0, None, None, 1), x.std(ddof=1, keepdims=True),
+                x.all(0, keepdims=True), x.any(axis=None, keepdims=True), x.argmax(1, None, keepdims=True), x.argmin(axis=0),
+                x.cumsum(1, np.float32), x.argsort(0, stable=True), x.repeat(2, 1), x.take([0, 2], 1, mode="clip"),
+                x.take([5], mode="wrap"), x.round(1), x.diagonal(1), x.trace(0, 0, 1, np.float32), x.clip(min=0),
+                x.ravel("C"), x.astype(np.float32, copy=False), x.copy(), x.reshape(3, 2, order="C"),
+                x.sum(where=x > 0), x.mean(where=x > 0))
+
+    x = np.array([[1.0, -2.0, 3.0], [0.5, 4.0, -1.0]])
+    want = f(x)
+    for backend in ("interpret", "cpu"):
+        got = tk.jit(f, backend=backend)(x)
+        assert len(got) == len(want)
+        for k, (g, w) in enumerate(zip(got, want)):
+            assert np.asarray(g).dtype == np.asarray(w).dtype and np.shape(g) == np.shape(w), (backend, k)
+            np.testing.assert_allclose(g, w, rtol=1e-6, err_msg=f"{backend} result {k}")
+    with pytest.raises(TypeError, match="same_kind"):
+        tk.jit(lambda x: x.astype(np.int32, casting="same_kind"), backend="interpret")(x)
+
+
 # ----------------------------------------------------------------------------- the table itself
 
 

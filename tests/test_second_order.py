@@ -277,3 +277,41 @@ def test_second_derivatives(name):
                 elif rule != FINITE and values[0] != rule:
                     bad.append(f"{where}: {values[0]!r}, the convention is {rule!r} ({case.note})")
     assert not bad, f"{name}:\n  " + "\n  ".join(bad)
+
+
+def _exact_prod_hessian(x):
+    """d2 prod(x) / dx_i dx_j: the product of the entries other than x_i and x_j (0 on the diagonal)."""
+    n = len(x)
+    return np.array([[0.0 if i == j else np.prod([x[k] for k in range(n) if k not in (i, j)]) for j in range(n)]
+                     for i in range(n)])
+
+
+def test_prod_and_cumprod_second_derivatives_at_zeros():
+    """np.prod and np.cumprod are polynomials: their second derivatives at zeros are products of the other entries
+    (reverse over reverse, forward over reverse, forward over forward, reverse over forward). The first-order rules
+    once took the derivative of a zero entry's neighbours as a constant 0, so a Hessian there lost those terms."""
+    w = np.array([1.0, 2.0, 3.0, 4.0])
+
+    def cum(x):
+        return np.sum(np.cumprod(x) * w)
+
+    def hessians(x):
+        return {"prod": (tk.hessian(np.prod)(x), tk.jacfwd(tk.jacfwd(np.prod))(x),
+                         tk.grad(lambda x: tk.grad(np.prod)(x) @ w)(x), tk.grad(lambda x: tk.jvp(np.prod, (x,), (w,))[1])(x)),
+                "cumprod": (tk.hessian(cum)(x), tk.jacrev(tk.jacrev(cum))(x), tk.jacfwd(tk.jacfwd(cum))(x),
+                            tk.grad(lambda x: tk.jvp(cum, (x,), (w,))[1])(x))}
+
+    bad = []
+    for b in BACKENDS:
+        run = tk.jit(hessians, backend=b, tiers=False)
+        for x in ([2.0, 3.0, -1.0, 1.5], [2.0, 0.0, 3.0, 1.5], [1.0, 0.0, 2.0, 0.0], [0.0, 0.0, 0.0, 2.0]):
+            x = np.array(x)
+            h_prod = _exact_prod_hessian(x)
+            h_cum = sum(w[j] * np.pad(_exact_prod_hessian(x[:j + 1]), (0, len(x) - j - 1)) for j in range(len(x)))
+            got = run(x)
+            want = {"prod": (h_prod, h_prod, h_prod @ w, h_prod @ w), "cumprod": (h_cum, h_cum, h_cum, h_cum @ w)}
+            for name in want:
+                for k, (g, e) in enumerate(zip(got[name], want[name])):
+                    if np.shape(g) != e.shape or not np.allclose(g, e, rtol=1e-12, atol=1e-12):
+                        bad.append(f"{b} {name}[{k}] at {x}: {np.asarray(g).tolist()} != {e.tolist()}")
+    assert not bad, "\n".join(bad)

@@ -470,61 +470,76 @@ class ArrayOps:
     def __rrshift__(self, o): return ArrayOps.numpy.right_shift(_read(o), _read(self))
     def __getitem__(self, idx): return ArrayOps.numpy.getitem(_read(self), _read(idx))
 
+    # in place (x += y): NumPy writes into x, so the result keeps x's shape and dtype (the name is rebound: a traced
+    # array is a value, and another name for the same array does not see the change, as it would in NumPy)
+    def _inplace(self, fn, o, name):
+        x = _read(self)
+        return ArrayOps.numpy.inplace_result(x, fn(x, _read(o)), name)
+
+    def __iadd__(self, o): return self._inplace(ArrayOps.numpy.add, o, "+")
+    def __isub__(self, o): return self._inplace(ArrayOps.numpy.subtract, o, "-")
+    def __imul__(self, o): return self._inplace(ArrayOps.numpy.multiply, o, "*")
+    def __itruediv__(self, o): return self._inplace(ArrayOps.numpy.divide, o, "/")
+    def __ifloordiv__(self, o): return self._inplace(ArrayOps.numpy.floor_divide, o, "//")
+    def __imod__(self, o): return self._inplace(ArrayOps.numpy.remainder, o, "%")
+    def __ipow__(self, o): return self._inplace(ArrayOps.numpy.power, o, "**")
+    def __imatmul__(self, o): return self._inplace(ArrayOps.numpy.matmul, o, "@")
+    def __iand__(self, o): return self._inplace(ArrayOps.numpy.bitwise_and, o, "&")
+    def __ior__(self, o): return self._inplace(ArrayOps.numpy.bitwise_or, o, "|")
+    def __ixor__(self, o): return self._inplace(ArrayOps.numpy.bitwise_xor, o, "^")
+    def __ilshift__(self, o): return self._inplace(ArrayOps.numpy.left_shift, o, "<<")
+    def __irshift__(self, o): return self._inplace(ArrayOps.numpy.right_shift, o, ">>")
+
     def __setitem__(self, idx, value):
         raise TypeError(with_location(
             "traced arrays cannot be assigned to in place (x[idx] = v): they are values. Use "
             "x = tk.at(x)[idx].set(v) (or .add, .multiply, .min, .max), which returns the updated array"))
 
     # -- methods ------------------------------------------------------------------
-    def sum(self, axis=None, dtype=None, keepdims=False):
-        return ArrayOps.numpy.sum(_read(self), axis, dtype, keepdims=keepdims)
+    # (ndarray's methods take NumPy's function's arguments after the array, in the same order: passed on as given)
+    def sum(self, *args, **kw): return ArrayOps.numpy.sum(_read(self), *args, **kw)
+    def mean(self, *args, **kw): return ArrayOps.numpy.mean(_read(self), *args, **kw)
+    def max(self, *args, **kw): return ArrayOps.numpy.max(_read(self), *args, **kw)
+    def min(self, *args, **kw): return ArrayOps.numpy.min(_read(self), *args, **kw)
+    def prod(self, *args, **kw): return ArrayOps.numpy.prod(_read(self), *args, **kw)
 
-    def mean(self, axis=None, dtype=None, keepdims=False):
-        return ArrayOps.numpy.mean(_read(self), axis, dtype, keepdims=keepdims)
+    def astype(self, dtype, order="K", casting="unsafe", subok=True, copy=True):
+        if casting != "unsafe" and not np.can_cast(self.dtype, dtype, casting):
+            raise TypeError(with_location(f"Cannot cast array data from {self.dtype!r} to {np.dtype(dtype)!r} according "
+                                          f"to the rule {casting!r}"))
+        return ArrayOps.numpy.astype(_read(self), dtype)
 
-    def max(self, axis=None, keepdims=False): return ArrayOps.numpy.max(_read(self), axis, keepdims=keepdims)
-    def min(self, axis=None, keepdims=False): return ArrayOps.numpy.min(_read(self), axis, keepdims=keepdims)
-
-    def prod(self, axis=None, dtype=None, keepdims=False):
-        return ArrayOps.numpy.prod(_read(self), axis, dtype, keepdims=keepdims)
-
-    def astype(self, dtype): return ArrayOps.numpy.astype(_read(self), dtype)
-    def clip(self, a_min=None, a_max=None): return ArrayOps.numpy.clip(_read(self), a_min, a_max)
-    def dot(self, o): return ArrayOps.numpy.dot(_read(self), _read(o))
-    def squeeze(self, axis=None): return ArrayOps.numpy.squeeze(_read(self), axis)
-    def ravel(self): return ArrayOps.numpy.ravel(_read(self))
-    def flatten(self): return ArrayOps.numpy.ravel(_read(self))
+    def copy(self, order="C"): return ArrayOps.numpy.copy(_read(self))
+    def clip(self, *args, **kw): return ArrayOps.numpy.clip(_read(self), *args, **kw)
+    def dot(self, *args, **kw): return ArrayOps.numpy.dot(_read(self), *map(_read, args), **kw)
+    def squeeze(self, *args, **kw): return ArrayOps.numpy.squeeze(_read(self), *args, **kw)
+    def ravel(self, *args, **kw): return ArrayOps.numpy.ravel(_read(self), *args, **kw)
+    def flatten(self, *args, **kw): return ArrayOps.numpy.ravel(_read(self), *args, **kw)
     def swapaxes(self, a, b): return ArrayOps.numpy.swapaxes(_read(self), a, b)
 
-    def reshape(self, *shape):
-        return ArrayOps.numpy.reshape(_read(self), shape[0] if len(shape) == 1 else shape)
+    def reshape(self, *shape, order="C"):
+        return ArrayOps.numpy.reshape(_read(self), shape[0] if len(shape) == 1 else shape, order)
 
     # (issue 19: the rest of ndarray's methods that return values; not .var(), whose name is a Value's Var:
     # np.var(x) works)
     mT = property(lambda self: ArrayOps.numpy.matrix_transpose(_read(self)))
     real = property(lambda self: ArrayOps.numpy.real(_read(self)))
     imag = property(lambda self: ArrayOps.numpy.imag(_read(self)))
-    def argmax(self, axis=None, keepdims=False): return ArrayOps.numpy.argmax(_read(self), axis, keepdims=keepdims)
-    def argmin(self, axis=None, keepdims=False): return ArrayOps.numpy.argmin(_read(self), axis, keepdims=keepdims)
-    def cumsum(self, axis=None, dtype=None): return ArrayOps.numpy.cumsum(_read(self), axis, dtype)
-    def cumprod(self, axis=None, dtype=None): return ArrayOps.numpy.cumprod(_read(self), axis, dtype)
-    def all(self, axis=None, keepdims=False): return ArrayOps.numpy.all(_read(self), axis, keepdims=keepdims)
-    def any(self, axis=None, keepdims=False): return ArrayOps.numpy.any(_read(self), axis, keepdims=keepdims)
-    def argsort(self, axis=-1, kind=None): return ArrayOps.numpy.argsort(_read(self), axis)
-    def repeat(self, repeats, axis=None): return ArrayOps.numpy.repeat(_read(self), repeats, axis)
-    def take(self, indices, axis=None): return ArrayOps.numpy.take(_read(self), _read(indices), axis)
-    def round(self, decimals=0): return ArrayOps.numpy.round(_read(self), decimals)
+    def argmax(self, *args, **kw): return ArrayOps.numpy.argmax(_read(self), *args, **kw)
+    def argmin(self, *args, **kw): return ArrayOps.numpy.argmin(_read(self), *args, **kw)
+    def cumsum(self, *args, **kw): return ArrayOps.numpy.cumsum(_read(self), *args, **kw)
+    def cumprod(self, *args, **kw): return ArrayOps.numpy.cumprod(_read(self), *args, **kw)
+    def all(self, *args, **kw): return ArrayOps.numpy.all(_read(self), *args, **kw)
+    def any(self, *args, **kw): return ArrayOps.numpy.any(_read(self), *args, **kw)
+    def argsort(self, *args, **kw): return ArrayOps.numpy.argsort(_read(self), *args, **kw)
+    def repeat(self, *args, **kw): return ArrayOps.numpy.repeat(_read(self), *args, **kw)
+    def take(self, indices, *args, **kw): return ArrayOps.numpy.take(_read(self), _read(indices), *args, **kw)
+    def round(self, *args, **kw): return ArrayOps.numpy.round(_read(self), *args, **kw)
     def conj(self): return ArrayOps.numpy.conj(_read(self))
     def conjugate(self): return ArrayOps.numpy.conj(_read(self))
-
-    def std(self, axis=None, dtype=None, ddof=0, keepdims=False):
-        return ArrayOps.numpy.std(_read(self), axis, dtype, ddof=ddof, keepdims=keepdims)
-
-    def diagonal(self, offset=0, axis1=0, axis2=1):
-        return ArrayOps.numpy.diagonal(_read(self), offset, axis1, axis2)
-
-    def trace(self, offset=0, axis1=0, axis2=1, dtype=None):
-        return ArrayOps.numpy.trace(_read(self), offset, axis1, axis2, dtype)
+    def std(self, *args, **kw): return ArrayOps.numpy.std(_read(self), *args, **kw)
+    def diagonal(self, *args, **kw): return ArrayOps.numpy.diagonal(_read(self), *args, **kw)
+    def trace(self, *args, **kw): return ArrayOps.numpy.trace(_read(self), *args, **kw)
 
     def sort(self, axis=-1, kind=None):
         raise TypeError(with_location("x.sort() sorts in place, and traced arrays are values: use x = np.sort(x)"))

@@ -63,7 +63,7 @@ def functions(dtype: np.dtype, exact: bool = False) -> dict[str, str]:
     name = np.dtype(dtype).name
     if name in ("complex64", "complex128"):
         sfx = CASTS[name]
-        return {**{f: f"{f}_{sfx}" for f in COMPLEX_FUNCTIONS}, "radd": "cadd", "rmul": "cmul"}
+        return {**{f: f"{f}_{sfx}" for f in COMPLEX_FUNCTIONS}, "radd": "cadd", "rmul": "cmul", "div": f"div_{sfx}"}
     if name in ("float32", "float64"):
         sfx = "f32" if name == "float32" else "f64"
         fns = {f: f"{f}_{sfx}" for f in ("exp", "log", "log1p", "expm1", "sin", "cos", "tan", "tanh", "pow")}
@@ -72,7 +72,7 @@ def functions(dtype: np.dtype, exact: bool = False) -> dict[str, str]:
         fns.update({f: f"{f}_{sfx}" for f in ("floor", "ceil", "rint")})
         fns.update({f: f"{f}_{sfx}" for f in LIBM})
         fns.update(sqrt=f"sqrt_{sfx}", abs="abs", sign="sign_f",
-                   maximum="maximum_f", minimum="minimum_f", radd="radd", rmul="rmul")
+                   maximum="maximum_f", minimum="minimum_f", radd="radd", rmul="rmul", div="rdiv")
         fns.update({f: f"{f}_{sfx}" for f in FLOAT_FUNCTIONS})   # (issue 19)
         return fns
     return {"pow": "pow_i", "abs": "abs", "sign": "sign_i", "maximum": "maximum_i", "minimum": "minimum_i",
@@ -456,6 +456,18 @@ _LOGS = scalar_rules.complex_functions(math, c128, f64, lambda fn: jit_named(f"{
 for _name in ("log", "log2", "log10", "expm1", "tanh", "arccosh", "pow"):
     globals()[f"{_name}_c128"] = _LOGS[_name]
     globals()[f"{_name}_c64"] = jit_named(f"{_name}_c64")(scalar_rules.rounded(_LOGS[_name], c128, c64, 2 if _name == "pow" else 1))
+
+
+# complex a / b as NumPy's: a zero divisor gives inf or NaN parts (Numba's raises ZeroDivisionError); real division
+# is the operator (error_model='numpy')
+for _T, _R in ((c64, f32), (c128, f64)):
+    globals()[f"div_{CASTS[np.dtype(_T).name]}"] = scalar_rules.complex_division(
+        _T, _R, jit_named(f"div_{CASTS[np.dtype(_T).name]}"))
+
+
+@njit(**INLINE)
+def rdiv(a, b):
+    return a / b
 
 
 @njit(**INLINE)

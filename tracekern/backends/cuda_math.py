@@ -40,6 +40,11 @@ def rmul(a, b):
     return a * b
 
 
+@_device
+def rdiv(a, b):   # (complex division is div_c64 / div_c128: scalar_rules.complex_division)
+    return a / b
+
+
 if SIMULATOR:
     def _np_rounding(fn, T):
         return _device(lambda x: T(fn(x)))
@@ -89,7 +94,7 @@ def functions(dtype: np.dtype) -> dict[str, str]:
         fns = {f: f"math.{f}" for f in ("exp", "log", "log1p", "expm1", "sin", "cos", "tan", "tanh", "pow", "sqrt")}
         fns.update({f: f"{f}_{sfx}" for f in ("floor", "ceil", "rint", *LIBM)})
         fns.update(arctan="math.atan", abs="abs", sign="sign_f", maximum="maximum_f", minimum="minimum_f",
-                   radd="radd", rmul="rmul")
+                   radd="radd", rmul="rmul", div="rdiv")
         fns.update({f: f"{f}_{sfx}" for f in FLOAT_FUNCTIONS})   # (issue 19)
         if SIMULATOR:
             fns.update({f: f"simulated_{f}_{sfx}" for f in SIMULATED})

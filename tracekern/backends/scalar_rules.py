@@ -193,6 +193,27 @@ def take_index(i, n):
 # calls Numba's, which port NumPy's loops) --------------------------------------------------------------
 
 
+def complex_division(C, R, jit=lambda fn: fn):
+    """a / b for complex type C with parts of type R, as NumPy's divide loop (Smith's method, the branches and
+    operations of NumPy's): a zero divisor gives inf or NaN parts, where Python's and Numba's complex division raise
+    ZeroDivisionError."""
+    zero, one = R(0), R(1)
+
+    def div(a, b):
+        ar, ai, br, bi = R(a.real), R(a.imag), R(b.real), R(b.imag)
+        abs_br, abs_bi = abs(br), abs(bi)
+        if abs_br >= abs_bi:
+            if abs_br == zero and abs_bi == zero:
+                return C(complex(ar / abs_br, ai / abs_br))
+            rat = bi / br
+            scl = one / (br + bi * rat)
+            return C(complex((ar + ai * rat) * scl, (ai - ar * rat) * scl))
+        rat = br / bi
+        scl = one / (bi + br * rat)
+        return C(complex((ar * rat + ai) * scl, (ai * rat - ar) * scl))
+    return jit(div)
+
+
 def complex_functions(m, C, R, jit=lambda fn: fn) -> dict:
     """NumPy's complex functions (principal branches) for complex type C with parts of type R, written
     with the real functions of `m` (math on a GPU, NumPy's on the simulator). Every constant is an R,
@@ -207,6 +228,7 @@ def complex_functions(m, C, R, jit=lambda fn: fn) -> dict:
     def make(re, im):
         return C(complex(re, im))
     make = jit(make)
+    div = complex_division(C, R, jit)
 
     def exp(z):
         x, y = z.real, z.imag
@@ -359,11 +381,11 @@ def complex_functions(m, C, R, jit=lambda fn: fn) -> dict:
                     result = result * base
                 base = base * base
                 n >>= 1
-            return result if br >= zero else make(one, zero) / result
+            return result if br >= zero else div(make(one, zero), result)
         return exp(b * log(a))
     pow = jit(pow)
 
-    return {"exp": exp, "log": log, "sqrt": sqrt, "sin": sin, "cos": cos, "tan": tan, "sinh": sinh, "cosh": cosh,
+    return {"div": div, "exp": exp, "log": log, "sqrt": sqrt, "sin": sin, "cos": cos, "tan": tan, "sinh": sinh, "cosh": cosh,
             "tanh": tanh, "arcsin": arcsin, "arccos": arccos, "arctan": arctan, "arcsinh": arcsinh,
             "arccosh": arccosh, "arctanh": arctanh, "log1p": log1p, "expm1": expm1, "log2": log2, "log10": log10,
             "exp2": exp2, "pow": pow}

@@ -22,10 +22,11 @@ from ._core import _check_dtype
 from .indexing import at, getitem  # noqa: F401 (tk.at; x[idx] on tracers)
 from .scans import accumulate
 from .special import SCIPY_FUNCTIONS  # noqa: F401 (trace.Tracer's advice for SciPy's Python functions)
+from .ufuncs import inplace_result  # noqa: F401 (x += y on tracers)
 
 # the names each part defines for users (helpers start with "_" or are listed here)
 _PARTS = (ufuncs, creation, shapes, reductions, indexing, contractions, scans, sorting, extras)
-_HELPERS = {"traced", "zeros_like_of", "negative_", "moveaxis_", "builtins_any_nonzero", "accumulate", "at", "getitem"}
+_HELPERS = {"traced", "inplace_result", "zeros_like_of", "negative_", "moveaxis_", "builtins_any_nonzero", "accumulate", "at", "getitem"}
 
 
 def _public(module) -> dict[str, Callable]:

@@ -14,7 +14,7 @@ import string
 
 import numpy as np
 
-from ._core import P, ShapeError, _array, _axis, _cast, _promote, _reject, _shape, bind, with_location
+from ._core import P, ShapeError, _array, _axis, _cast, _dtype, _promote, _reject, _shape, bind, with_location
 from .reductions import sum as _sum
 from .shapes import broadcast_to, diagonal, moveaxis, ravel, reshape, stack, transpose
 from .ufuncs import conj, multiply, subtract
@@ -148,7 +148,8 @@ def _stack3(c0, c1, c2):
 def vecdot(x1, x2, /, *, axis=-1):
     """sum(conj(x1) * x2) over axis (NumPy's conjugates the first vector)."""
     x1, x2 = _promote("vecdot", _array(x1, "vecdot"), _array(x2, "vecdot"))
-    return _sum(multiply(conj(x1), x2), axis=axis)
+    p = multiply(conj(x1), x2)
+    return _sum(p, axis=axis, dtype=_dtype(p))   # (a contraction keeps its operands' dtype: int32 stays int32)
 
 
 def matvec(x1, x2, /):
@@ -210,7 +211,7 @@ def _sum_out(x, labels: str, keep: set):
     axes = tuple(k for k, c in enumerate(labels) if c not in keep)
     if not axes:
         return x, labels
-    return _sum(x, axis=axes), "".join(c for c in labels if c in keep)
+    return _sum(x, axis=axes, dtype=_dtype(x)), "".join(c for c in labels if c in keep)   # (int32 stays int32, as NumPy)
 
 
 def _arranged(x, labels: str, order: str, sizes: dict):
@@ -246,7 +247,7 @@ def _pair(a, la: str, b, lb: str, keep: set, sizes: dict):
     prod_ = multiply(_arranged(a, la, order, sizes), _arranged(b, lb, order, sizes))
     prod_ = broadcast_to(prod_, tuple(sizes[c] for c in order))
     axes = tuple(range(len(order) - len(summed), len(order)))
-    return (_sum(prod_, axis=axes) if axes else prod_), out_labels
+    return (_sum(prod_, axis=axes, dtype=_dtype(prod_)) if axes else prod_), out_labels
 
 
 def einsum(*operands, out=None, dtype=None, order="K", casting="safe", optimize=True):

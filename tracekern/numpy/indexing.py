@@ -343,7 +343,8 @@ def _update(x, idx, values, mode: str):
     if not any(_is_array_index(it) for it in idx):   # basic: an unslice and a select (no scatter needed)
         index, kept, out_shape = _basic(shape, idx)
         region = reshape(broadcast_to(values, out_shape), kept)
-        placed = bind(P.unslice, region, shape=shape, index=index) if kept != shape else region
+        whole = all(k == n and (step > 0 or n <= 1) for (_, _, step), k, n in zip(index, kept, shape))   # (x[::-1]: no)
+        placed = region if whole else bind(P.unslice, region, shape=shape, index=index)
         mask = np.zeros(shape, bool)
         mask[tuple(slice(a, b if b >= 0 else None, c) for a, b, c in index)] = True
         return where(mask, _combine(x, placed, mode), x)

@@ -34,8 +34,9 @@ __all__ = ["cholesky", "cond", "cross", "det", "diagonal", "eig", "eigh", "eigva
            "solve", "svd", "svdvals", "tensordot", "trace", "vecdot", "vector_norm"]
 
 
-def _matrices(a, fname: str, square: bool = True):
-    a = _inexact(_array(a, fname), fname)
+def _matrices(a, fname: str, square: bool = True, inexact: bool = True):
+    a = _array(a, fname)
+    a = _inexact(a, fname) if inexact else a
     s = _shape(a)
     if len(s) < 2 or (square and s[-1] != s[-2]):
         raise ShapeError(with_location(f"np.linalg.{fname}: needs {'square ' if square else ''}matrices (..., m, n), "
@@ -224,7 +225,7 @@ def pinv(a, rcond=None, hermitian=False, *, rtol=np._NoValue):
 
 
 def matrix_power(a, n):
-    a = _matrices(a, "matrix_power")
+    a = _matrices(a, "matrix_power", inexact=False)   # (integer powers of integer matrices stay integers, as NumPy's)
     n = int(n)
     if n == 0:
         return broadcast_to(np.eye(_shape(a)[-1], dtype=_dtype(a)), _shape(a))

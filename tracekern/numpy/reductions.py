@@ -60,7 +60,7 @@ def _sum_or_prod(prim, name, identity, combine, a, axis, dtype, out, keepdims, i
         a = astype(a, dtype)
     if where is not None:
         a = _select(where, a, identity)
-    y = _reduce(prim, name, a, axis, keepdims, promote_int=True)
+    y = _reduce(prim, name, a, axis, keepdims, promote_int=dtype is None)   # (dtype= is the accumulator's, as NumPy's)
     return y if initial is None else combine(y, initial)
 
 

@@ -80,12 +80,14 @@ def cumulative_prod(x, /, *, axis=None, dtype=None, out=None, include_initial=Fa
 
 
 def accumulate(ufunc, a, axis=0, dtype=None):
-    """ufunc.accumulate for add, multiply, maximum and minimum (keeping a's dtype, as NumPy)."""
+    """ufunc.accumulate for add, multiply, maximum and minimum (as NumPy: add and multiply promote bools and
+    integers to int64, maximum and minimum keep a's dtype)."""
     prims = {np.add: P.cumsum, np.multiply: P.cumprod, np.maximum: P.cummax, np.minimum: P.cummin}
     if ufunc not in prims:
         raise NotImplementedError(with_location(f"np.{ufunc.__name__}.accumulate is not supported while tracing; "
                                                 "supported: add, multiply, maximum, minimum"))
-    return _cumulative(prims[ufunc], f"np.{ufunc.__name__}.accumulate", a, axis, dtype, promote_int=False)
+    return _cumulative(prims[ufunc], f"np.{ufunc.__name__}.accumulate", a, axis, dtype,
+                       promote_int=ufunc in (np.add, np.multiply))
 
 
 def _no_out(fname, out):
@@ -243,6 +245,8 @@ def interp(x, xp, fp, left=None, right=None, period=None):
         raise NotImplementedError(with_location("np.interp: period= is not supported while tracing"))
     x, xp, fp = (_inexact(_array(v, "interp"), "interp") for v in (x, xp, fp))
     xp, fp, x = _promote("interp", xp, fp, x)
+    wide = np.promote_types(_dtype(x), np.float64)   # (NumPy's interp computes in, and returns, float64 or complex128)
+    xp, fp, x = (_cast(v, wide) for v in (xp, fp, x))
     if len(_shape(xp)) != 1 or _shape(xp) != _shape(fp):
         raise ValueError(with_location(f"interp: xp {_shape(xp)} and fp {_shape(fp)} must be 1-D of the same length"))
     n = _shape(xp)[0]

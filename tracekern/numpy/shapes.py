@@ -21,6 +21,7 @@ from ._core import (
     _array,
     _axes,
     _axis,
+    _cast,
     _dtype,
     _promote,
     _reject,
@@ -441,8 +442,7 @@ def resize(a, new_shape):
 def insert(arr, obj, values, axis=None):
     """np.insert with static positions (obj); values may be traced."""
     arr = _array(arr, "insert")
-    values = _array(values, "insert")
-    arr, values = _promote("insert", arr, values)
+    values = _cast(_array(values, "insert"), _dtype(arr))   # (NumPy's: the values take arr's dtype)
     n = math.prod(_shape(arr))
     labels_values = -1 - np.arange(math.prod(_shape(values)), dtype=np.int64).reshape(_shape(values))
     labels = np.insert(np.arange(n, dtype=np.int64).reshape(_shape(arr)), obj, labels_values, axis=axis)

@@ -4,6 +4,7 @@ tk.numpy.top_k. NaN sorts last, as in NumPy; a statistic of a slice with a NaN i
 forms skip them, reading the sorted row at positions computed from its count of numbers)."""
 from __future__ import annotations
 
+import builtins
 import math
 
 import numpy as np
@@ -75,9 +76,11 @@ def top_k(x, k: int):
 # ----------------------------------------------------------------------------- order statistics
 
 
-def _prepare(a, axis, fname):
-    """(a as float with the reduced axes flattened last, the kept shape with the reduced axes as 1)."""
-    a = _inexact(_array(a, fname), fname)
+def _prepare(a, axis, fname, inexact=True):
+    """(a as float (or in its own dtype) with the reduced axes flattened last, the kept shape with the reduced axes
+    as 1)."""
+    a = _array(a, fname)
+    a = _inexact(a, fname) if inexact else a
     shape = _shape(a)
     axes = _axes(axis, len(shape), fname)
     kept = tuple(1 if i in axes else s for i, s in enumerate(shape))
@@ -106,8 +109,30 @@ def _lerp(a, b, t):
 _METHODS = ("linear", "lower", "higher", "nearest", "midpoint")
 
 
-def _at_positions(s, pos, method: str, count=None):
-    """The sorted rows s (..., n) read at fractional positions pos (..., m) by `method`."""
+_TABLE_ROWS = 1024   # (nan* functions: up to this many values per slice, the indices of each count are a constant table)
+
+
+def _indices(vi, count: int, method: str):
+    """NumPy's own index arithmetic (its _QuantileMethods and _get_indexes) on the virtual indices vi (in q's dtype)
+    of a slice of `count` values: (lo, hi, t), the two positions to read and the weight of the second."""
+    if method in ("lower", "higher", "nearest"):
+        lo = {"lower": np.floor, "higher": np.ceil, "nearest": np.around}[method](vi)
+        hi, t = lo, np.zeros_like(vi)
+    else:
+        if method == "midpoint":
+            vi = 0.5 * (np.floor(vi) + np.ceil(vi))
+        lo = np.floor(vi)
+        hi = lo + 1
+        t = np.where(vi % 1 == 0, 0.0, 0.5).astype(vi.dtype) if method == "midpoint" else vi - lo
+        outside = (vi >= count - 1) | (vi < 0)
+        lo = np.where(outside, np.where(vi < 0, 0, count - 1), lo)
+        hi = np.where(outside, lo, hi)
+    last = builtins.max(count - 1, 0)
+    return np.clip(lo, 0, last).astype(np.int64), np.clip(hi, 0, last).astype(np.int64), t
+
+
+def _at_positions(s, pos, method: str):
+    """The sorted rows s (..., n) read at fractional positions pos (..., m) by `method` (a traced q)."""
     lo = floor(pos)
     if method == "lower":
         return take_along_axis(s, _cast(lo, np.int64), -1)
@@ -115,42 +140,62 @@ def _at_positions(s, pos, method: str, count=None):
         return take_along_axis(s, _cast(ceil(pos), np.int64), -1)
     if method == "nearest":
         return take_along_axis(s, _cast(rint(pos), np.int64), -1)
+    if method == "midpoint":
+        pos = multiply(add(lo, ceil(pos)), 0.5)
+        lo = floor(pos)
     hi = ceil(pos)
     a = take_along_axis(s, _cast(lo, np.int64), -1)
     b = take_along_axis(s, _cast(hi, np.int64), -1)
-    if method == "midpoint":
-        return divide(add(a, b), 2)
-    return _lerp(a, b, subtract(pos, lo))
+    return _lerp(a, b, _cast(subtract(pos, lo), _dtype(s)))
 
 
 def _quantile(a, q, axis, method, keepdims, fname, skip_nan, percent=False):
     if method not in _METHODS:
         raise NotImplementedError(with_location(f"np.{fname}: method {method!r} is not supported while tracing; "
                                                 f"supported: {', '.join(_METHODS)}"))
-    x, kept, rest = _prepare(a, axis, fname)
+    discrete = method in ("lower", "higher", "nearest")   # (an element of a: NumPy's result keeps a's dtype)
+    x, kept, rest = _prepare(a, axis, fname, inexact=not discrete)
     n = _shape(x)[-1]
     q = _array(q, fname)
     dt = _result_dtype(fname, x, q)   # (NumPy's: a list of quantiles is float64; a Python number is weak)
-    s = bind(P.sort, _cast(x, dt))
+    s = bind(P.sort, x if discrete else _cast(x, dt))
     q_shape = _shape(q)
-    q = _cast(q, dt) if isinstance(q, Tracer) else np.asarray(q, dt)
+    m = math.prod(q_shape)
+    # the positions are NumPy's: computed in q's own dtype (float64 for Python numbers and lists), where the
+    # array's float32 would pick a neighbouring element now and then (0.28 * 25 rounds to 7.0 in float32)
+    pdt = np.promote_types(_dtype(q), np.float32) if isinstance(q, Tracer) or np.asarray(q).dtype.kind in "fc" \
+        else np.dtype(np.float64)
+    q = _cast(q, pdt) if isinstance(q, Tracer) else np.asarray(q, pdt)
     if percent:
-        q = divide(q, 100)
+        q = divide(q, 100) if isinstance(q, Tracer) else np.true_divide(q, pdt.type(100))
     if not isinstance(q, Tracer) and (np.any(q < 0) or np.any(q > 1)):
         raise ValueError(with_location(f"np.{fname}: quantiles must be in the range [0, 1]"))
-    qf = reshape(q, (1,) * len(rest) + (math.prod(q_shape),))
-    if skip_nan:
-        count = _sum(logical_not(isnan(x)), axis=-1, keepdims=True)
-        last = subtract(_cast(count, _dtype(s)), 1)
-        pos = multiply(qf, where(greater_equal(last, 0), last, 0))
-    else:
-        pos = multiply(qf, n - 1)
-    y = _at_positions(s, pos, method)
-    if skip_nan:
+    count = _sum(logical_not(isnan(x)), axis=-1, keepdims=True) if skip_nan else None
+    if isinstance(q, Tracer) or (skip_nan and n + 1 > _TABLE_ROWS):   # the positions computed in the kernel
+        qf = reshape(q, (1,) * len(rest) + (m,))
+        if skip_nan:
+            last = subtract(_cast(count, pdt), 1)
+            pos = multiply(where(greater_equal(last, 0), last, 0), qf)
+        else:
+            pos = multiply(n - 1, qf)
+        y = _at_positions(s, pos, method)
+    else:   # NumPy's indices, computed now: for each count of values a slice may have (nan*), or for n
+        qv = np.ravel(q)
+        rows = [_indices((c - 1) * qv, c, method) for c in (range(n + 1) if skip_nan else (n,))]
+        lo, hi, t = (np.stack([r[k] for r in rows]) for k in range(3))
+        if skip_nan:
+            which = reshape(count, rest)
+            lo, hi, t = (take(v, which, axis=0) for v in (lo, hi, t.astype(_dtype(s))))
+        else:
+            lo, hi, t = (reshape(v, (1,) * len(rest) + (m,)) for v in (lo, hi, t.astype(_dtype(s))))
+        y = take_along_axis(s, lo, -1)
+        if not discrete:
+            y = _lerp(y, take_along_axis(s, hi, -1), t)
+    if skip_nan and is_float(_dtype(s)):
         y = where(greater_equal(_cast(count, _dtype(s)), 1), y, np.nan)
     elif is_float(_dtype(s)):
         y = where(isnan(s[..., -1:]), np.nan, y)   # (NaN sorts last: a slice with one has it there)
-    return _finish(y, rest, kept, keepdims, q_shape)
+    return _finish(reshape(y, rest + q_shape), rest, kept, keepdims, q_shape)
 
 
 def quantile(a, q, axis=None, out=None, overwrite_input=False, method="linear", keepdims=False, *, weights=None,

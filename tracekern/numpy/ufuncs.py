@@ -14,7 +14,7 @@ from ..errors import user_stacklevel
 from ..ir import complex_dtype, is_complex, is_float, is_inexact
 from ..primitives.core import REGISTRY
 from ..primitives.elementwise import Elementwise
-from ._core import P, Tracer, _cast, _check_dtype, _check_operand, _dtype, _promote, _reject, _token, bind, with_location
+from ._core import P, Tracer, _cast, _check_dtype, _check_operand, _dtype, _promote, _reject, _shape, _token, bind, with_location
 
 
 def _ufunc_op(ufunc, prim, fname: str) -> Callable:
@@ -406,6 +406,22 @@ def astype(x, dtype, /, *, copy=True, device=None):
                       stacklevel=user_stacklevel())
         return _cast(real(x), dtype)
     return _cast(x, dtype)
+
+
+def inplace_result(x, y, name: str):
+    """What x op= o leaves in x, given y = x op o: NumPy writes into x, so the result keeps x's shape and dtype
+    (a float32 x += a float64 array stays float32), and a result that does not fit raises as NumPy's does."""
+    if _shape(y) != _shape(x):
+        raise ValueError(with_location(f"non-broadcastable output operand with shape {_shape(x)} doesn't match the "
+                                       f"broadcast shape {_shape(y)} (x {name}= ...); write x = x {name} ... for a "
+                                       "new array"))
+    if _dtype(y) == _dtype(x):
+        return y
+    if not np.can_cast(_dtype(y), _dtype(x), "same_kind"):
+        raise TypeError(with_location(f"Cannot cast the result of x {name}= ... from dtype('{_dtype(y)}') to x's "
+                                      f"dtype('{_dtype(x)}') with casting rule 'same_kind' (as NumPy); write "
+                                      f"x = x {name} ... for a new array of dtype {_dtype(y)}"))
+    return _cast(y, _dtype(x))
 
 
 def stop_gradient(x):

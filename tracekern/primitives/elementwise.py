@@ -180,7 +180,7 @@ mul = Elementwise("mul", np.multiply, [lambda ct, x, y, out: ops.mul(ct, y), lam
                   dtypes="numeric", scalar="({0} * {1})")
 div = Elementwise("div", np.true_divide,
                   [lambda ct, x, y, out: ops.div(ct, y), lambda ct, x, y, out: ops.div(ops.neg(ops.mul(ct, out)), y)],
-                  dtypes="inexact", scalar="({0} / {1})")
+                  dtypes="inexact", scalar="{div}({0}, {1})")   # (complex: NumPy's, a zero divisor gives inf/NaN)
 neg = Elementwise("neg", np.negative, [lambda ct, x, out: ops.neg(ct)], dtypes="numeric", scalar="(-{0})", conj_free=True)
 # x ** k for a literal k: multiplications, as exact as NumPy (k = 1, 2) or within one rounding (k = 3, 4)
 power = Elementwise("pow", np.power, [_pow_base, lambda ct, x, y, out: ops.mul(ops.mul(ct, _safe_log(x)), out)],

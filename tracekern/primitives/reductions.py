@@ -35,6 +35,8 @@ class Reduce(Primitive):
         return (Aval(tuple(s for i, s in enumerate(x.shape) if i not in axes), x.dtype),)
 
     def impl(self, x, *, axes):
+        if self.has_identity:   # (sum, prod: in the operand's dtype; np.sum alone would promote an int32 to int64)
+            return self.np_fn(x, axis=axes, dtype=x.dtype)
         return self.np_fn(x, axis=axes)
 
 
@@ -85,16 +87,21 @@ def _extremum_weights(x, out, axes):
 
 
 def _other_entries(x, axes):
-    """The product of the other entries of each one's slice, without dividing by zero."""
+    """The product of the other entries of each one's slice, without dividing by zero, and with the right
+    derivative (so second derivatives are exact at zeros too): the product of the slice's nonzero entries
+    other than x_i, times the product of its zeros other than x_i, which is 1 where there is none and, to
+    first order, that zero's value where there is one (0 with the derivative 1; two or more: 0, derivative 0)."""
     is_zero = ops.eq(x, ops.full_like(x, 0, shape=()))
-    ones = ops.full_like(x, 1)
-    nonzero_prod = ops.expand(ops.reduce_prod(ops.select(is_zero, ones, x), axes=axes), x.shape, axes)
-    zeros_count = ops.expand(ops.reduce_sum(ops.convert(is_zero, dtype=x.dtype), axes=axes), x.shape, axes)
-    zero = ops.sub(ones, 1)
-    return ops.select(
-        ops.eq(zeros_count, zero), ops.div(nonzero_prod, ops.select(is_zero, ones, x)),
-        ops.select(ops.logical_and(is_zero, ops.eq(zeros_count, ones)), nonzero_prod, zero),
-    )
+    ones, zeros = ops.full_like(x, 1), ops.zeros_like(x)
+    nonzero = ops.select(is_zero, ones, x)
+    nonzero_prod = ops.expand(ops.reduce_prod(nonzero, axes=axes), x.shape, axes)
+    zero_values = ops.select(is_zero, x, zeros)   # (0, but a function of x: its derivative flows)
+    count = ops.convert(is_zero, dtype=np.int64)
+    others = ops.sub(ops.expand(ops.reduce_sum(count, axes=axes), x.shape, axes), count)   # other zeros in the slice
+    other_zero = ops.sub(ops.expand(ops.reduce_sum(zero_values, axes=axes), x.shape, axes), zero_values)
+    zeros_prod = ops.select(ops.eq(others, ops.full_like(others, 0)), ones,
+                            ops.select(ops.eq(others, ops.full_like(others, 1)), other_zero, zeros))
+    return ops.mul(ops.div(nonzero_prod, nonzero), zeros_prod)
 
 
 reduce_sum = ReduceSum("reduce_sum", np.sum, has_identity=True, combine="{radd}({acc}, {x})", identity="0")

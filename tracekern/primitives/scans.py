@@ -34,10 +34,10 @@ class Cumulative(Primitive):
         return (x,)
 
     def impl(self, x, *, axis, reverse):
-        fn = _NUMPY[self.name]
+        fn = _NUMPY[self.name]   # (in the operand's dtype: np.cumsum alone would promote an int32 to int64)
         if not reverse:
-            return fn(x, axis=axis)
-        return np.flip(fn(np.flip(x, axis), axis=axis), axis)
+            return fn(x, axis=axis, dtype=x.dtype)
+        return np.flip(fn(np.flip(x, axis), axis=axis, dtype=x.dtype), axis)
 
     def vjp(self, cts, ins, outs, active, *, axis, reverse):
         (ct,), (x,), (out,) = cts, ins, outs
@@ -65,39 +65,52 @@ def _iota(x, axis: int, reverse: bool):
     return ops.broadcast_to(ops.constant(x, pos.reshape(shape)), shape=tuple(x.shape))
 
 
-def _zero_marks(x, axis, reverse):
-    """(before, first): whether no zero of x comes up to each element (in scan order), and whether
-    the element is the first zero."""
-    is_zero = ops.convert(ops.eq(x, ops.zeros_like(x)), dtype=np.int64)
-    zeros_so_far = ops.cumsum(is_zero, axis=axis, reverse=reverse)
-    before = ops.eq(zeros_so_far, ops.full_like(zeros_so_far, 0))
-    first = ops.logical_and(ops.eq(is_zero, ops.full_like(is_zero, 1)), ops.eq(zeros_so_far, ops.full_like(zeros_so_far, 1)))
-    return before, first
+def _zero_parts(x, axis, reverse):
+    """(is_zero, nonzero, running, zeros_so_far, zero_sum, mask): x's zeros, x with its zeros taken as 1, the
+    running product of that, the count of zeros up to each element (in scan order), the running sum of the
+    zeros' values (0, but a function of x, so that derivatives flow through it), and mask(m), the elements
+    with m zeros up to them. d out_j / d x_i = prod_{k <= j, k != i} x_k is running_j / nonzero_i times the
+    product of the zeros up to j other than x_i: 1 where there is none, and (to first order, which makes the
+    second derivatives exact) the value of the one there is, 0 where there are more."""
+    is_zero = ops.eq(x, ops.zeros_like(x))
+    nonzero = ops.select(is_zero, ops.full_like(x, 1), x)
+    running = ops.cumprod(nonzero, axis=axis, reverse=reverse)
+    zeros_so_far = ops.cumsum(ops.convert(is_zero, dtype=np.int64), axis=axis, reverse=reverse)
+    zero_sum = ops.cumsum(ops.select(is_zero, x, ops.zeros_like(x)), axis=axis, reverse=reverse)
+
+    def mask(m):
+        return ops.eq(zeros_so_far, ops.full_like(zeros_so_far, m))
+    return is_zero, nonzero, running, zero_sum, mask
 
 
 def _cumprod_vjp(ct, x, out, axis, reverse):
-    """d out_j / d x_i = prod_{k <= j, k != i} x_k, exact with zeros in x: before the first zero it is
-    out_j / x_i; at the first zero it is the running product with that zero taken as 1; after it, 0."""
+    """g_i = sum_{j >= i} ct_j d out_j / d x_i (see _zero_parts), exact with zeros in x, to second order."""
     back = not reverse
-    zero = ops.zeros_like(x)
-    before, first = _zero_marks(x, axis, reverse)
-    ones = ops.full_like(x, 1)
-    a = ops.div(ops.cumsum(ops.mul(ct, out), axis=axis, reverse=back), ops.select(before, x, ones))
-    skipped = ops.cumprod(ops.select(first, ones, x), axis=axis, reverse=reverse)
-    b = ops.cumsum(ops.mul(ct, skipped), axis=axis, reverse=back)
-    return ops.select(before, a, ops.select(first, b, zero))
+    is_zero, nonzero, running, zero_sum, mask = _zero_parts(x, axis, reverse)
+    one, zero = ops.full_like(x, 1), ops.zeros_like(x)
+    w = ops.mul(ct, running)
+
+    def suffix(m, weight):   # sum over j >= i (in scan order) of w_j * weight_j where j has m zeros up to it
+        return ops.cumsum(ops.select(mask(m), ops.mul(w, weight), zero), axis=axis, reverse=back)
+    # x_i nonzero: the zeros up to j are the others; x_i zero: one of them is x_i itself
+    at_nonzero = ops.add(suffix(0, one), suffix(1, zero_sum))
+    at_zero = ops.add(suffix(1, one), ops.sub(suffix(2, zero_sum), ops.mul(x, suffix(2, one))))
+    return ops.select(is_zero, at_zero, ops.div(at_nonzero, nonzero))
 
 
 def _cumprod_jvp(t, x, out, axis, reverse):
-    """The same derivative, forwards: d out_j = out_j * sum_{i <= j} t_i / x_i before the first zero,
-    and t_z times the running product with that zero (at z) taken as 1 from it on (0 after a second)."""
+    """The same derivative, forwards: d out_j = sum_{i <= j} t_i d out_j / d x_i."""
+    is_zero, nonzero, running, zero_sum, mask = _zero_parts(x, axis, reverse)
     zero = ops.zeros_like(x)
-    before, first = _zero_marks(x, axis, reverse)
-    ones = ops.full_like(x, 1)
-    ratios = ops.cumsum(ops.select(before, ops.div(t, ops.select(before, x, ones)), zero), axis=axis, reverse=reverse)
-    skipped = ops.cumprod(ops.select(first, ones, x), axis=axis, reverse=reverse)
-    at_zero = ops.cumsum(ops.select(first, t, zero), axis=axis, reverse=reverse)
-    return ops.select(before, ops.mul(out, ratios), ops.mul(at_zero, skipped))
+
+    def prefix(v):
+        return ops.cumsum(v, axis=axis, reverse=reverse)
+    ratios = prefix(ops.select(is_zero, zero, ops.div(t, nonzero)))   # the nonzero x_i
+    at_zeros = prefix(ops.select(is_zero, t, zero))                     # the zero x_i
+    weighted = prefix(ops.select(is_zero, ops.mul(t, x), zero))
+    d = ops.select(mask(0), ratios, ops.select(mask(1), ops.add(ops.mul(zero_sum, ratios), at_zeros),
+                                               ops.select(mask(2), ops.sub(ops.mul(zero_sum, at_zeros), weighted), zero)))
+    return ops.mul(running, d)
 
 
 def _extremum_source(x, out, axis, reverse):
