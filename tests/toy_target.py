@@ -23,7 +23,7 @@ _MATH = ("exp", "log", "log1p", "expm1", "sin", "cos", "tan", "tanh", "sqrt", "a
 def _functions(dtype: np.dtype, exact: bool = False) -> dict[str, str]:
     """The scalar templates' math names: NumPy's ufuncs on scalars, and scalar_rules' helpers."""
     return {**{f: f"np.{f}" for f in _MATH}, "pow": "np.power", "abs": "abs", "sign": "sign_f",
-            "maximum": "maximum_f", "minimum": "minimum_f", "radd": "radd", "rmul": "rmul"}
+            "maximum": "maximum_f", "minimum": "minimum_f", "radd": "radd", "rmul": "rmul", "div": "rdiv"}
 
 
 TARGET = Target("toy", on_device=False, functions=_functions, casts=render.CASTS, index=render.plain_index,
@@ -43,6 +43,10 @@ def radd(a, b):
 
 def rmul(a, b):
     return a * b
+
+
+def rdiv(a, b):
+    return a / b
 """
 
 
