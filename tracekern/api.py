@@ -314,7 +314,7 @@ def vjp(fun: Callable, *args, has_aux: bool = False, backend: str | None = None,
     device = backends.on_device(backend)
 
     def run_backward(cts):
-        _check_unmodified(watched)
+        _check_unmodified(watched, "tk.vjp's pullback", "tk.vjp")
         if current_builder() is not None:
             # called inside a trace (tk.grad / tk.jit of a function that calls it): the backward graph is
             # emitted there, reading the residuals as constants, so the pullback is differentiable
@@ -356,15 +356,15 @@ def _checksum(a: np.ndarray) -> int:
     return zlib.crc32(np.ascontiguousarray(a).view(np.uint8).reshape(-1))
 
 
-def _check_unmodified(kept: list[tuple[str, np.ndarray, int]]) -> None:
-    """A pullback reads the inputs its forward kept: one changed in place since would give a wrong
-    gradient (PyTorch raises for a saved tensor modified in place; tracekern too)."""
+def _check_unmodified(kept: list[tuple[str, np.ndarray, int]], reader: str, transform: str) -> None:
+    """A pullback (or linearize's linear function) reads the inputs its forward kept: one changed in
+    place since would give a wrong derivative (PyTorch raises for a saved tensor modified in place)."""
     for name, leaf, crc in kept:
         if _checksum(leaf) != crc:
             raise TracekernError(with_location(
-                f"tk.vjp's pullback reads {name} ({leaf.dtype}{list(leaf.shape)}) as the forward saw it, and it was "
-                "modified in place after tk.vjp returned: the gradient would be wrong. Pass a copy to tk.vjp "
-                "(tk.vjp(f, x.copy(), ...)), or call tk.vjp again after modifying it"))
+                f"{reader} reads {name} ({leaf.dtype}{list(leaf.shape)}) as the forward saw it, and it was "
+                f"modified in place after {transform} returned: the derivative would be wrong. Pass a copy to "
+                f"{transform} ({transform}(f, x.copy(), ...)), or call {transform} again after modifying it"))
 
 
 def _vjp_in_trace(fun: Callable, args: tuple, has_aux: bool, memory_budget=None):
@@ -599,9 +599,11 @@ def linearize(fun: Callable, *primals, has_aux: bool = False, backend: str | Non
     results = staged.primal(list(flat.leaves) + [v._value for v in staged.variables])
     n_out, n_all = staged.value_treedef.num_leaves, staged.split.num_outputs
     residuals = list(results[n_all:])
+    watched = _inputs_kept(fun, flat, residuals)
     device = backends.on_device(backend)
 
     def run_linear(tangents):
+        _check_unmodified(watched, "tk.linearize's linear function", "tk.linearize")
         arrays = [t if device and on_device(t) else host(t) for t in tangents]
         return [to_user(t) for t in staged.linear(residuals + arrays)]
 
