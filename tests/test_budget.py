@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tracekern as tk
-from tests.conftest import assert_tree_close, jit_on
+from tests.conftest import assert_tree_close, jit_on, to_host
 from tests.test_property import instantiate, on_interpret, programs
 from tracekern import budget as budget_room
 from tracekern import remat
@@ -654,3 +654,28 @@ def test_a_file_system_that_refuses_locks_still_gets_a_calibration(tmp_path, mon
     assert calibrate.cost_table.__wrapped__()["origin"] == "no lock"
     (written,) = (tmp_path / "cache").glob("calibration-*.json")
     assert json.loads(written.read_text())["origin"] == "no lock"
+
+
+def test_a_vjp_input_modified_in_place_before_the_pullback_is_an_error_not_a_wrong_gradient(backend):
+    """A compiled forward keeps the caller's input arrays the pullback reads as they are (no copy); at
+    the smallest budget the pullback recomputes from them. Modified in place between the two halves,
+    they gave a silently wrong gradient on cpu (the interpreter's oracle, which copies, the right one).
+    Now the pullback raises naming the argument, or (where no input is kept as it is) gives the
+    gradient at the forward's inputs."""
+    ws, x = mlp_args(depth=2, width=4, batch=3)
+    f = lambda x, w: mlp_loss([w, w], x)  # noqa: E731
+    w = ws[0]
+    want = tk.jit(tk.value_and_grad(f, argnums=(0, 1)), backend="interpret")(x, w)
+    smallest = tk.make_ir(f, mode="vjp", memory_budget=1.0)(x, w).smallest_budget
+    for budget in (None, smallest):
+        xc, wc = x.copy(), w.copy()
+        out, pull = tk.vjp(f, xc, wc, memory_budget=budget, backend=backend)
+        assert_tree_close(to_host((out, pull(np.float64(1.0)))), want, tol=1e-12)
+        xc += 1.0
+        try:
+            got = pull(np.float64(1.0))
+        except tk.TracekernError as err:
+            assert "argument 0 ('x')" in str(err) and "modified in place" in str(err) and "test_budget.py" in str(err)
+        else:   # (the interpreter and cuda keep their own copies: the host's arrays are not read again)
+            assert backend != "cpu", "the compiled pullback read the modified input without an error"
+            assert_tree_close(to_host(got), want[1], tol=1e-12)

@@ -760,3 +760,23 @@ def test_errors_name_the_callers_line_and_say_what_to_pass():
     with pytest.raises(ValueError, match=rf"f_jvp of tk.linearize.*is f64\[3\], the primal is f64\[2,3\][\s\S]*{here}"):
         f_jvp(np.ones(3), None)
     assert f_jvp(x, None) == pytest.approx(12.0)
+
+
+def test_an_input_modified_in_place_before_linearize_s_linear_function_is_an_error(backend):
+    """The compiled primal keeps the caller's input arrays its linear function reads, without a copy;
+    modified in place in between, they gave a silently wrong JVP on cpu. Now: an error naming the
+    argument, or (where no input is kept as it is) the JVP at the primal point."""
+    f = lambda x: np.sin(x) * x  # noqa: E731
+    x = np.linspace(0.0, 1.0, 4)
+    want = np.cos(x) * x + np.sin(x)
+    xc = x.copy()
+    _, f_jvp = tk.linearize(f, xc, backend=backend)
+    assert_tree_close(to_host(f_jvp(np.ones(4))), want, tol=1e-12)
+    xc += 3.0
+    try:
+        got = f_jvp(np.ones(4))
+    except tk.TracekernError as err:
+        assert "argument 0 ('x')" in str(err) and "modified in place" in str(err) and "test_forward.py" in str(err)
+    else:
+        assert backend != "cpu", "the compiled linear function read the modified input without an error"
+        assert_tree_close(to_host(got), want, tol=1e-12)

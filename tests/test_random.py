@@ -177,6 +177,33 @@ def test_a_checkpointed_scan_replays_its_draws(backend):
         tk.check_grad(lambda h, w: _rnn(h, w, k, 2), (h, w))
 
 
+def test_dropout_recomputed_in_a_reversed_checkpointed_scan_under_a_budget(backend):
+    """A recompute region drawing a dropout mask, inside the body of a reversed scan of prime length
+    checkpointed with k=2, under memory_budget=: the value and gradient are the plain scan's, and the
+    gradient is zero exactly where the mask dropped (the re-runs draw the same bits)."""
+    h0, xs = np.linspace(-1, 1, 4), np.linspace(-2, 2, 28).reshape(7, 4)
+    key = tk.random.key(5)
+
+    def loss(h, checkpoint, annotate):
+        def body(carry, x):
+            h, k = carry
+            k, sub = tk.random.split(k)
+            h = annotate(lambda h, x: np.tanh(dropout(sub, h + x, 0.5)))(h, x)
+            return (h, k), h[0]
+        (h, _), ys = tk.scan(body, (h, key), xs, checkpoint=checkpoint, reverse=True)
+        return np.sum(h * h) + np.sum(ys)
+
+    want = tk.jit(tk.value_and_grad(lambda h: loss(h, None, lambda f: f)), backend="interpret")(h0)
+    got = jit_on(backend, tk.value_and_grad(lambda h: loss(h, 2, tk.recompute), memory_budget=1.0))(h0)
+    assert_tree_close(got, want, tol=1e-12)
+    assert np.array_equal(to_host(got[1]) != 0, want[1] != 0) and 0 < np.count_nonzero(want[1]) < 4
+    if backend == "cpu":   # and tk.vjp's pullback, called twice, under its smallest budget
+        smallest = tk.make_ir(lambda h: loss(h, 2, tk.recompute), mode="vjp", memory_budget=1.0)(h0).smallest_budget
+        out, pull = tk.vjp(lambda h: loss(h, 2, tk.recompute), h0, memory_budget=smallest)
+        assert_tree_close((out, pull(1.0)[0]), want, tol=1e-12)
+        assert_tree_close(pull(-2.0)[0], -2 * want[1], tol=1e-12)
+
+
 def test_while_loop_and_custom_gradient_with_draws(backend):
     k = tk.random.key(4)
 

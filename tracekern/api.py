@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import weakref
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -18,7 +19,7 @@ from . import autodiff, backends, forward, passes, remat
 from . import numpy as tnp
 from .arguments import arg_name, device_view, differentiated, flatten_call, fun_name, host, on_device, output_location, to_user
 from .budget import budgeted
-from .errors import TracerLeakError, with_location
+from .errors import TracekernError, TracerLeakError, with_location
 from .ir import Aval, Graph, is_complex, is_float, is_inexact
 from .pytree import Static, TreeDef, leaf_paths, takes_static, tree_flatten, tree_map, tree_unflatten
 from .staging import Staged, Transform, primal_trace, split_aux, stage_vjp, trace_call
@@ -306,12 +307,14 @@ def vjp(fun: Callable, *args, has_aux: bool = False, backend: str | None = None,
     n_out = staged.value_treedef.num_leaves
     n_all = staged.split.num_outputs
     residuals = results[n_all:]
+    watched = _inputs_kept(fun, flat, residuals)
     outs = [to_user(o) for o in results[:n_out]]
     aux = [to_user(o) for o in results[n_out:n_all]]
     active_idx = [j for j, a in enumerate(staged.active) if a]
     device = backends.on_device(backend)
 
     def run_backward(cts):
+        _check_unmodified(watched, "tk.vjp's pullback", "tk.vjp")
         if current_builder() is not None:
             # called inside a trace (tk.grad / tk.jit of a function that calls it): the backward graph is
             # emitted there, reading the residuals as constants, so the pullback is differentiable
@@ -333,6 +336,35 @@ def vjp(fun: Callable, *args, has_aux: bool = False, backend: str | None = None,
     if has_aux:
         return out, pull, tree_unflatten(staged.aux_treedef, aux)
     return out, pull
+
+
+def _inputs_kept(fun: Callable, flat: FlatArgs, residuals) -> list[tuple[str, np.ndarray, int]]:
+    """The caller's input arrays that tk.vjp's residuals are (compiled forwards return an input the
+    pullback reads as it is, not a copy), each with its name and a checksum of its bytes now."""
+    owner = []
+    for i, td in enumerate(flat.treedefs):
+        owner += [i] * td.num_leaves
+    kept = []
+    for j, leaf in enumerate(flat.leaves):
+        if isinstance(leaf, np.ndarray) and leaf.size and any(
+                isinstance(r, np.ndarray) and np.may_share_memory(r, leaf) for r in residuals):
+            kept.append((arg_name(fun, owner[j]), leaf, _checksum(leaf)))
+    return kept
+
+
+def _checksum(a: np.ndarray) -> int:
+    return zlib.crc32(np.ascontiguousarray(a).view(np.uint8).reshape(-1))
+
+
+def _check_unmodified(kept: list[tuple[str, np.ndarray, int]], reader: str, transform: str) -> None:
+    """A pullback (or linearize's linear function) reads the inputs its forward kept: one changed in
+    place since would give a wrong derivative (PyTorch raises for a saved tensor modified in place)."""
+    for name, leaf, crc in kept:
+        if _checksum(leaf) != crc:
+            raise TracekernError(with_location(
+                f"{reader} reads {name} ({leaf.dtype}{list(leaf.shape)}) as the forward saw it, and it was "
+                f"modified in place after {transform} returned: the derivative would be wrong. Pass a copy to "
+                f"{transform} ({transform}(f, x.copy(), ...)), or call {transform} again after modifying it"))
 
 
 def _vjp_in_trace(fun: Callable, args: tuple, has_aux: bool, memory_budget=None):
@@ -567,9 +599,11 @@ def linearize(fun: Callable, *primals, has_aux: bool = False, backend: str | Non
     results = staged.primal(list(flat.leaves) + [v._value for v in staged.variables])
     n_out, n_all = staged.value_treedef.num_leaves, staged.split.num_outputs
     residuals = list(results[n_all:])
+    watched = _inputs_kept(fun, flat, residuals)
     device = backends.on_device(backend)
 
     def run_linear(tangents):
+        _check_unmodified(watched, "tk.linearize's linear function", "tk.linearize")
         arrays = [t if device and on_device(t) else host(t) for t in tangents]
         return [to_user(t) for t in staged.linear(residuals + arrays)]
 
