@@ -346,6 +346,30 @@ def test_array_methods_take_numpys_arguments():
         tk.jit(lambda x: x.astype(np.int32, casting="same_kind"), backend="interpret")(x)
 
 
+def test_var_is_a_method_of_traced_arrays_as_of_ndarrays():
+    """x.var() as NumPy's (its name was the traced value's IR variable: 'Var' object is not callable), with
+    NumPy's arguments, and its gradient against central differences."""
+    def f(x):
+        return x.var(), x.var(0), x.var(axis=1, ddof=1, keepdims=True), x.var(None, np.float64, None, 1)
+
+    x = np.array([[1.0, -2.0, 3.0], [0.5, 4.0, -1.0]])
+    want = f(x)
+    for backend in ("interpret", "cpu"):
+        got = tk.jit(f, backend=backend)(x)
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            assert np.asarray(g).dtype == np.asarray(w).dtype and np.shape(g) == np.shape(w)
+            np.testing.assert_allclose(g, w, rtol=1e-12)
+    loss = lambda x: x.var(axis=1, ddof=1).sum()   # noqa: E731
+    g = tk.grad(loss)(x)
+    eps, fd = 1e-6, np.zeros_like(x)
+    for i in np.ndindex(x.shape):
+        d = np.zeros_like(x)
+        d[i] = eps
+        fd[i] = (np.var(x + d, axis=1, ddof=1).sum() - np.var(x - d, axis=1, ddof=1).sum()) / (2 * eps)
+    np.testing.assert_allclose(g, fd, rtol=1e-6, atol=1e-8)
+
+
 # ----------------------------------------------------------------------------- the table itself
 
 

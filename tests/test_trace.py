@@ -240,5 +240,5 @@ def test_inline_skips_given_values_and_orders_effects():
     token = b.new_input(tk.Aval((1,), np.dtype("float64")))
     env = b.inline(g, [x], given={sin_out: known}, order=token)
     assert [e.primitive.name for e in b.eqns] == ["print", "const", "mul"]   # sin is given, not emitted
-    assert b.eqns[0].inputs[-1] is token.var                           # the print runs after `order`
+    assert b.eqns[0].inputs[-1] is token.ir_var                           # the print runs after `order`
     assert env[g.outputs[0]].builder is b

@@ -231,7 +231,7 @@ def _recompute_vjp(rev, cts, ins, outs, active, body, num_y):
     b = rev.builder
     kept = rev.used()
     reuse = {v: y for v, y in zip(body.outputs[:num_y], outs[:num_y])
-             if isinstance(y, Value) and y.builder is b and y.var in kept and v not in body.inputs}
+             if isinstance(y, Value) and y.builder is b and y.ir_var in kept and v not in body.inputs}
     token = next(ct for ct in cts if ct is not None)
     xs = [ops.remat_barrier(x, token) for x in ins]
     given = dict(zip(body.outputs[num_y:], outs[num_y:]))

@@ -37,17 +37,17 @@ class Value:
     """A value of a graph being built: a Var of a Builder. Transform rules get these and build IR
     from them with tracekern.primitives.ops (no operators: see Tracer for the user-facing kind)."""
 
-    __slots__ = ("builder", "var")
+    __slots__ = ("builder", "ir_var")
 
     def __init__(self, builder: Builder, var: Var):
         self.builder = builder
-        self.var = var
+        self.ir_var = var
 
-    aval = property(lambda self: self.var.aval)
-    shape = property(lambda self: self.var.aval.shape)
-    dtype = property(lambda self: self.var.aval.dtype)
-    ndim = property(lambda self: len(self.var.aval.shape))
-    size = property(lambda self: self.var.aval.size)
+    aval = property(lambda self: self.ir_var.aval)
+    shape = property(lambda self: self.ir_var.aval.shape)
+    dtype = property(lambda self: self.ir_var.aval.dtype)
+    ndim = property(lambda self: len(self.ir_var.aval.shape))
+    size = property(lambda self: self.ir_var.aval.size)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}<{self.aval}>"
@@ -107,7 +107,7 @@ class Builder:
             return self._capture(x)
         if isinstance(x, Value):
             if x.builder is self:
-                return x.var
+                return x.ir_var
             if self.tracing and isinstance(x, Tracer) and x.builder.active and self._is_ancestor(x.builder):
                 return self._capture(x)
             raise TracerLeakError(
@@ -119,7 +119,7 @@ class Builder:
                 )
             )
         arr = snapshot(as_constant(x))
-        return self.emit(const, [], {"value": arr}, self.current_source())[0].var
+        return self.emit(const, [], {"value": arr}, self.current_source())[0].ir_var
 
     def current_source(self) -> str | None:
         return self.source if self.source is not None else user_frame_location()
@@ -520,8 +520,7 @@ class ArrayOps:
     def reshape(self, *shape, order="C"):
         return ArrayOps.numpy.reshape(_read(self), shape[0] if len(shape) == 1 else shape, order)
 
-    # (issue 19: the rest of ndarray's methods that return values; not .var(), whose name is a Value's Var:
-    # np.var(x) works)
+    # (issue 19: the rest of ndarray's methods that return values)
     mT = property(lambda self: ArrayOps.numpy.matrix_transpose(_read(self)))
     real = property(lambda self: ArrayOps.numpy.real(_read(self)))
     imag = property(lambda self: ArrayOps.numpy.imag(_read(self)))
@@ -538,6 +537,7 @@ class ArrayOps:
     def conj(self): return ArrayOps.numpy.conj(_read(self))
     def conjugate(self): return ArrayOps.numpy.conj(_read(self))
     def std(self, *args, **kw): return ArrayOps.numpy.std(_read(self), *args, **kw)
+    def var(self, *args, **kw): return ArrayOps.numpy.var(_read(self), *args, **kw)
     def diagonal(self, *args, **kw): return ArrayOps.numpy.diagonal(_read(self), *args, **kw)
     def trace(self, *args, **kw): return ArrayOps.numpy.trace(_read(self), *args, **kw)
 
@@ -568,10 +568,10 @@ class Tracer(ArrayOps, Value):
 
     def __init__(self, builder: Builder, var: Var, weak: bool | str = False):
         self.builder = builder
-        self.var = var
+        self.ir_var = var
         self.weak = weak  # a Python scalar argument: promotes like a Python scalar, not an array (weak_flag)
 
-    aval = property(lambda self: self.var.aval)
+    aval = property(lambda self: self.ir_var.aval)
 
     def __repr__(self) -> str:
         return f"Tracer<{self.aval}>"
