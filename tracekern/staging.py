@@ -531,24 +531,30 @@ def _tracekern_salt() -> str:
 
 def _promote(entry: CompiledEntry, keys: list[str]) -> None:
     """A tiered step is compiled: the entry calls the compiled step itself from now on (nothing
-    checks the tier on the call path), and the plan cache keeps it under `keys`."""
-    entry.run = entry.run.step
-    if keys:
-        _save_plan(keys, entry)
-
-
-def _save_plan(keys: list[str], entry: CompiledEntry) -> None:
-    """Save a finished step under its plan keys (its graph, Variables and NumPy tier stay here)."""
+    checks the tier on the call path), and the plan cache keeps it under `keys`: saved first, so that a
+    caller that sees the compiled step (and may exit at once: the compile thread does not hold the process
+    up) finds the plan saved."""
+    step = entry.run.step
     try:
-        data = pickle.dumps(_portable(entry), protocol=5)
+        if keys:
+            _save_plan(keys, entry, step)
+    finally:
+        entry.run = step
+
+
+def _save_plan(keys: list[str], entry: CompiledEntry, run=None) -> None:
+    """Save a finished step (`run`, else the entry's) under its plan keys (its graph, Variables and NumPy
+    tier stay here)."""
+    try:
+        data = pickle.dumps(_portable(entry, entry.run if run is None else run), protocol=5)
     except Exception:   # (something in it does not pickle: not cached)
         return
     for key in keys:
         backends.save_plan(key, data)
 
 
-def _portable(entry: CompiledEntry) -> dict:
-    return dict(out_treedef=entry.out_treedef, run=entry.run, var_avals=entry._var_avals, is_input=entry._is_input,
+def _portable(entry: CompiledEntry, run) -> dict:
+    return dict(out_treedef=entry.out_treedef, run=run, var_avals=entry._var_avals, is_input=entry._is_input,
                 out_avals=entry._out_avals)
 
 
