@@ -286,7 +286,7 @@ def test_a_compile_waited_for_says_so_on_stderr_once(monkeypatch, capfd, after, 
 
     monkeypatch.setattr(cpu_runtime, "PROGRESS_AFTER_S", after)
     monkeypatch.setattr(workers, "compile_all", compile_all)
-    monkeypatch.setattr(cache, "compiled_stems", lambda: set())   # (every kernel counts as missing)
+    monkeypatch.setattr(cache, "on_disk", lambda source: False)   # (every kernel counts as missing)
     f = tk.jit(lambda x: np.sum(np.tanh(x) * 3.0), tiers=False)
     x = np.linspace(0.0, 1.0, 5)
     assert f(x) == pytest.approx(np.sum(np.tanh(x) * 3.0))

@@ -318,13 +318,25 @@ def module_path(source: str) -> Path:
     return cache_dir() / f"tk_{source_digest(source)}.py"
 
 
-def compiled_stems() -> set[str]:
-    """The generated modules (file stems) that Numba has machine code for in the cache directory."""
-    try:
-        names = os.listdir(cache_dir() / "__pycache__")
-    except OSError:
-        return set()
-    return {n.split(".", 1)[0] for n in names if n.endswith(".nbi")}
+# An njit function of a generated module: its decorators (Numba names its cache files by the line of
+# the first one, co_firstlineno) and its name.
+_JITTED = re.compile(r"^(@(?:njit|jit)\b.*\n(?:@.*\n)*)def (\w+)\(", re.M)
+
+
+@functools.lru_cache(maxsize=4096)
+def _index_names(source: str) -> tuple[str, ...]:
+    """The file names of Numba's cache indexes (.nbi) of the njit functions of a generated module."""
+    stem, tag = module_path(source).stem, f"py{sys.version_info[0]}{sys.version_info[1]}{getattr(sys, 'abiflags', '')}"
+    return tuple(f"{stem}.{m.group(2)}-{source.count(chr(10), 0, m.start()) + 1}.{tag}.nbi"
+                 for m in _JITTED.finditer(source))
+
+
+def on_disk(source: str) -> bool:
+    """Whether Numba has machine code for the generated module of this source in the cache directory
+    (an index of one of its njit functions). A stat a function: listing the directory instead cost time in
+    proportion to everything the cache holds (0.2-0.7 s a warm start with 200,000 files)."""
+    where = cache_dir() / "__pycache__"
+    return any(os.path.exists(where / name) for name in _index_names(source))
 
 
 def module_name(digest: str) -> str:

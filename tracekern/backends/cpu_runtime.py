@@ -98,9 +98,8 @@ class CompiledStep:
 
     def compiled_on_disk(self) -> bool:
         """Whether the disk cache has the machine code of every kernel (and of an njit driver)."""
-        have = cache.compiled_stems()
         needed = self.modules[:-1] + (self.modules[-1:] if self.jitted else []) + [self.compiled_driver] * bool(self.compiled_driver)
-        return all(cache.module_path(s).stem in have for s in needed)
+        return all(map(cache.on_disk, needed))
 
     def _load(self, args: Sequence | None = None):
         if self._parallel:
@@ -110,7 +109,7 @@ class CompiledStep:
             self._precompile(modules, args)
         self._module = modules[-1]
         if args is not None and self.compiled_driver is not None and (
-                not self.background_driver or cache.module_path(self.compiled_driver).stem in cache.compiled_stems()):
+                not self.background_driver or cache.on_disk(self.compiled_driver)):
             self.compile_driver(args)
             return self._fast
         return self._module
@@ -120,7 +119,7 @@ class CompiledStep:
         compiled (it links them), and run it from now on."""
         if self.compiled_driver is None or self._fast is not None:
             return
-        on_disk = cache.module_path(self.compiled_driver).stem in cache.compiled_stems()
+        on_disk = cache.on_disk(self.compiled_driver)
         module = cache.load_module(self.compiled_driver)
         module.step.compile(tuple(typeof(a) for a in list(args) + list(self._consts)))
         if not on_disk:
@@ -179,8 +178,7 @@ class CompiledStep:
     def _precompile(self, modules: list, args: Sequence) -> None:
         """Compile the kernels that the disk cache lacks before the first run, in parallel when
         there are many (backends/workers.py), for the argument types this call will pass."""
-        have = cache.compiled_stems()
-        missing = {i for i, s in enumerate(self.modules[:-1]) if cache.module_path(s).stem not in have}
+        missing = {i for i, s in enumerate(self.modules[:-1]) if not cache.on_disk(s)}
         # (typing every call's arguments costs about 50 us a call: a warm start, every kernel on disk, skips it)
         jobs = [(index, sig) for index, sig in self.kernel_jobs(args) if index in missing] if missing else []
         if jobs:
@@ -192,7 +190,7 @@ class CompiledStep:
                 if timer is not None:
                     timer.cancel()
             units.count_compiled(kernels=len(jobs))
-        if self.jitted and cache.module_path(self.driver).stem not in have:
+        if self.jitted and not cache.on_disk(self.driver):
             units.count_compiled(drivers=1)
 
     def __call__(self, args: Sequence[np.ndarray]) -> list:

@@ -274,7 +274,6 @@ class TieredStep:
         jobs = step.kernel_jobs(args)   # [(unit index, signature)]
         modules = [cache.load_module(s) for s in step.modules[:-1]]
         left = {i: sum(1 for j, _ in jobs if j == i) for i in range(len(modules))}
-        have = cache.compiled_stems()
         pool = workers.pool() if len(jobs) > 1 else []
         lock = threading.Lock()
         queue = list(jobs)
@@ -298,7 +297,7 @@ class TieredStep:
             while (job := take()) is not None:
                 i, sig = job
                 source = step.modules[i]
-                if cache.module_path(source).stem not in have:
+                if not cache.on_disk(source):
                     err = worker.run(([source], "kernel", [sig]))
                     if err is not None:
                         failures.append(err)
@@ -310,7 +309,7 @@ class TieredStep:
         def here() -> None:
             while (job := take()) is not None:
                 i, sig = job
-                if cache.module_path(step.modules[i]).stem not in have:
+                if not cache.on_disk(step.modules[i]):
                     units.count_compiled(kernels=1)
                 modules[i].kernel.compile(sig)
                 ready(i)
