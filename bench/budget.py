@@ -36,6 +36,7 @@ import json
 import os
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from bench.harness import (
     Section,
@@ -171,6 +172,34 @@ def _settle() -> None:
     gc.freeze()
 
 
+def _configs(module, budgets: list[int]) -> dict:
+    """label -> (kind, loss, budget) of a workload's tracekern points: its hand-placed strategies, then the budgets."""
+    configs = {}
+    for strategy in module.STRATEGIES:
+        if strategy in ("none", "recompute", "dots"):
+            configs[strategy] = ("hand-placed", _hand_placed(module, strategy), None)
+    for b in budgets:
+        configs[f"budget {b}"] = ("budget", module.loss, b)
+    return configs
+
+
+def warm(name: str, size: str, budgets: list[int], part: int, parts: int) -> dict:
+    """Compile every `parts`-th point of a workload (from the `part`-th) into the disk cache: its step and
+    tk.vjp's halves at its budget (run before the timing process, two of these at a time, one per core:
+    the timing process then loads them; compiling them there, one after another, was half its time)."""
+    import numpy as np
+
+    import tracekern as tk
+
+    tk.value_and_grad(lambda x: np.sum(np.tanh(x)))(np.ones(8, np.float32))
+    module, args = _workload(name, size)
+    configs = list(_configs(module, budgets).values())[part::parts]
+    for _, loss, budget in configs:
+        tk.jit(tk.value_and_grad(loss, memory_budget=budget))(*args)
+        tk.vjp(loss, *args, memory_budget=budget)
+    return {"points": len(configs)}
+
+
 def time_tracekern(name: str, size: str, budgets: list[int]) -> list[dict]:
     import numpy as np
 
@@ -178,12 +207,7 @@ def time_tracekern(name: str, size: str, budgets: list[int]) -> list[dict]:
 
     tk.value_and_grad(lambda x: np.sum(np.tanh(x)))(np.ones(8, np.float32))   # Numba and the math library
     module, args = _workload(name, size)
-    configs = {}
-    for strategy in module.STRATEGIES:
-        if strategy in ("none", "recompute", "dots"):
-            configs[strategy] = ("hand-placed", _hand_placed(module, strategy), None)
-    for b in budgets:
-        configs[f"budget {b}"] = ("budget", module.loss, b)
+    configs = _configs(module, budgets)
     steps, lowered, step_plan = {}, {}, {}
     for label, (_, loss, budget) in configs.items():
         step = tk.jit(tk.value_and_grad(loss, memory_budget=budget))
@@ -269,10 +293,23 @@ def run(options: argparse.Namespace) -> dict:
     names = [n for n in WORKLOADS if not options.only or n in options.only]
     start = time.perf_counter()
     rows, workloads = [], {}
+    # first, with no timing running, two processes at a time (one per core): each workload's budgets, then
+    # tracekern's points compiled into the disk cache, half of a workload's in each of two processes
+    print("budget: planning and compiling ...", end="", flush=True, file=sys.stderr)
+    with ThreadPoolExecutor(2) as pool:
+        for name, info in zip(names, pool.map(lambda n: in_process("bench.budget", "--plan", n, size, env=THREAD_ENV),
+                                              names)):
+            workloads[name] = info
+        if "tracekern" in tools:
+            jobs = [(n, k, parts) for n in names for parts in [1 + (len(workloads[n]["budgets"]) > 1)]
+                    for k in range(parts)]
+            list(pool.map(lambda j: in_process("bench.budget", "--warm", j[0], size, json.dumps(workloads[j[0]]["budgets"]),
+                                               str(j[1]), str(j[2]), env=dict(THREAD_ENV, TRACEKERN_COMPILE_WORKERS="0")),
+                          jobs))
+    print(f" {time.perf_counter() - start:.0f} s", file=sys.stderr)
     for name in names:
         print(f"budget: {name} ...", end="", flush=True, file=sys.stderr)
-        info = in_process("bench.budget", "--plan", name, size, env=THREAD_ENV)
-        workloads[name] = info
+        info = workloads[name]
         if len(info["budgets"]) == 1:
             notes.append(f"{name}: one point: its value_and_grad step has one plan whatever the budget "
                          f"({_size(info['budgets'][0])}, the smallest feasible): a fused step remakes elementwise "
@@ -444,6 +481,8 @@ def main(argv=None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--plan"]:
         print(json.dumps(plan(argv[1], argv[2])))
+    elif argv[:1] == ["--warm"]:
+        print(json.dumps(warm(argv[1], argv[2], json.loads(argv[3]), int(argv[4]), int(argv[5]))))
     elif argv[:1] == ["--time"]:
         tool, name, size = argv[1:4]
         if tool == "tracekern":

@@ -29,6 +29,7 @@ import os
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from bench.harness import ROOT, Section, in_process, main_job
 
@@ -132,15 +133,17 @@ def run(options: argparse.Namespace) -> dict:
     names = [n for n in kernels.MODULES if not getattr(options, "only", None) or n in options.only]
     rows, start = [], time.perf_counter()
     against = getattr(options, "against", None)
-    for name in names:
-        print(f"counting {name} ...", end="", flush=True, file=sys.stderr)
-        got = in_process("bench.calls", "--count", name, size)
-        if against:
-            old = in_process("bench.calls", "--count", name, size, env=_old_tracekern(against))
-            for r, o in zip(got, old):
-                r.update({k: v for k, v in o.items() if k.startswith("old_")})
+    # (nothing is timed: the workloads are counted in two processes at once, one per core)
+    print(f"counting {len(names)} workloads, two at a time ...", end="", flush=True, file=sys.stderr)
+    with ThreadPoolExecutor(2) as pool:
+        counted = list(pool.map(lambda n: in_process("bench.calls", "--count", n, size), names))
+        old = list(pool.map(lambda n: in_process("bench.calls", "--count", n, size, env=_old_tracekern(against)),
+                            names)) if against else [None] * len(names)
+    for got, was in zip(counted, old):
+        for r, o in zip(got, was or []):
+            r.update({k: v for k, v in o.items() if k.startswith("old_")})
         rows += got
-        print(f" ({time.perf_counter() - start:.0f} s)", file=sys.stderr)
+    print(f" ({time.perf_counter() - start:.0f} s)", file=sys.stderr)
     notes = ["kernel calls: a step's kernel calls, loop steps included; from Python: calls from the interpreter into "
              "compiled code a step, with loops driven from the step (before) and compiled whole (now)"]
     if against:

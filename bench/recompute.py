@@ -9,7 +9,7 @@ are installed, side by side.
     python -m bench --compare OLD.json NEW.json
 
 How it runs: tracekern's configurations are compiled first, one process each, two at a time on
-two cores (their first call is the cold compile time; the kernels land in the disk cache). Then,
+two cores, compile workers off (their first call is the cold compile time; the kernels land in the disk cache). Then,
 workload by workload, one process per tool times all of that workload's strategies in interleaved
 rounds (so that the machine's load hits each alike), and samples the peak memory of a few more
 calls of each. A peer's compile time is its first call minus a later one, after its runtime has
@@ -179,7 +179,9 @@ def run(options: argparse.Namespace) -> dict:
         workers = max(1, min(os.cpu_count() or 1, len(configs)))
         progress(f"compiling {len(configs)} tracekern configurations, {workers} at a time ...", end="")
         with ThreadPoolExecutor(workers) as pool:
-            for (n, s), r in zip(configs, pool.map(lambda c: in_process("bench.recompute", "--compile", c[0], c[1], size),
+            # (compile workers off: the configurations already use every core, and each process would start one)
+            for (n, s), r in zip(configs, pool.map(lambda c: in_process("bench.recompute", "--compile", c[0], c[1], size,
+                                                                        env={"TRACEKERN_COMPILE_WORKERS": "0"}),
                                                    configs)):
                 compiled[n, s] = r
         progress(f" {time.perf_counter() - start:.0f} s")

@@ -565,6 +565,11 @@ def test_the_budget_benchmark_plans_its_sweep_and_checks_its_targets(tmp_path):
     # loops): one point
     info = budget.plan("chain", "test")
     assert info["budgets"] == [info["smallest_bytes"]] == [info["top_bytes"]] == [256 * 4]
+    # the points compiled ahead of the timing process, split between two processes: every point once
+    configs = budget._configs(budget._workload("chain", "test")[0], info["budgets"])
+    assert list(configs)[-1] == f"budget {256 * 4}" and len(configs) >= 2
+    assert [budget.warm("chain", "test", info["budgets"], k, 2)["points"] for k in range(2)] == \
+        [len(configs) - len(configs) // 2, len(configs) // 2]
     # the targets: a curve that keeps more at a smaller budget, or runs faster, is named; so is a budget
     # that is slower than a hand-placed strategy keeping no more memory
     good = [_row("none", "hand-placed", 100, 1.0), _row("b100", "budget", 100, 1.0), _row("b50", "budget", 50, 1.2)]
