@@ -8,8 +8,9 @@ are installed, side by side.
     python -m bench [--quick] [--only WORKLOAD ...] [--tools TOOL ...] [--load N ...] [--json PATH] [--plot PATH]
     python -m bench --compare OLD.json NEW.json
 
-How it runs: tracekern's configurations are compiled first, one process each, two at a time on
-two cores, compile workers off (their first call is the cold compile time; the kernels land in the disk cache). Then,
+How it runs: tracekern's configurations are compiled first, by four processes, two at a time on two
+cores, each compiling every fourth configuration in turn, each workload's "none" first, compile workers off
+(each configuration's first call minus a second is its cold compile time; the kernels land in the disk cache). Then,
 workload by workload, one process per tool times all of that workload's strategies in interleaved
 rounds (so that the machine's load hits each alike), and samples the peak memory of a few more
 calls of each. A peer's compile time is its first call minus a later one, after its runtime has
@@ -177,13 +178,16 @@ def run(options: argparse.Namespace) -> dict:
         deepest = max(len(kernels.MODULES[n].STRATEGIES) for n in names)
         configs = [(n, s) for depth in range(deepest) for n in names for s in kernels.MODULES[n].STRATEGIES[depth:depth + 1]]
         workers = max(1, min(os.cpu_count() or 1, len(configs)))
-        progress(f"compiling {len(configs)} tracekern configurations, {workers} at a time ...", end="")
+        progress(f"compiling {len(configs)} tracekern configurations, {workers} processes at once ...", end="")
+        # two processes a core, each compiling every (2 x cores)-th configuration in turn, `workers` at once (a
+        # process's start-up, about a second, is paid four times on two cores, not once a configuration; two a
+        # core balance the cores better than one); compile workers off: the processes already use every core
+        shares = [share for k in range(2 * workers) if (share := configs[k::2 * workers])]
         with ThreadPoolExecutor(workers) as pool:
-            # (compile workers off: the configurations already use every core, and each process would start one)
-            for (n, s), r in zip(configs, pool.map(lambda c: in_process("bench.recompute", "--compile", c[0], c[1], size,
-                                                                        env={"TRACEKERN_COMPILE_WORKERS": "0"}),
-                                                   configs)):
-                compiled[n, s] = r
+            for share, got in zip(shares, pool.map(
+                    lambda share: in_process("bench.recompute", "--compile-many", size, *(f"{n}:{s}" for n, s in share),
+                                             env={"TRACEKERN_COMPILE_WORKERS": "0"}), shares)):
+                compiled.update(zip(share, got))
         progress(f" {time.perf_counter() - start:.0f} s")
     rows = []
     for busy in loads:
@@ -305,6 +309,8 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--compile"]:
         print(json.dumps(compile_one(*argv[1:4])))
+    elif argv[:1] == ["--compile-many"]:    # --compile-many SIZE WORKLOAD:STRATEGY ...: compile_one of each, in turn
+        print(json.dumps([compile_one(*c.split(":"), argv[1]) for c in argv[2:]]))
     elif argv[:1] == ["--time"]:
         tool, name, size = argv[1:4]
         print(json.dumps(time_tracekern(name, size, memory="--memory-known" not in argv) if tool == "tracekern"
