@@ -15,13 +15,15 @@ from .contractions import matmul
 from .contractions import outer as _outer
 from .contractions import tensordot as _tensordot
 from .contractions import vecdot as _vecdot
+from .indexing import take_along_axis
 from .reductions import _sqrt_or_zero
 from .reductions import max as _max
 from .reductions import min as _min
 from .reductions import sum as _sum
-from .shapes import broadcast_to, matrix_transpose, moveaxis, reshape, squeeze
+from .shapes import broadcast_to, flip, matrix_transpose, moveaxis, reshape, squeeze
 from .shapes import diagonal as _diagonal
-from .ufuncs import absolute, add, divide, equal, exp, greater, imag, multiply, power, real, where
+from .sorting import argsort
+from .ufuncs import absolute, add, copysign, divide, equal, exp, greater, imag, multiply, power, real, where
 
 EighResult = type(np.linalg.eigh(np.eye(1)))
 SVDResult = type(np.linalg.svd(np.eye(1)))
@@ -95,6 +97,7 @@ def qr(a, mode="reduced"):
 
 def eigh(a, UPLO="L"):   # noqa: N803 (NumPy's name)
     a = _matrices(a, "eigh")
+    UPLO = str(UPLO).upper()   # noqa: N806 (NumPy takes "l" and "u" too)
     if UPLO not in ("L", "U"):
         raise ValueError(with_location("np.linalg.eigh: UPLO must be 'L' or 'U'"))
     w, v = bind(P.eigh, a, uplo=UPLO)
@@ -118,11 +121,27 @@ def eigvals(a):
 
 
 def svd(a, full_matrices=True, compute_uv=True, hermitian=False):
+    if hermitian:
+        return _hermitian_svd(a, compute_uv)
     a = _matrices(a, "svd", square=False)
     m, n = _shape(a)[-2:]
     full = bool(full_matrices) and compute_uv and m != n
     u, s, vh = bind(P.svd, a, full_matrices=full)
     return SVDResult(u, s, vh) if compute_uv else s
+
+
+def _hermitian_svd(a, compute_uv):
+    """NumPy's svd(a, hermitian=True): from eigh of the lower triangle, |w| in descending order (the
+    reversed stable order), u the eigenvectors in that order and vh = (u * sign(w)).T, its signs."""
+    w, u = eigh(a)
+    s = absolute(w)
+    order = flip(argsort(s, axis=-1), axis=-1)
+    s = take_along_axis(s, order, axis=-1)
+    if not compute_uv:
+        return s
+    sgn = take_along_axis(copysign(1.0, w), order, axis=-1)
+    u = take_along_axis(u, broadcast_to(reshape(order, _shape(order)[:-1] + (1, _shape(order)[-1])), _shape(u)), axis=-1)
+    return SVDResult(u, s, matrix_transpose(multiply(u, reshape(sgn, _shape(sgn)[:-1] + (1, _shape(sgn)[-1])))))
 
 
 def svdvals(x, /):
@@ -217,7 +236,7 @@ def pinv(a, rcond=None, hermitian=False, *, rtol=np._NoValue):
     a = _matrices(a, "pinv", square=False)
     if rcond is None:
         rcond = 1e-15 if rtol is np._NoValue else (max(_shape(a)[-2:]) * np.finfo(_dtype(a)).eps if rtol is None else rtol)
-    u, s, vh = svd(a, full_matrices=False)
+    u, s, vh = svd(a, full_matrices=False, hermitian=hermitian)
     cutoff = multiply(_max(s, axis=-1, keepdims=True), rcond)
     large = greater(s, cutoff)
     inv_s = where(large, divide(1, where(large, s, 1)), 0)
@@ -279,7 +298,7 @@ def matrix_rank(A, tol=None, hermitian=False, *, rtol=None):   # noqa: N803
     A = _inexact(_array(A, "matrix_rank"), "matrix_rank")
     if len(_shape(A)) < 2:
         return _cast(builtins_any_nonzero(A), np.int64)
-    s = svd(A, compute_uv=False)
+    s = svd(A, compute_uv=False, hermitian=hermitian)
     if tol is None:
         r = max(_shape(A)[-2:]) * np.finfo(_dtype(A)).eps if rtol is None else rtol
         tol = multiply(_max(s, axis=-1, keepdims=True), r)
