@@ -370,6 +370,17 @@ def test_var_is_a_method_of_traced_arrays_as_of_ndarrays():
     np.testing.assert_allclose(g, fd, rtol=1e-6, atol=1e-8)
 
 
+def test_norm_rejects_the_axes_numpy_rejects():
+    """np.linalg.norm(m, axis=5) of a matrix took the axis modulo the rank (axis 1), and a list of axes was
+    accepted: NumPy raises for both (and for a repeated pair), so does tracekern, naming the line."""
+    m = np.ones((2, 3))
+    for axis, err in ((5, ValueError), (-3, ValueError), ([0, 1], TypeError), ((1, -1), ValueError)):
+        with pytest.raises(err):
+            np.linalg.norm(m, axis=axis)
+        with pytest.raises(err, match="test_numpy.py"):
+            tk.jit(lambda m, axis=axis: np.linalg.norm(m, axis=axis), backend="interpret")(m)
+
+
 # ----------------------------------------------------------------------------- the table itself
 
 

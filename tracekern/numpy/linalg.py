@@ -5,6 +5,7 @@ own named tuples (EighResult, SVDResult, ...). Stacks of matrices (..., m, n) wo
 from __future__ import annotations
 
 import math
+import operator
 
 import numpy as np
 
@@ -23,7 +24,7 @@ from .reductions import sum as _sum
 from .shapes import broadcast_to, flip, matrix_transpose, moveaxis, reshape, squeeze
 from .shapes import diagonal as _diagonal
 from .sorting import argsort
-from .ufuncs import absolute, add, copysign, divide, equal, exp, greater, imag, multiply, power, real, where
+from .ufuncs import absolute, add, copysign, divide, equal, exp, greater, imag, multiply, not_equal, power, real, where
 
 EighResult = type(np.linalg.eigh(np.eye(1)))
 SVDResult = type(np.linalg.svd(np.eye(1)))
@@ -170,11 +171,11 @@ def _vector_norm(x, axes, ord, keepdims):
     if ord is None or ord == 2:
         return _sqrt_or_zero(_sum(_abs2(x), axis=axes, keepdims=keepdims))
     if ord == np.inf:
-        return _max(a, axis=axes, keepdims=keepdims)
+        return _max(a, axis=axes, keepdims=keepdims, initial=0)
     if ord == -np.inf:
         return _min(a, axis=axes, keepdims=keepdims)
-    if ord == 0:
-        return _cast(_sum(_cast(greater(a, 0), _dtype(a)), axis=axes, keepdims=keepdims), _dtype(a))
+    if ord == 0:   # (the count of x != 0: NaN counts, as NumPy's)
+        return _cast(_sum(_cast(not_equal(x, 0), _dtype(a)), axis=axes, keepdims=keepdims), _dtype(a))
     if ord == 1:
         return _sum(a, axis=axes, keepdims=keepdims)
     if isinstance(ord, str):
@@ -195,19 +196,20 @@ def matrix_norm(x, /, *, keepdims=False, ord="fro"):
 def _matrix_norm(x, axes, ord, keepdims):
     r, c = axes
     nd = len(_shape(x))
-    if ord in (None, "fro"):
+    if ord in (None, "fro", "f"):
         return _sqrt_or_zero(_sum(_abs2(x), axis=axes, keepdims=keepdims))
     a = absolute(x)
+    # (the largest of an empty set is 0, NumPy's initial=0; the smallest raises, as NumPy's)
     if ord in (1, -1):
         col = _sum(a, axis=r, keepdims=True)
-        y = (_max if ord == 1 else _min)(col, axis=c, keepdims=True)
+        y = _max(col, axis=c, keepdims=True, initial=0) if ord == 1 else _min(col, axis=c, keepdims=True)
     elif ord in (np.inf, -np.inf):
         row = _sum(a, axis=c, keepdims=True)
-        y = (_max if ord == np.inf else _min)(row, axis=r, keepdims=True)
+        y = _max(row, axis=r, keepdims=True, initial=0) if ord == np.inf else _min(row, axis=r, keepdims=True)
     elif ord in (2, -2, "nuc"):
         moved = moveaxis(x, (r, c), (nd - 2, nd - 1))
         s = svd(moved, compute_uv=False)
-        y = _sum(s, axis=-1) if ord == "nuc" else (_max if ord == 2 else _min)(s, axis=-1)
+        y = _sum(s, axis=-1) if ord == "nuc" else _max(s, axis=-1, initial=0) if ord == 2 else _min(s, axis=-1)
         y = reshape(y, tuple(1 if i in axes else sz for i, sz in enumerate(_shape(x))))
     else:
         raise ValueError(with_location(f"norm: invalid norm order {ord!r} for matrices"))
@@ -218,12 +220,18 @@ def norm(x, ord=None, axis=None, keepdims=False):
     x = _inexact(_array(x, "norm"), "norm")
     nd = len(_shape(x))
     if axis is None:
-        if ord is None:
+        if ord is None or (ord in ("f", "fro") and nd == 2) or (ord == 2 and nd == 1):
             y = _sqrt_or_zero(_sum(_abs2(x)))
             return reshape(y, (1,) * nd) if keepdims else y
         axis = tuple(range(nd))
-    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
-    axes = tuple(int(a) % nd for a in axes)
+    if not isinstance(axis, tuple):
+        try:
+            axis = (operator.index(axis),)
+        except TypeError:
+            raise TypeError(with_location(f"norm: 'axis' must be None, an integer or a tuple of integers, got {axis!r}")) from None
+    axes = tuple(_axes(a, nd, "norm")[0] for a in axis)
+    if len(axes) == 2 and axes[0] == axes[1]:
+        raise ValueError(with_location("norm: duplicate axes given"))
     if len(axes) == 1:
         return _vector_norm(x, axes, ord, keepdims)
     if len(axes) == 2:
