@@ -18,13 +18,31 @@ from .contractions import tensordot as _tensordot
 from .contractions import vecdot as _vecdot
 from .indexing import take_along_axis
 from .reductions import _sqrt_or_zero
+from .reductions import any as _any
 from .reductions import max as _max
 from .reductions import min as _min
 from .reductions import sum as _sum
 from .shapes import broadcast_to, flip, matrix_transpose, moveaxis, reshape, squeeze
 from .shapes import diagonal as _diagonal
 from .sorting import argsort
-from .ufuncs import absolute, add, copysign, divide, equal, exp, greater, imag, multiply, not_equal, power, real, where
+from .ufuncs import (
+    absolute,
+    add,
+    copysign,
+    divide,
+    equal,
+    exp,
+    greater,
+    imag,
+    isnan,
+    logical_and,
+    logical_not,
+    multiply,
+    not_equal,
+    power,
+    real,
+    where,
+)
 
 EighResult = type(np.linalg.eigh(np.eye(1)))
 SVDResult = type(np.linalg.svd(np.eye(1)))
@@ -244,8 +262,10 @@ def pinv(a, rcond=None, hermitian=False, *, rtol=np._NoValue):
     a = _matrices(a, "pinv", square=False)
     if rcond is None:
         rcond = 1e-15 if rtol is np._NoValue else (max(_shape(a)[-2:]) * np.finfo(_dtype(a)).eps if rtol is None else rtol)
+    elif rtol is not np._NoValue:
+        raise ValueError(with_location("pinv: `rtol` and `rcond` can't be both set"))
     u, s, vh = svd(a, full_matrices=False, hermitian=hermitian)
-    cutoff = multiply(_max(s, axis=-1, keepdims=True), rcond)
+    cutoff = multiply(_max(s, axis=-1, keepdims=True), _column(rcond))
     large = greater(s, cutoff)
     inv_s = where(large, divide(1, where(large, s, 1)), 0)
     return matmul(matrix_transpose(vh), multiply(reshape(inv_s, _shape(inv_s) + (1,)), matrix_transpose(u)))
@@ -253,7 +273,10 @@ def pinv(a, rcond=None, hermitian=False, *, rtol=np._NoValue):
 
 def matrix_power(a, n):
     a = _matrices(a, "matrix_power", inexact=False)   # (integer powers of integer matrices stay integers, as NumPy's)
-    n = int(n)
+    try:
+        n = operator.index(n)
+    except TypeError:
+        raise TypeError(with_location(f"np.linalg.matrix_power: exponent must be an integer, got {n!r}")) from None
     if n == 0:
         return broadcast_to(np.eye(_shape(a)[-1], dtype=_dtype(a)), _shape(a))
     if n < 0:
@@ -308,10 +331,12 @@ def matrix_rank(A, tol=None, hermitian=False, *, rtol=None):   # noqa: N803
         return _cast(builtins_any_nonzero(A), np.int64)
     s = svd(A, compute_uv=False, hermitian=hermitian)
     if tol is None:
-        r = max(_shape(A)[-2:]) * np.finfo(_dtype(A)).eps if rtol is None else rtol
-        tol = multiply(_max(s, axis=-1, keepdims=True), r)
-    elif not isinstance(tol, Tracer):
-        tol = np.asarray(tol)[..., None]
+        r = max(_shape(A)[-2:]) * np.finfo(_dtype(A)).eps if rtol is None else _column(rtol)
+        tol = multiply(_max(s, axis=-1, keepdims=True, initial=0), r)
+    else:
+        if rtol is not None:
+            raise ValueError(with_location("matrix_rank: `tol` and `rtol` can't be both set"))
+        tol = _column(tol)
     return _sum(greater(s, tol), axis=-1)
 
 
@@ -320,12 +345,30 @@ def builtins_any_nonzero(a):
 
 
 def cond(x, p=None):
+    """NumPy's: the ratio of extreme singular values (p None, 2, -2), else norm(x) * norm(inv(x)); a singular
+    matrix's is inf (NumPy inverts without raising: where LU finds a zero pivot, slogdet's sign is 0, the
+    inverse NaN), and so is a NaN from a matrix without NaN (0 / 0 of a zero matrix)."""
     x = _matrices(x, "cond", square=p not in (None, 2, -2))
     if p in (None, 2, -2):
         s = svd(x, compute_uv=False)
         hi, lo = _max(s, axis=-1), _min(s, axis=-1)
-        return divide(hi, lo) if p in (None, 2) else divide(lo, hi)
-    return multiply(norm(x, p, axis=(-2, -1)), norm(inv(x), p, axis=(-2, -1)))
+        r = divide(hi, lo) if p in (None, 2) else divide(lo, hi)
+    else:
+        sign, _ = slogdet(x)
+        singular = equal(sign, 0)
+        n = _shape(x)[-1]
+        safe = where(reshape(singular, _shape(singular) + (1, 1)), np.eye(n, dtype=_dtype(x)), x)   # (a double where)
+        r = where(singular, np.inf, multiply(norm(x, p, axis=(-2, -1)), norm(inv(safe), p, axis=(-2, -1))))
+    clean = logical_not(_any(isnan(x), axis=(-2, -1)))
+    return where(logical_and(isnan(r), clean), np.inf, r)
+
+
+def _column(r):
+    """A cutoff (rcond, rtol, tol) as NumPy's asarray(r)[..., newaxis]: one per matrix of a stack."""
+    if isinstance(r, Tracer):
+        return reshape(r, _shape(r) + (1,))
+    r = np.asarray(r)
+    return r if r.ndim == 0 else r[..., None]
 
 
 # the array-API names of np.linalg (NumPy 2): over the last axes
