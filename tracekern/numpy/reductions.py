@@ -11,6 +11,7 @@ from ..ir import is_complex, is_float, is_inexact
 from ._core import P, _array, _axes, _axis, _cast, _dtype, _inexact, _iota, _reject, _shape, bind, with_location
 from .shapes import broadcast_to, concatenate, diagonal, expand_dims, ravel, reshape, squeeze, transpose
 from .ufuncs import (
+    _make_complex,
     add,
     astype,
     conj,
@@ -342,8 +343,10 @@ def corrcoef(x, y=None, rowvar=True, *, dtype=None):
     c = cov(x, y, rowvar, dtype=dtype)
     if len(_shape(c)) == 0:
         return divide(c, c)
-    d = sqrt(diagonal(c))
+    d = sqrt(real(diagonal(c)))
     c = divide(divide(c, expand_dims(d, 1)), expand_dims(d, 0))
+    if is_complex(_dtype(c)):   # (NumPy clips each part)
+        return _make_complex(minimum(maximum(real(c), -1), 1), minimum(maximum(imag(c), -1), 1))
     return minimum(maximum(c, -1), 1)
 
 
