@@ -202,8 +202,8 @@ def trapezoid(y, x=None, dx=1.0, axis=-1):
     y = _inexact(_array(y, "trapezoid"), "trapezoid")
     axis = _axis(axis, len(_shape(y)), "trapezoid")
     mids = multiply(add(_along(y, axis, 1, None), _along(y, axis, None, -1)), 0.5)
-    if x is None:
-        return multiply(_sum(mids, axis=axis), dx)
+    if x is None:   # (dx may be an array: it weighs each interval, as NumPy's d * (y[1:] + y[:-1]) / 2)
+        return _sum(multiply(mids, dx), axis=axis)
     x = _array(x, "trapezoid")
     d = diff(x)
     if len(_shape(d)) == 1 and len(_shape(y)) > 1:
