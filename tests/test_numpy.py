@@ -370,6 +370,22 @@ def test_var_is_a_method_of_traced_arrays_as_of_ndarrays():
     np.testing.assert_allclose(g, fd, rtol=1e-6, atol=1e-8)
 
 
+def test_linalg_rejects_what_numpy_rejects():
+    """np.linalg.norm(m, axis=5) of a matrix took the axis modulo the rank (axis 1), a list of axes was accepted,
+    matrix_power(a, 1.5) was matrix_power(a, 1), and pinv and matrix_rank took both cutoffs: NumPy raises for each
+    (and for a repeated pair of axes), so does tracekern, naming the line."""
+    m = np.eye(2) * 2.0
+    calls = [(lambda m, axis=axis: np.linalg.norm(m, axis=axis), err)
+             for axis, err in ((5, ValueError), (-3, ValueError), ([0, 1], TypeError), ((1, -1), ValueError))]
+    calls += [(lambda m: np.linalg.matrix_power(m, 1.5), TypeError), (lambda m: np.linalg.pinv(m, 0.1, rtol=0.1), ValueError),
+              (lambda m: np.linalg.matrix_rank(m, tol=0.1, rtol=0.1), ValueError)]
+    for fn, err in calls:
+        with pytest.raises(err):
+            fn(m)
+        with pytest.raises(err, match="test_numpy.py"):
+            tk.jit(fn, backend="interpret")(m)
+
+
 # ----------------------------------------------------------------------------- the table itself
 
 

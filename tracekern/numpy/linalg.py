@@ -5,6 +5,7 @@ own named tuples (EighResult, SVDResult, ...). Stacks of matrices (..., m, n) wo
 from __future__ import annotations
 
 import math
+import operator
 
 import numpy as np
 
@@ -15,13 +16,33 @@ from .contractions import matmul
 from .contractions import outer as _outer
 from .contractions import tensordot as _tensordot
 from .contractions import vecdot as _vecdot
+from .indexing import take_along_axis
 from .reductions import _sqrt_or_zero
+from .reductions import any as _any
 from .reductions import max as _max
 from .reductions import min as _min
 from .reductions import sum as _sum
-from .shapes import broadcast_to, matrix_transpose, moveaxis, reshape, squeeze
+from .shapes import broadcast_to, flip, matrix_transpose, moveaxis, reshape, squeeze
 from .shapes import diagonal as _diagonal
-from .ufuncs import absolute, add, divide, equal, exp, greater, imag, multiply, power, real, where
+from .sorting import argsort
+from .ufuncs import (
+    absolute,
+    add,
+    copysign,
+    divide,
+    equal,
+    exp,
+    greater,
+    imag,
+    isnan,
+    logical_and,
+    logical_not,
+    multiply,
+    not_equal,
+    power,
+    real,
+    where,
+)
 
 EighResult = type(np.linalg.eigh(np.eye(1)))
 SVDResult = type(np.linalg.svd(np.eye(1)))
@@ -95,6 +116,7 @@ def qr(a, mode="reduced"):
 
 def eigh(a, UPLO="L"):   # noqa: N803 (NumPy's name)
     a = _matrices(a, "eigh")
+    UPLO = str(UPLO).upper()   # noqa: N806 (NumPy takes "l" and "u" too)
     if UPLO not in ("L", "U"):
         raise ValueError(with_location("np.linalg.eigh: UPLO must be 'L' or 'U'"))
     w, v = bind(P.eigh, a, uplo=UPLO)
@@ -118,11 +140,27 @@ def eigvals(a):
 
 
 def svd(a, full_matrices=True, compute_uv=True, hermitian=False):
+    if hermitian:
+        return _hermitian_svd(a, compute_uv)
     a = _matrices(a, "svd", square=False)
     m, n = _shape(a)[-2:]
     full = bool(full_matrices) and compute_uv and m != n
     u, s, vh = bind(P.svd, a, full_matrices=full)
     return SVDResult(u, s, vh) if compute_uv else s
+
+
+def _hermitian_svd(a, compute_uv):
+    """NumPy's svd(a, hermitian=True): from eigh of the lower triangle, |w| in descending order (the
+    reversed stable order), u the eigenvectors in that order and vh = (u * sign(w)).T, its signs."""
+    w, u = eigh(a)
+    s = absolute(w)
+    order = flip(argsort(s, axis=-1), axis=-1)
+    s = take_along_axis(s, order, axis=-1)
+    if not compute_uv:
+        return s
+    sgn = take_along_axis(copysign(1.0, w), order, axis=-1)
+    u = take_along_axis(u, broadcast_to(reshape(order, _shape(order)[:-1] + (1, _shape(order)[-1])), _shape(u)), axis=-1)
+    return SVDResult(u, s, matrix_transpose(multiply(u, reshape(sgn, _shape(sgn)[:-1] + (1, _shape(sgn)[-1])))))
 
 
 def svdvals(x, /):
@@ -151,11 +189,11 @@ def _vector_norm(x, axes, ord, keepdims):
     if ord is None or ord == 2:
         return _sqrt_or_zero(_sum(_abs2(x), axis=axes, keepdims=keepdims))
     if ord == np.inf:
-        return _max(a, axis=axes, keepdims=keepdims)
+        return _max(a, axis=axes, keepdims=keepdims, initial=0)
     if ord == -np.inf:
         return _min(a, axis=axes, keepdims=keepdims)
-    if ord == 0:
-        return _cast(_sum(_cast(greater(a, 0), _dtype(a)), axis=axes, keepdims=keepdims), _dtype(a))
+    if ord == 0:   # (the count of x != 0: NaN counts, as NumPy's)
+        return _cast(_sum(_cast(not_equal(x, 0), _dtype(a)), axis=axes, keepdims=keepdims), _dtype(a))
     if ord == 1:
         return _sum(a, axis=axes, keepdims=keepdims)
     if isinstance(ord, str):
@@ -176,19 +214,20 @@ def matrix_norm(x, /, *, keepdims=False, ord="fro"):
 def _matrix_norm(x, axes, ord, keepdims):
     r, c = axes
     nd = len(_shape(x))
-    if ord in (None, "fro"):
+    if ord in (None, "fro", "f"):
         return _sqrt_or_zero(_sum(_abs2(x), axis=axes, keepdims=keepdims))
     a = absolute(x)
+    # (the largest of an empty set is 0, NumPy's initial=0; the smallest raises, as NumPy's)
     if ord in (1, -1):
         col = _sum(a, axis=r, keepdims=True)
-        y = (_max if ord == 1 else _min)(col, axis=c, keepdims=True)
+        y = _max(col, axis=c, keepdims=True, initial=0) if ord == 1 else _min(col, axis=c, keepdims=True)
     elif ord in (np.inf, -np.inf):
         row = _sum(a, axis=c, keepdims=True)
-        y = (_max if ord == np.inf else _min)(row, axis=r, keepdims=True)
+        y = _max(row, axis=r, keepdims=True, initial=0) if ord == np.inf else _min(row, axis=r, keepdims=True)
     elif ord in (2, -2, "nuc"):
         moved = moveaxis(x, (r, c), (nd - 2, nd - 1))
         s = svd(moved, compute_uv=False)
-        y = _sum(s, axis=-1) if ord == "nuc" else (_max if ord == 2 else _min)(s, axis=-1)
+        y = _sum(s, axis=-1) if ord == "nuc" else _max(s, axis=-1, initial=0) if ord == 2 else _min(s, axis=-1)
         y = reshape(y, tuple(1 if i in axes else sz for i, sz in enumerate(_shape(x))))
     else:
         raise ValueError(with_location(f"norm: invalid norm order {ord!r} for matrices"))
@@ -199,12 +238,18 @@ def norm(x, ord=None, axis=None, keepdims=False):
     x = _inexact(_array(x, "norm"), "norm")
     nd = len(_shape(x))
     if axis is None:
-        if ord is None:
+        if ord is None or (ord in ("f", "fro") and nd == 2) or (ord == 2 and nd == 1):
             y = _sqrt_or_zero(_sum(_abs2(x)))
             return reshape(y, (1,) * nd) if keepdims else y
         axis = tuple(range(nd))
-    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
-    axes = tuple(int(a) % nd for a in axes)
+    if not isinstance(axis, tuple):
+        try:
+            axis = (operator.index(axis),)
+        except TypeError:
+            raise TypeError(with_location(f"norm: 'axis' must be None, an integer or a tuple of integers, got {axis!r}")) from None
+    axes = tuple(_axes(a, nd, "norm")[0] for a in axis)
+    if len(axes) == 2 and axes[0] == axes[1]:
+        raise ValueError(with_location("norm: duplicate axes given"))
     if len(axes) == 1:
         return _vector_norm(x, axes, ord, keepdims)
     if len(axes) == 2:
@@ -217,8 +262,10 @@ def pinv(a, rcond=None, hermitian=False, *, rtol=np._NoValue):
     a = _matrices(a, "pinv", square=False)
     if rcond is None:
         rcond = 1e-15 if rtol is np._NoValue else (max(_shape(a)[-2:]) * np.finfo(_dtype(a)).eps if rtol is None else rtol)
-    u, s, vh = svd(a, full_matrices=False)
-    cutoff = multiply(_max(s, axis=-1, keepdims=True), rcond)
+    elif rtol is not np._NoValue:
+        raise ValueError(with_location("pinv: `rtol` and `rcond` can't be both set"))
+    u, s, vh = svd(a, full_matrices=False, hermitian=hermitian)
+    cutoff = multiply(_max(s, axis=-1, keepdims=True), _column(rcond))
     large = greater(s, cutoff)
     inv_s = where(large, divide(1, where(large, s, 1)), 0)
     return matmul(matrix_transpose(vh), multiply(reshape(inv_s, _shape(inv_s) + (1,)), matrix_transpose(u)))
@@ -226,7 +273,10 @@ def pinv(a, rcond=None, hermitian=False, *, rtol=np._NoValue):
 
 def matrix_power(a, n):
     a = _matrices(a, "matrix_power", inexact=False)   # (integer powers of integer matrices stay integers, as NumPy's)
-    n = int(n)
+    try:
+        n = operator.index(n)
+    except TypeError:
+        raise TypeError(with_location(f"np.linalg.matrix_power: exponent must be an integer, got {n!r}")) from None
     if n == 0:
         return broadcast_to(np.eye(_shape(a)[-1], dtype=_dtype(a)), _shape(a))
     if n < 0:
@@ -279,12 +329,14 @@ def matrix_rank(A, tol=None, hermitian=False, *, rtol=None):   # noqa: N803
     A = _inexact(_array(A, "matrix_rank"), "matrix_rank")
     if len(_shape(A)) < 2:
         return _cast(builtins_any_nonzero(A), np.int64)
-    s = svd(A, compute_uv=False)
+    s = svd(A, compute_uv=False, hermitian=hermitian)
     if tol is None:
-        r = max(_shape(A)[-2:]) * np.finfo(_dtype(A)).eps if rtol is None else rtol
-        tol = multiply(_max(s, axis=-1, keepdims=True), r)
-    elif not isinstance(tol, Tracer):
-        tol = np.asarray(tol)[..., None]
+        r = max(_shape(A)[-2:]) * np.finfo(_dtype(A)).eps if rtol is None else _column(rtol)
+        tol = multiply(_max(s, axis=-1, keepdims=True, initial=0), r)
+    else:
+        if rtol is not None:
+            raise ValueError(with_location("matrix_rank: `tol` and `rtol` can't be both set"))
+        tol = _column(tol)
     return _sum(greater(s, tol), axis=-1)
 
 
@@ -293,12 +345,30 @@ def builtins_any_nonzero(a):
 
 
 def cond(x, p=None):
+    """NumPy's: the ratio of extreme singular values (p None, 2, -2), else norm(x) * norm(inv(x)); a singular
+    matrix's is inf (NumPy inverts without raising: where LU finds a zero pivot, slogdet's sign is 0, the
+    inverse NaN), and so is a NaN from a matrix without NaN (0 / 0 of a zero matrix)."""
     x = _matrices(x, "cond", square=p not in (None, 2, -2))
     if p in (None, 2, -2):
         s = svd(x, compute_uv=False)
         hi, lo = _max(s, axis=-1), _min(s, axis=-1)
-        return divide(hi, lo) if p in (None, 2) else divide(lo, hi)
-    return multiply(norm(x, p, axis=(-2, -1)), norm(inv(x), p, axis=(-2, -1)))
+        r = divide(hi, lo) if p in (None, 2) else divide(lo, hi)
+    else:
+        sign, _ = slogdet(x)
+        singular = equal(sign, 0)
+        n = _shape(x)[-1]
+        safe = where(reshape(singular, _shape(singular) + (1, 1)), np.eye(n, dtype=_dtype(x)), x)   # (a double where)
+        r = where(singular, np.inf, multiply(norm(x, p, axis=(-2, -1)), norm(inv(safe), p, axis=(-2, -1))))
+    clean = logical_not(_any(isnan(x), axis=(-2, -1)))
+    return where(logical_and(isnan(r), clean), np.inf, r)
+
+
+def _column(r):
+    """A cutoff (rcond, rtol, tol) as NumPy's asarray(r)[..., newaxis]: one per matrix of a stack."""
+    if isinstance(r, Tracer):
+        return reshape(r, _shape(r) + (1,))
+    r = np.asarray(r)
+    return r if r.ndim == 0 else r[..., None]
 
 
 # the array-API names of np.linalg (NumPy 2): over the last axes

@@ -9,8 +9,9 @@ import numpy as np
 
 from ..ir import is_complex, is_float, is_inexact
 from ._core import P, _array, _axes, _axis, _cast, _dtype, _inexact, _iota, _reject, _shape, bind, with_location
-from .shapes import concatenate, diagonal, expand_dims, ravel, reshape, squeeze, transpose
+from .shapes import broadcast_to, concatenate, diagonal, expand_dims, ravel, reshape, squeeze, transpose
 from .ufuncs import (
+    _make_complex,
     add,
     astype,
     conj,
@@ -82,6 +83,9 @@ def _extremum(prim, combine, fname, a, axis, keepdims, initial, where):
         if initial is None:
             raise ValueError(with_location(f"{fname}: where= needs initial= (the value of an empty selection)"))
         a = _select(where, a, initial)
+    if initial is not None and _count(a, axis) == 0:   # (an empty slice is initial, as NumPy's: no identity needed)
+        shape, axes = _shape(a), _axes(axis, len(_shape(a)), fname)
+        a = broadcast_to(np.asarray(initial).astype(_dtype(a)), tuple(1 if i in axes else s for i, s in enumerate(shape)))
     y = _reduce(prim, fname, a, axis, keepdims, promote_int=False)
     return y if initial is None else combine(y, initial)
 
@@ -339,8 +343,10 @@ def corrcoef(x, y=None, rowvar=True, *, dtype=None):
     c = cov(x, y, rowvar, dtype=dtype)
     if len(_shape(c)) == 0:
         return divide(c, c)
-    d = sqrt(diagonal(c))
+    d = sqrt(real(diagonal(c)))
     c = divide(divide(c, expand_dims(d, 1)), expand_dims(d, 0))
+    if is_complex(_dtype(c)):   # (NumPy clips each part)
+        return _make_complex(minimum(maximum(real(c), -1), 1), minimum(maximum(imag(c), -1), 1))
     return minimum(maximum(c, -1), 1)
 
 

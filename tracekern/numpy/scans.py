@@ -10,13 +10,30 @@ import builtins
 
 import numpy as np
 
-from ..ir import is_inexact
-from ._core import P, ShapeError, _array, _axis, _cast, _dtype, _inexact, _promote, _shape, bind, with_location
+from ..ir import is_complex, is_inexact
+from ._core import P, ShapeError, Tracer, _array, _axis, _cast, _dtype, _inexact, _promote, _shape, bind, with_location
 from .contractions import matmul
 from .indexing import take_along_axis
 from .reductions import sum as _sum
 from .shapes import broadcast_to, concatenate, flip, pad, ravel, reshape
-from .ufuncs import add, astype, conj, divide, isnan, less, maximum, minimum, multiply, subtract, where
+from .ufuncs import (
+    _make_complex,
+    add,
+    astype,
+    conj,
+    divide,
+    equal,
+    imag,
+    isnan,
+    less,
+    logical_and,
+    maximum,
+    minimum,
+    multiply,
+    real,
+    subtract,
+    where,
+)
 
 
 def _cumulative(prim, fname, a, axis, dtype, promote_int=True, reverse=False):
@@ -185,8 +202,8 @@ def trapezoid(y, x=None, dx=1.0, axis=-1):
     y = _inexact(_array(y, "trapezoid"), "trapezoid")
     axis = _axis(axis, len(_shape(y)), "trapezoid")
     mids = multiply(add(_along(y, axis, 1, None), _along(y, axis, None, -1)), 0.5)
-    if x is None:
-        return multiply(_sum(mids, axis=axis), dx)
+    if x is None:   # (dx may be an array: it weighs each interval, as NumPy's d * (y[1:] + y[:-1]) / 2)
+        return _sum(multiply(mids, dx), axis=axis)
     x = _array(x, "trapezoid")
     d = diff(x)
     if len(_shape(d)) == 1 and len(_shape(y)) > 1:
@@ -239,33 +256,53 @@ def correlate(a, v, mode="valid"):
 
 
 def interp(x, xp, fp, left=None, right=None, period=None):
-    """Piecewise-linear interpolation: a binary search for each x (searchsorted), then a gather of
-    the two neighbours; the ends take fp[0] / fp[-1] (or left / right)."""
+    """Piecewise-linear interpolation, NumPy's algorithm: a binary search for each x (searchsorted), then
+    slope * (x - xp[j]) + fp[j] with slope = (fp[j+1] - fp[j]) / (xp[j+1] - xp[j]); where that is NaN (an
+    infinite fp), from the other end, or fp[j] at a knot or between equal values; the ends take fp[0] /
+    fp[-1] (or left / right). x and xp are read as float64; a complex fp interpolates its parts."""
     if period is not None:
         raise NotImplementedError(with_location("np.interp: period= is not supported while tracing"))
-    x, xp, fp = (_inexact(_array(v, "interp"), "interp") for v in (x, xp, fp))
-    xp, fp, x = _promote("interp", xp, fp, x)
-    wide = np.promote_types(_dtype(x), np.float64)   # (NumPy's interp computes in, and returns, float64 or complex128)
-    xp, fp, x = (_cast(v, wide) for v in (xp, fp, x))
+    x, xp, fp = (_array(v, "interp") for v in (x, xp, fp))
+    for name, v in (("x", x), ("xp", xp)):
+        if is_complex(_dtype(v)):
+            raise TypeError(with_location(f"np.interp: {name} must be real (NumPy casts it to float64), got "
+                                          f"{_dtype(v).name}; pass np.real({name})"))
+    x, xp = _cast(x, np.float64), _cast(xp, np.float64)
     if len(_shape(xp)) != 1 or _shape(xp) != _shape(fp):
         raise ValueError(with_location(f"interp: xp {_shape(xp)} and fp {_shape(fp)} must be 1-D of the same length"))
-    n = _shape(xp)[0]
-    if n == 0:
+    if _shape(xp)[0] == 0:
         raise ValueError(with_location("interp: array of sample points is empty"))
+    if not is_complex(_dtype(fp)):
+        return _interp(x, xp, _cast(fp, np.float64), left, right)
+    fp = _cast(fp, np.complex128)
+    parts = [(None, None) if v is None else (np.real(v), np.imag(v)) if not isinstance(v, Tracer) else (real(v), imag(v))
+             for v in (left, right)]
+    return _make_complex(_interp(x, xp, real(fp), parts[0][0], parts[1][0]),
+                         _interp(x, xp, imag(fp), parts[0][1], parts[1][1]))
+
+
+def _interp(x, xp, fp, left, right):
+    n = _shape(xp)[0]
+    first = _gather1(fp, np.zeros((), np.int64)) if left is None else left
+    last = _gather1(fp, np.asarray(n - 1, np.int64)) if right is None else right
+    x_first, x_last = _gather1(xp, np.zeros((), np.int64)), _gather1(xp, np.asarray(n - 1, np.int64))
+    if n == 1:   # (NumPy's: x < xp[0], x > xp[0], else fp[0], NaN included)
+        return where(less(x, x_first), first, where(less(x_last, x), last, _gather1(fp, np.zeros(_shape(x), np.int64))))
     j = bind(P.searchsorted, xp, x, side="right")   # xp[j-1] <= x < xp[j]
-    lo = minimum(maximum(subtract(j, 1), 0), builtins.max(n - 2, 0))
-    hi = minimum(add(lo, 1), n - 1)
+    lo = minimum(maximum(subtract(j, 1), 0), n - 2)
+    hi = add(lo, 1)
     x0, x1 = _gather1(xp, lo), _gather1(xp, hi)
     y0, y1 = _gather1(fp, lo), _gather1(fp, hi)
     span = subtract(x1, x0)
-    safe = where(less(0, span), span, 1)
-    t = divide(subtract(x, x0), safe)
-    y = add(y0, multiply(t, subtract(y1, y0)))
-    y = where(less(0, span), y, y0)
-    first = _gather1(fp, np.zeros((), np.int64)) if left is None else left
-    last = _gather1(fp, np.asarray(n - 1, np.int64)) if right is None else right
-    y = where(less(x, _gather1(xp, np.zeros((), np.int64))), first, y)
-    y = where(less(_gather1(xp, np.asarray(n - 1, np.int64)), x), last, y)
+    slope = divide(subtract(y1, y0), where(equal(span, 0), 1, span))   # (a zero span is never used: a double where)
+    # (at a knot the value is fp's exactly, as NumPy's, and the derivative in x the segment's slope)
+    y = where(equal(x, x1), add(multiply(slope, subtract(x, x1)), y1), add(multiply(slope, subtract(x, x0)), y0))
+    nan = isnan(y)   # (an infinite fp: at a knot its value, else from the other end, or fp[j] between equals)
+    y = where(logical_and(nan, equal(x, x0)), y0, where(logical_and(nan, equal(x, x1)), y1, y))
+    y = where(isnan(y), add(multiply(slope, subtract(x, x1)), y1), y)
+    y = where(logical_and(isnan(y), equal(y0, y1)), y0, y)
+    y = where(less(x, x_first), first, y)
+    y = where(less(x_last, x), last, y)
     return where(isnan(x), x, y)
 
 

@@ -50,10 +50,17 @@ def _float(fname: str, *xs):
         if is_complex(_dtype(x)):
             raise TypeError(with_location(f"scipy.special.{fname} of complex numbers ({_dtype(x).name}) is not traced; "
                                           "tracekern traces its real form"))
-    xs = _promote(f"scipy.special.{fname}", *xs)
-    if not is_float(_dtype(xs[0])):
-        xs = [_cast(x, np.float64) for x in xs]
-    return xs
+    # (SciPy's ufuncs resolve a Python number as float64, not weakly as NumPy's own: xlogy(2, float32) is float64)
+    dtype = np.result_type(*[np.float64 if _python_number(x) else _dtype(x) for x in xs])
+    dtype = dtype if is_float(dtype) else np.dtype(np.float64)
+    return [_cast(x, dtype) for x in xs]
+
+
+def _python_number(x) -> bool:
+    """A Python bool, int or float, or a traced one (a weak argument)."""
+    if isinstance(x, Tracer):
+        return bool(x.weak)
+    return isinstance(x, (bool, int, float)) and not isinstance(x, np.generic)
 
 
 def _unary(prim, fname: str):
@@ -156,6 +163,8 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
     a = _inexact(_array(a, "scipy.special.logsumexp"), "scipy.special.logsumexp")
     _check_real(a, "logsumexp")
     if b is not None:
+        if _python_number(b) and not isinstance(b, Tracer):   # (weak, as SciPy's: b=2 keeps float32)
+            b = _cast(b, _dtype(a))
         b = _inexact(_array(b, "scipy.special.logsumexp"), "scipy.special.logsumexp")
         _check_real(b, "logsumexp")
         a, b = _promote("scipy.special.logsumexp", a, b)
@@ -167,6 +176,13 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
         b = None if b is None else bind(P.reshape, b, new_shape=(1,))
         nd = 1
     axes = _axes(axis, nd, "scipy.special.logsumexp")
+    if any(_shape(a)[i] == 0 for i in axes):   # (an empty sum: SciPy's -inf, and its sign -1)
+        shape = tuple(1 if i in axes else n for i, n in enumerate(_shape(a)))
+        out = bind(P.full, shape=shape, dtype=_dtype(a), value=-np.inf)
+        sgn = bind(P.full, shape=shape, dtype=_dtype(a), value=-1.0)
+        if not keepdims:
+            out, sgn = squeeze(out, axis=axes), squeeze(sgn, axis=axes)
+        return (out, sgn) if return_sign else out
     a_max = stop_gradient(_max(a, axis=axes, keepdims=True))
     top = equal(a, a_max)
     shift = where(isfinite(a_max), a_max, 0)

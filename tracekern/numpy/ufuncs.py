@@ -223,8 +223,8 @@ _SINC_SMALL = 0.03   # below it the polynomial is exact to rounding (the next te
 def sinc(x):
     """sin(pi x) / (pi x), and its Taylor polynomial near 0, so that the value there is 1 and the derivatives
     are the true ones (the second is -pi**2 / 3 at 0), not a constant's. Each branch is evaluated at a safe
-    point where it is not taken (a "double where": no 0 / 0 and no 0 * inf in the gradients)."""
-    x = x if is_float(_dtype(x)) else _cast(x, np.float64)
+    point where it is not taken (a "double where": no 0 / 0 and no 0 * inf in the gradients). Complex x too."""
+    x = x if is_inexact(_dtype(x)) else _cast(x, np.float64)
     small = less(absolute(x), _SINC_SMALL)
     z = square(multiply(_pick(small, x, 0), math.pi))
     taylor = _SINC_TAYLOR[-1]
