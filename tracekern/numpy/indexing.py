@@ -150,7 +150,7 @@ def _expand(x, idx: tuple):
     if builtins.sum(e is Ellipsis for e in entries) > 1:
         raise IndexError(with_location("an index can only have a single ellipsis ('...')"))
     if any(e is Ellipsis for e in entries):
-        k = entries.index(Ellipsis)
+        k = next(i for i, e in enumerate(entries) if e is Ellipsis)   # (not .index: an array == Ellipsis is an array)
         entries = entries[:k] + [slice(None)] * (len(shape) - consumed) + entries[k + 1:]
     else:
         entries = entries + [slice(None)] * (len(shape) - consumed)
