@@ -564,10 +564,10 @@ def diagflat(v, k=0):
 def _triangle(m, k: int, lower: bool, fname: str):
     m = _array(m, fname)
     s = _shape(m)
-    if len(s) < 2:
-        raise ShapeError(with_location(f"{fname}: needs at least 2 dimensions, got shape {s}"))
-    n, c = s[-2:]
-    keep = np.tri(n, c, k, dtype=bool) if lower else ~np.tri(n, c, k - 1, dtype=bool)
+    if not s:
+        raise ShapeError(with_location(f"{fname}: needs at least 1 dimension, got a 0-d array"))
+    # (NumPy's: the mask is np.tri(*shape[-2:]), so a 1-D vector of n broadcasts to an n x n matrix)
+    keep = np.tri(*s[-2:], k=k, dtype=bool) if lower else ~np.tri(*s[-2:], k=k - 1, dtype=bool)
     return where(keep, m, zeros_like(m))
 
 
