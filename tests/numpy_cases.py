@@ -397,8 +397,10 @@ SCANS = _rows("scans", [
 
 SHAPES = _rows("shapes", [
     C("reshape", "np.reshape x.reshape() np.ravel x.ravel() x.flatten()",
-      lambda x: (np.reshape(x, (6, 4)), x.reshape(-1, 2), np.ravel(x), x.ravel(), x.flatten(), x.reshape(4, 6)[1:]),
-      F("any", 2, 3, 4)),
+      lambda x: (np.reshape(x, (6, 4)), x.reshape(-1, 2), np.ravel(x), x.ravel(), x.flatten(), x.reshape(4, 6)[1:],
+                 np.reshape(x, (4, -1), order="F"), x.reshape(6, 4, order="F"), np.ravel(x, "F"), x.flatten("F"),
+                 x.ravel("A")),
+      F("any", 2, 3, 4), note="order='F'"),
     C("transpose", "np.transpose x.T x.mT x.transpose() np.permute_dims np.matrix_transpose np.swapaxes np.moveaxis np.rollaxis",
       lambda x: (np.transpose(x), x.T, x.mT, x.transpose(1, 0, 2), np.permute_dims(x, (2, 0, 1)), np.matrix_transpose(x),
                  np.swapaxes(x, 0, -1), np.moveaxis(x, 0, -1), np.rollaxis(x, 2)), F("any", 2, 3, 4)),

@@ -35,11 +35,13 @@ from .ufuncs import astype, where
 
 
 def reshape(a, shape=None, order="C", *, newshape=None, copy=None):
-    if order != "C":
-        raise NotImplementedError(with_location("reshape: only order='C' is supported"))
+    if order not in ("C", "F", "A", "K"):
+        raise ValueError(with_location(f"reshape: order must be one of 'C', 'F', 'A', 'K', got {order!r}"))
     a = _array(a, "reshape")
     shape = newshape if shape is None else shape
     shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
+    if order == "F":   # Fortran order: the first index varies fastest (a traced array is C-ordered: "A" and "K" are "C")
+        return transpose(reshape(transpose(a), tuple(reversed(shape))))
     size = math.prod(_shape(a))
     if shape.count(-1) > 1:
         raise ShapeError(with_location(f"reshape: can only specify one unknown dimension, got {shape}"))
