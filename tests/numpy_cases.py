@@ -539,8 +539,11 @@ SORTING = _rows("sorting", [
                                                              np.take_along_axis(x, np.argpartition(x, 3), -1)[:, 3]),
       F("distinct", 3, 4), note="the kth element"),
     C("searchsorted", "np.searchsorted np.digitize", lambda v, a: (np.searchsorted(a, v), np.searchsorted(a, v, side="right"),
-                                                                  np.searchsorted(a, a), np.digitize(v, a), np.digitize(v, a, right=True)),
-      F("any", 3, 4), F("sorted", 4), grad=False),
+                                                                  np.searchsorted(a, a), np.digitize(v, a), np.digitize(v, a, right=True),
+                                                                  np.digitize(v, a[::-1]), np.digitize(v, a[::-1], right=True),
+                                                                  np.digitize(a, [0.0, 0.0]), np.digitize(a, [0.0, 0.0], right=True),
+                                                                  np.digitize(v, [1.0, 0.0, 0.0, -1.0])),
+      F("any", 3, 4), F("sorted", 4), grad=False, note="decreasing bins (traced and constant); equal bins"),
     C("top_k", "tk.numpy.top_k", lambda x: tnp.top_k(x, 2), F("distinct", 3, 4),
       ref=lambda x: (-np.sort(-x, axis=-1)[:, :2], np.argsort(-x, axis=-1, kind="stable")[:, :2])),
 ])

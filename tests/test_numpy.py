@@ -427,3 +427,16 @@ def test_the_tables_cuda_kernels_compile_to_ptx():
     report = json.loads(out.stdout.strip().splitlines()[-1])
     assert report["kernels"] >= 60 and report["float32_kernels"] >= 30, report
     assert report["problems"] == [], "\n".join(report["problems"])
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: np.digitize(x, [1.0, 3.0, 2.0]),   # bins neither increasing nor decreasing
+], ids=["digitize_unordered_bins"])
+def test_calls_numpy_rejects_raise_its_error(fn):
+    """A call NumPy rejects raises its error class while tracing (it was silently accepted), naming the user's line."""
+    x = np.linspace(0.0, 4.0, 5)
+    with pytest.raises(Exception) as want:
+        fn(x)
+    with pytest.raises(want.type) as got:
+        tk.jit(fn, backend="interpret")(x)
+    assert "test_numpy.py" in str(got.value), got.value

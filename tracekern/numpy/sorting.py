@@ -13,8 +13,8 @@ from ..ir import is_float
 from ._core import P, Tracer, _array, _axes, _axis, _cast, _dtype, _inexact, _promote, _result_dtype, _shape, bind, with_location
 from .indexing import take, take_along_axis
 from .reductions import sum as _sum
-from .shapes import moveaxis, ravel, reshape
-from .ufuncs import add, ceil, divide, floor, greater_equal, isnan, logical_not, multiply, negative, rint, subtract, where
+from .shapes import flip, moveaxis, ravel, reshape
+from .ufuncs import add, ceil, divide, floor, greater_equal, isnan, less, logical_not, multiply, negative, rint, subtract, where
 
 
 def _along_last(fn, a, axis, fname):
@@ -254,10 +254,27 @@ def nanmedian(a, axis=None, out=None, overwrite_input=False, keepdims=False):
 
 
 def digitize(x, bins, right=False):
-    """The bin of each x (np.digitize): searchsorted in increasing bins (decreasing constant bins are
-    searched reversed, as NumPy does); traced bins must be increasing."""
+    """The bin of each x (np.digitize): searchsorted in increasing bins, and n - searchsorted in the
+    reversed bins for decreasing ones, as NumPy (equal constant bins count as increasing; constant bins
+    that are neither raise NumPy's ValueError). Traced bins are increasing or decreasing by the order of
+    their first and last (the kernel cannot raise on bins that are neither)."""
     bins = _array(bins, "digitize")
-    if not isinstance(bins, Tracer) and len(bins) > 1 and np.all(np.diff(bins) <= 0):
-        n = len(bins)
-        return subtract(n, searchsorted(np.ascontiguousarray(bins[::-1]), x, side="left" if right else "right"))
-    return searchsorted(bins, x, side="left" if right else "right")
+    side = "left" if right else "right"
+    if not isinstance(bins, Tracer):
+        bins = np.asarray(bins)
+        if bins.ndim != 1:
+            raise ValueError(with_location(f"digitize: bins must be 1-D, got shape {bins.shape}"))
+        d = np.diff(bins)
+        if np.all(d >= 0):
+            return searchsorted(bins, x, side=side)
+        if not np.all(d <= 0):
+            raise ValueError(with_location("digitize: bins must be monotonically increasing or decreasing"))
+        return subtract(len(bins), searchsorted(np.ascontiguousarray(bins[::-1]), x, side=side))
+    if len(_shape(bins)) != 1:
+        raise ValueError(with_location(f"digitize: bins must be 1-D, got shape {_shape(bins)}"))
+    n = _shape(bins)[0]
+    increasing = searchsorted(bins, x, side=side)
+    if n < 2:
+        return increasing
+    decreasing = subtract(n, searchsorted(flip(bins, 0), x, side=side))
+    return where(less(bins[n - 1], bins[0]), decreasing, increasing)
