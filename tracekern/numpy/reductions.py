@@ -82,6 +82,11 @@ def _extremum(prim, combine, fname, a, axis, keepdims, initial, where):
         if initial is None:
             raise ValueError(with_location(f"{fname}: where= needs initial= (the value of an empty selection)"))
         a = _select(where, a, initial)
+    if initial is not None and _count(a, axis) == 0:   # an empty reduction with initial=: initial (NumPy's)
+        shape = _shape(a)
+        axes = _axes(axis, len(shape), fname)
+        out_shape = tuple(1 if i in axes else s for i, s in enumerate(shape) if keepdims or i not in axes)
+        return bind(P.full, shape=out_shape, dtype=_dtype(a), value=np.asarray(initial).astype(_dtype(a)).item())
     y = _reduce(prim, fname, a, axis, keepdims, promote_int=False)
     return y if initial is None else combine(y, initial)
 
