@@ -535,7 +535,8 @@ CONTRACTIONS = _rows("contractions", [
 
 SORTING = _rows("sorting", [
     C("sort", "np.sort np.argsort x.argsort()", lambda x: (np.sort(x), np.sort(x, axis=0), np.sort(x, axis=None), np.argsort(x),
-                                                           np.argsort(x, axis=0), x.argsort(), np.sort(x[0])), F("distinct", 3, 4)),
+                                                           np.argsort(x, axis=0), x.argsort(), np.sort(x[0]), np.argsort(x[0, 0])),
+      F("distinct", 3, 4), note="argsort of a 0-d array: [0], as NumPy's"),
     C("sort_nan_ties", "np.sort np.argsort", lambda x: (np.sort(x), np.argsort(x, stable=True)),
       G([2.0, np.nan, -1.0, 2.0, -np.inf, 0.0, np.nan, -0.0]), grad=False, note="NaN last, stable ties"),
     C("partition", "np.partition np.argpartition", lambda x: (np.partition(x, 2, axis=1)[:, 2], np.sort(np.partition(x, 1)),

@@ -442,7 +442,10 @@ def test_the_tables_cuda_kernels_compile_to_ptx():
 
 @pytest.mark.parametrize("fn", [
     lambda x: np.digitize(x, [1.0, 3.0, 2.0]),   # bins neither increasing nor decreasing
-], ids=["digitize_unordered_bins"])
+    lambda x: np.partition(x, 5),                # kth out of bounds (it was ignored: a full sort)
+    lambda x: np.argpartition(x, (1, -6)),
+    lambda x: np.partition(x, 2.0),              # kth not an integer
+], ids=["digitize_unordered_bins", "partition_kth_out_of_bounds", "argpartition_negative_kth", "partition_float_kth"])
 def test_calls_numpy_rejects_raise_its_error(fn):
     """A call NumPy rejects raises its error class while tracing (it was silently accepted), naming the user's line."""
     x = np.linspace(0.0, 4.0, 5)

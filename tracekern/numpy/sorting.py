@@ -39,15 +39,38 @@ def argsort(a, axis=-1, kind=None, order=None, *, stable=None):
     """Always stable: equal elements keep their order (NumPy's kind="stable")."""
     if order is not None:
         raise NotImplementedError(with_location("np.argsort: order= (structured arrays) is not supported"))
+    a = _array(a, "argsort")
+    if not _shape(a) and axis is not None:   # (NumPy's: the 0-d array as one element, array([0]))
+        a = reshape(a, (1,))
     return _along_last(lambda x: bind(P.argsort, x), a, axis, "argsort")
+
+
+def _check_kth(a, kth, axis, fname):
+    """NumPy's checks of kth (it only chooses which partition; a full sort is valid for every kth)."""
+    if isinstance(kth, Tracer):
+        return
+    k = np.asarray(kth)
+    if k.dtype.kind not in "iub":
+        raise TypeError(with_location(f"np.{fname}: Partition index must be integer, got {kth!r}"))
+    a = _array(a, fname)
+    shape = _shape(a)
+    n = math.prod(shape) if axis is None else (shape[_axis(axis, len(shape), fname)] if shape else 0)
+    if not n:
+        return
+    for v in k.reshape(-1).tolist():
+        v = v + n if v < 0 else v
+        if not 0 <= v < n:
+            raise ValueError(with_location(f"np.{fname}: kth(={v}) out of bounds ({n})"))
 
 
 def partition(a, kth, axis=-1, kind="introselect", order=None):
     """The array sorted along the axis: a valid partition for every kth."""
+    _check_kth(a, kth, axis, "partition")
     return sort(a, axis)
 
 
 def argpartition(a, kth, axis=-1, kind="introselect", order=None):
+    _check_kth(a, kth, axis, "argpartition")
     return argsort(a, axis)
 
 
