@@ -74,6 +74,20 @@ class TreeDef:
         return "(" + inner + ("," if len(self.children) == 1 else "") + ")"
 
 
+    def key_text(self) -> str:
+        """The structure as text for a cache key across processes: repr's, with each namedtuple type's module
+        and qualified name (repr's __name__ may name two types)."""
+        if self.kind == "namedtuple":
+            inner = ", ".join(c.key_text() for c in self.children)
+            return f"{self.meta.__module__}.{self.meta.__qualname__}({inner})"
+        if self.kind == "dict":
+            return "{" + ", ".join(f"{k!r}: {c.key_text()}" for k, c in zip(self.meta, self.children)) + "}"
+        if self.kind in ("tuple", "list"):
+            inner = ", ".join(c.key_text() for c in self.children)
+            return ("[" + inner + "]") if self.kind == "list" else ("(" + inner + ("," if len(self.children) == 1 else "") + ")")
+        return repr(self)
+
+
 LEAF = TreeDef("leaf")
 
 

@@ -362,7 +362,9 @@ class Staged:
             return None
         hint = (root, sig.flat.avals, sig.flat.weak, traced[:3]) if chain and not sig.statics and not sig.key[0][-1].children \
             else None
-        return self._key((digest,), chain, backend, sig), traced.variables, None if chain else traced, hint
+        # (the output structure too: a graph does not hold it, and f returning a, (a, None) or {"k": a} is one graph)
+        key = self._key((digest, traced.out_treedef.key_text()), chain, backend, sig)
+        return key, traced.variables, None if chain else traced, hint
 
     def compile(self, *args, **kwargs) -> Staged:
         """Trace and compile for the signature of these arguments now, and wait: every kernel is
