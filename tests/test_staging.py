@@ -47,6 +47,21 @@ def test_a_variables_new_shape_retraces_and_results_never_alias_inputs():
     assert x[0] == 1
 
 
+def test_results_numpy_makes_apart_do_not_share_memory():
+    """Two outputs that tracing made one value (np.zeros_like twice, a * 2 twice) came back as one buffer:
+    m, v = f(x); m += 1 changed v (an optimizer's state initialised so). Each is its own array now."""
+    def init(a):
+        return {"m": np.zeros_like(a), "v": np.zeros_like(a)}, a * 2, a * 2
+
+    x = np.arange(6.0).reshape(2, 3)
+    for backend in ("interpret", "cpu"):
+        (state, p, q) = tk.jit(init, backend=backend)(x)
+        state["m"] += 1.0
+        p[0, 0] = -5.0
+        np.testing.assert_array_equal(state["v"], np.zeros_like(x))
+        np.testing.assert_array_equal(q, x * 2)
+
+
 def test_lower_reports_the_graph_source_and_memory():
     f = tk.jit(lambda x, w: np.sum(np.tanh(x @ w)))
     low = f.lower(np.ones((4, 3)), np.ones((3, 2)))

@@ -46,9 +46,14 @@ class CompiledEntry:
 
     def __post_init__(self) -> None:
         self._var_avals = tuple(v.aval for v in self.variables)
-        # outputs that are graph inputs are copied, so a result never aliases the caller's array
-        inputs = set(self.graph.inputs)
-        self._is_input = [v in inputs for v in self.graph.outputs]
+        # outputs that are graph inputs are copied, so a result never aliases the caller's array; and an output
+        # that is an earlier one's value (f returning (np.zeros_like(a), np.zeros_like(a)): one value once traced)
+        # is copied, so results NumPy makes apart are apart (m += 1 must not change v)
+        inputs, seen = set(self.graph.inputs), set()
+        self._is_input = []
+        for v in self.graph.outputs:
+            self._is_input.append(v in inputs or v in seen)
+            seen.add(v)
         self._out_avals = tuple(v.aval for v in self.graph.outputs)
         td = self.out_treedef
         # the common output structures, built without walking the tree: one array, a flat tuple
