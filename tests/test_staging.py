@@ -62,6 +62,20 @@ def test_results_numpy_makes_apart_do_not_share_memory():
         np.testing.assert_array_equal(q, x * 2)
 
 
+def test_big_endian_arguments_are_their_values():
+    """A big-endian array (read from a file written elsewhere) is its dtype in NumPy: '>f8' raised 'supported
+    dtypes are ... float64'. It is read in native order, and a later native call finds the same step."""
+    x = np.linspace(-1.0, 2.0, 6).reshape(2, 3)
+    for backend in ("interpret", "cpu"):
+        f = tk.jit(lambda a, b: (a * b + 1, np.sum(a ** 2)), backend=backend)
+        for a, b in [(x.astype(">f8"), np.arange(3, dtype=">i4")), (x, np.arange(3, dtype=np.int32))] * 2:
+            got = f(a, b)
+            np.testing.assert_allclose(got[0], x * np.arange(3) + 1, rtol=1e-15)
+            assert got[0].dtype == np.float64 and got[0].dtype.isnative
+        assert f.trace_count == 1
+        np.testing.assert_allclose(tk.jit(tk.grad(lambda a: np.sum(a ** 2)), backend=backend)(x.astype(">f8")), 2 * x)
+
+
 def test_lower_reports_the_graph_source_and_memory():
     f = tk.jit(lambda x, w: np.sum(np.tanh(x @ w)))
     low = f.lower(np.ones((4, 3)), np.ones((3, 2)))

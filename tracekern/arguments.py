@@ -109,6 +109,8 @@ def leaf_to_array(fun: Callable, x: Any, where: str | Callable[[], str], device:
         raise TypeError(f"{named()} is a {type(x).__name__} ({x!r:.60}), not an array: "
                         "traced functions take NumPy arrays, numbers, or tuples/lists/dicts of them. "
                         "Pass non-array values through static_argnums or a closure.")
+    if not arr.dtype.isnative and isinstance(arr, np.ndarray):   # (a big-endian float64 is float64: NumPy's values)
+        arr = arr.astype(arr.dtype.newbyteorder("="))
     if arr.dtype not in SUPPORTED_DTYPES:
         raise TypeError(f"{named()} has dtype {arr.dtype}; supported dtypes are "
                         f"{', '.join(d.name for d in SUPPORTED_DTYPES)}. Convert it with .astype().")

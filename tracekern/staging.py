@@ -256,7 +256,7 @@ class Staged:
                 return entry(args)
         sig = self._signature(args, kwargs)
         entry = self._entry(sig)
-        if plain:
+        if plain and all(s is a for s, a in zip(sig.arrays, args)):   # (not a converted one: a big-endian array)
             self._fast[fast_key] = entry
         return entry(sig.arrays)
 
