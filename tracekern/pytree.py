@@ -107,7 +107,10 @@ def _flatten(node: Any, leaves: list) -> TreeDef:
     if isinstance(node, list):
         return TreeDef("list", tuple(_flatten(c, leaves) for c in node))
     if isinstance(node, dict):
-        keys = tuple(sorted(node))
+        try:
+            keys = tuple(sorted(node))
+        except TypeError:   # keys of several types ({1: a, "b": c}): ordered by type, then by their repr
+            keys = tuple(sorted(node, key=lambda k: (type(k).__qualname__, repr(k))))
         return TreeDef("dict", tuple(_flatten(node[k], leaves) for k in keys), keys)
     leaves.append(node)
     return LEAF
