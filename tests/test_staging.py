@@ -32,6 +32,20 @@ def test_static_arguments_are_part_of_the_key_and_must_be_hashable():
         f(np.ones(2), [1])
 
 
+def test_a_static_argument_passed_by_keyword_or_left_to_its_default():
+    """f(x, n=2) with static_argnums=1 raised 'static_argnums=(1,) but f got 1 arguments' (JAX takes it); so did a
+    static parameter left to its default. Both are static values now, through a transform too."""
+    x = np.arange(12.0).reshape(3, 4)
+    f = tk.jit(lambda a, n: a[:n] * 2, backend="interpret", static_argnums=1)
+    assert f(x, n=2).shape == (2, 4) and f(x, 2).shape == (2, 4) and f.trace_count == 1
+    g = tk.jit(lambda a, b, n=1: (a + b)[:n], backend="interpret", static_argnums=2)
+    assert g(x, b=x, n=2).tolist() == (2 * x[:2]).tolist() and g(x, x).tolist() == (2 * x[:1]).tolist()
+    v, d = tk.jit(tk.value_and_grad(lambda a, n: np.sum(a[:n] ** 2)), backend="interpret", static_argnums=1)(x, n=1)
+    assert v == np.sum(x[0] ** 2) and d.tolist() == np.where(np.arange(3)[:, None] < 1, 2 * x, 0.0).tolist()
+    with pytest.raises(ValueError, match="positional arguments"):
+        tk.jit(lambda a, *, n: a[:n], backend="interpret", static_argnums=1)(x, n=2)
+
+
 def test_a_variables_new_shape_retraces_and_results_never_alias_inputs():
     v = tk.Variable(np.ones(2))
     f = tk.jit(lambda x: x + v, backend="interpret")

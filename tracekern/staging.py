@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import inspect
 import pickle
 import sys
 import weakref
@@ -446,11 +447,31 @@ class Staged:
                              "compiled functions cannot run in another process; use backend='cpu'")
         return Exported(fun_name(self.fun), sig.key[0], sig.key[1], entry)
 
+    def _statics_by_keyword(self, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        """A static argument passed by keyword (f(x, n=2) with static_argnums=1) moved to its position, as JAX
+        does, with the keyword arguments before it that fill the positions up to it; one left out, its default."""
+        need = max((i + 1 for i in self.static_argnums if i >= 0), default=0)
+        if len(args) >= need:
+            return args, kwargs
+        try:
+            params = list(inspect.signature(self.fun).parameters.values())
+        except (TypeError, ValueError):
+            return args, kwargs
+        args, kwargs = list(args), dict(kwargs)
+        while len(args) < need and len(args) < len(params):
+            p = params[len(args)]
+            if p.kind is not inspect.Parameter.POSITIONAL_OR_KEYWORD or (p.name not in kwargs and p.default is p.empty):
+                break
+            args.append(kwargs.pop(p.name) if p.name in kwargs else p.default)   # (left out: its default, static)
+        return tuple(args), kwargs
+
     def _split_static(self, args: tuple) -> tuple[tuple, tuple]:
         statics = []
         for i in self.static_argnums:
             if not -len(args) <= i < len(args):
-                raise ValueError(f"static_argnums={self.static_argnums} but {fun_name(self.fun)} got {len(args)} arguments")
+                raise ValueError(f"static_argnums={self.static_argnums} but {fun_name(self.fun)} got {len(args)} "
+                                 "positional arguments (a static argument is passed by position, or by keyword where "
+                                 "it is a parameter the positions before it fill)")
             v = args[i]
             try:
                 hash(v)
@@ -466,8 +487,8 @@ class Staged:
         """The cache key of a call, its argument arrays, and a function that traces the graph for
         this signature. Keyword arguments are traced inputs like positional ones (transforms never
         differentiate them)."""
+        args, kwargs = self._statics_by_keyword(args, kwargs or {})
         statics, dynamic = self._split_static(args)
-        kwargs = kwargs or {}
         positions = [i for i in range(len(args)) if i not in {j for j, _ in statics}]
         names = lambda i: arg_name(self.fun, positions[i]) if i < len(dynamic) else "keyword argument"  # noqa: E731
         flat = flatten_call(self.fun, dynamic + (kwargs,), self._device, names)
