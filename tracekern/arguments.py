@@ -160,6 +160,21 @@ def host(x: Any) -> np.ndarray:
     return device_view(x).copy_to_host() if on_device(x) else np.asarray(x)
 
 
+def copied(x: Any) -> Any:
+    """A result's own copy (a result that is an input, or an earlier result): on the host, or on the device for
+    a device array."""
+    if isinstance(x, np.ndarray):
+        return np.array(x)
+    if not on_device(x):
+        return x
+    from numba import cuda  # (an optional dependency: only device arrays get here)
+
+    view = device_view(x)
+    out = cuda.device_array(view.shape, view.dtype)
+    out.copy_to_device(view)
+    return out
+
+
 def to_user(x: Any) -> Any:
     """A result as the user gets it: 0-d arrays as NumPy scalars, read-only views copied; device
     arrays (the cuda backend's results) as they are."""

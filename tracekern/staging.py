@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from . import autodiff, backends, fingerprint, passes, remat
-from .arguments import arg_name, flatten_call, fun_location, fun_name, to_user
+from .arguments import arg_name, copied, flatten_call, fun_location, fun_name, to_user
 from .budget import plan_split
 from .errors import MemoryBudgetError, TracekernError
 from .ir import Aval, Graph, graph_digest, is_inexact
@@ -76,8 +76,7 @@ class CompiledEntry:
     def __call__(self, leaves: Sequence) -> Any:
         if self.variables:
             leaves = list(leaves) + [v._value for v in self.variables]
-        outs = [to_user(np.array(o)) if copy and isinstance(o, np.ndarray) else to_user(o)
-                for o, copy in zip(self.run(leaves), self._is_input)]
+        outs = [to_user(copied(o)) if copy else to_user(o) for o, copy in zip(self.run(leaves), self._is_input)]
         if self._out_shape == "leaf":
             return outs[0]
         if self._out_shape == "tuple":
