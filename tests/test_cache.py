@@ -948,6 +948,20 @@ def test_transforms_through_the_plan_cache_give_the_oracles_results(monkeypatch)
     assert sum(entry is not None for entry in loaded) == len(cases), loaded   # (every second jit: found)
 
 
+def test_the_plan_cache_keys_the_output_structure(fresh, monkeypatch):
+    """Functions of one graph that return it in other structures (a, (a, None, {...}), [a], {"z": a}; None and
+    ()) are other steps: a new tk.jit of each found the step of the one before on disk and returned its structure
+    (the identity returned a 3-tuple, [a] a tuple, () None)."""
+    monkeypatch.setattr(tk.config, "plan_cache", True)
+    x = np.arange(6.0).reshape(2, 3)
+    for f in (lambda a: (a, None, {"k": None}), lambda a: a, lambda a: [a], lambda a: {"z": a}, lambda a: (a,),
+              lambda a: None, lambda a: (), lambda a: []):
+        got, want = tk.jit(f, tiers=False)(x), f(x)
+        assert tk.tree_flatten(got)[1] == tk.tree_flatten(want)[1], (got, want)
+        for g, w in zip(tk.tree_flatten(got)[0], tk.tree_flatten(want)[0]):
+            np.testing.assert_array_equal(g, w)
+
+
 @posix_only
 def test_the_code_cache_serves_only_the_code_of_this_text_at_this_path(fresh, monkeypatch):
     """A module's code object is kept beside Numba's files (cache._code: a large driver's compile

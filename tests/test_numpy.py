@@ -332,7 +332,10 @@ def test_array_methods_take_numpys_arguments():
                 x.cumsum(1, np.float32), x.argsort(0, stable=True), x.repeat(2, 1), x.take([0, 2], 1, mode="clip"),
                 x.take([5], mode="wrap"), x.round(1), x.diagonal(1), x.trace(0, 0, 1, np.float32), x.clip(min=0),
                 x.ravel("C"), x.astype(np.float32, copy=False), x.copy(), x.reshape(3, 2, order="C"),
-                x.sum(where=x > 0), x.mean(where=x > 0))
+                x.sum(where=x > 0), x.mean(where=x > 0),
+                np.sort(x[0]).searchsorted(x, "right"), np.take_along_axis(x, x.argpartition(1, axis=1), 1)[:, 1],
+                x.compress([False, True], axis=0), (x[0] > 0).astype(np.int64).choose([x[0], x[1]]),
+                x * (x.itemsize + x.astype(np.float32).nbytes))
 
     x = np.array([[1.0, -2.0, 3.0], [0.5, 4.0, -1.0]])
     want = f(x)
@@ -344,6 +347,14 @@ def test_array_methods_take_numpys_arguments():
             np.testing.assert_allclose(g, w, rtol=1e-6, err_msg=f"{backend} result {k}")
     with pytest.raises(TypeError, match="same_kind"):
         tk.jit(lambda x: x.astype(np.int32, casting="same_kind"), backend="interpret")(x)
+    # (x.searchsorted, .argpartition, .compress, .choose, .itemsize, .nbytes raised AttributeError; the in-place
+    # methods and those that need values raise errors that say what to write, naming the line)
+    for method, args, what in [("partition", (1,), "np.partition"), ("resize", ((6,),), "np.resize"),
+                               ("fill", (0.0,), "np.full_like"), ("put", ([0], [1.0]), "tk.at"),
+                               ("item", (), "not known while tracing"), ("tolist", (), "not known while tracing")]:
+        with pytest.raises(TypeError, match=what) as err:
+            tk.jit(lambda x: getattr(x, method)(*args), backend="interpret")(x)
+        assert "test_numpy.py" in str(err.value), (method, err.value)
 
 
 def test_var_is_a_method_of_traced_arrays_as_of_ndarrays():
@@ -443,3 +454,19 @@ def test_the_tables_cuda_kernels_compile_to_ptx():
     report = json.loads(out.stdout.strip().splitlines()[-1])
     assert report["kernels"] >= 60 and report["float32_kernels"] >= 30, report
     assert report["problems"] == [], "\n".join(report["problems"])
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: np.digitize(x, [1.0, 3.0, 2.0]),   # bins neither increasing nor decreasing
+    lambda x: np.partition(x, 5),                # kth out of bounds (it was ignored: a full sort)
+    lambda x: np.argpartition(x, (1, -6)),
+    lambda x: np.partition(x, 2.0),              # kth not an integer
+], ids=["digitize_unordered_bins", "partition_kth_out_of_bounds", "argpartition_negative_kth", "partition_float_kth"])
+def test_calls_numpy_rejects_raise_its_error(fn):
+    """A call NumPy rejects raises its error class while tracing (it was silently accepted), naming the user's line."""
+    x = np.linspace(0.0, 4.0, 5)
+    with pytest.raises(Exception) as want:
+        fn(x)
+    with pytest.raises(want.type) as got:
+        tk.jit(fn, backend="interpret")(x)
+    assert "test_numpy.py" in str(got.value), got.value

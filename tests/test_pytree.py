@@ -21,6 +21,18 @@ def test_flatten_and_unflatten_round_trip_every_container():
     assert td.num_leaves == 4
 
 
+def test_a_dict_with_keys_of_several_types_flattens_and_jits():
+    """{1: a, "b": c} raised TypeError: '<' not supported between instances of 'str' and 'int' (from sorting the
+    keys); its keys are ordered by type, then repr, so one dict in any insertion order is one structure."""
+    a, c = np.ones(2), np.arange(3.0)
+    leaves, td = tk.tree_flatten({1: a, "b": c, (0,): 2.0})
+    assert tk.tree_flatten({"b": c, (0,): 2.0, 1: a})[1] == td
+    back = tk.tree_unflatten(td, leaves)
+    assert set(back) == {1, "b", (0,)} and back[1] is a and back["b"] is c and back[(0,)] == 2.0
+    out = tk.jit(lambda d: {k: v * 2 for k, v in d.items()}, backend="interpret")({1: a, "b": c})
+    assert set(out) == {1, "b"} and out[1].tolist() == [2, 2] and out["b"].tolist() == [0, 2, 4]
+
+
 def test_treedefs_compare_and_hash_by_structure_only():
     _, a = tk.tree_flatten(([1, 2], {"k": 3}))
     _, b = tk.tree_flatten(([np.ones(3), 5.0], {"k": np.zeros(2)}))

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import tracekern as tk
+from tests.conftest import to_host
 from tracekern import staging
 
 
@@ -32,6 +33,20 @@ def test_static_arguments_are_part_of_the_key_and_must_be_hashable():
         f(np.ones(2), [1])
 
 
+def test_a_static_argument_passed_by_keyword_or_left_to_its_default():
+    """f(x, n=2) with static_argnums=1 raised 'static_argnums=(1,) but f got 1 arguments' (JAX takes it); so did a
+    static parameter left to its default. Both are static values now, through a transform too."""
+    x = np.arange(12.0).reshape(3, 4)
+    f = tk.jit(lambda a, n: a[:n] * 2, backend="interpret", static_argnums=1)
+    assert f(x, n=2).shape == (2, 4) and f(x, 2).shape == (2, 4) and f.trace_count == 1
+    g = tk.jit(lambda a, b, n=1: (a + b)[:n], backend="interpret", static_argnums=2)
+    assert g(x, b=x, n=2).tolist() == (2 * x[:2]).tolist() and g(x, x).tolist() == (2 * x[:1]).tolist()
+    v, d = tk.jit(tk.value_and_grad(lambda a, n: np.sum(a[:n] ** 2)), backend="interpret", static_argnums=1)(x, n=1)
+    assert v == np.sum(x[0] ** 2) and d.tolist() == np.where(np.arange(3)[:, None] < 1, 2 * x, 0.0).tolist()
+    with pytest.raises(ValueError, match="positional arguments"):
+        tk.jit(lambda a, *, n: a[:n], backend="interpret", static_argnums=1)(x, n=2)
+
+
 def test_a_variables_new_shape_retraces_and_results_never_alias_inputs():
     v = tk.Variable(np.ones(2))
     f = tk.jit(lambda x: x + v, backend="interpret")
@@ -45,6 +60,35 @@ def test_a_variables_new_shape_retraces_and_results_never_alias_inputs():
     y = g(x)
     y[0] = 5
     assert x[0] == 1
+
+
+def test_results_numpy_makes_apart_do_not_share_memory():
+    """Two outputs that tracing made one value (np.zeros_like twice, a * 2 twice) came back as one buffer:
+    m, v = f(x); m += 1 changed v (an optimizer's state initialised so). Each is its own array now."""
+    def init(a):
+        return {"m": np.zeros_like(a), "v": np.zeros_like(a)}, a * 2, a * 2
+
+    x = np.arange(6.0).reshape(2, 3)
+    for backend in tk.available_backends():   # (cuda: one device array twice, the simulator's on a machine without GPU)
+        (state, p, q) = tk.jit(init, backend=backend)(x)
+        state["m"][0, 0] = 1.0
+        p[0, 0] = -5.0
+        np.testing.assert_array_equal(to_host(state["v"]), np.zeros_like(x))
+        np.testing.assert_array_equal(to_host(q), x * 2)
+
+
+def test_big_endian_arguments_are_their_values():
+    """A big-endian array (read from a file written elsewhere) is its dtype in NumPy: '>f8' raised 'supported
+    dtypes are ... float64'. It is read in native order, and a later native call finds the same step."""
+    x = np.linspace(-1.0, 2.0, 6).reshape(2, 3)
+    for backend in ("interpret", "cpu"):
+        f = tk.jit(lambda a, b: (a * b + 1, np.sum(a ** 2)), backend=backend)
+        for a, b in [(x.astype(">f8"), np.arange(3, dtype=">i4")), (x, np.arange(3, dtype=np.int32))] * 2:
+            got = f(a, b)
+            np.testing.assert_allclose(got[0], x * np.arange(3) + 1, rtol=1e-15)
+            assert got[0].dtype == np.float64 and got[0].dtype.isnative
+        assert f.trace_count == 1
+        np.testing.assert_allclose(tk.jit(tk.grad(lambda a: np.sum(a ** 2)), backend=backend)(x.astype(">f8")), 2 * x)
 
 
 def test_lower_reports_the_graph_source_and_memory():

@@ -109,6 +109,8 @@ def leaf_to_array(fun: Callable, x: Any, where: str | Callable[[], str], device:
         raise TypeError(f"{named()} is a {type(x).__name__} ({x!r:.60}), not an array: "
                         "traced functions take NumPy arrays, numbers, or tuples/lists/dicts of them. "
                         "Pass non-array values through static_argnums or a closure.")
+    if not arr.dtype.isnative and isinstance(arr, np.ndarray):   # (a big-endian float64 is float64: NumPy's values)
+        arr = arr.astype(arr.dtype.newbyteorder("="))
     if arr.dtype not in SUPPORTED_DTYPES:
         raise TypeError(f"{named()} has dtype {arr.dtype}; supported dtypes are "
                         f"{', '.join(d.name for d in SUPPORTED_DTYPES)}. Convert it with .astype().")
@@ -156,6 +158,21 @@ def _leaf_path(flat: FlatArgs, k: int) -> str:
 
 def host(x: Any) -> np.ndarray:
     return device_view(x).copy_to_host() if on_device(x) else np.asarray(x)
+
+
+def copied(x: Any) -> Any:
+    """A result's own copy (a result that is an input, or an earlier result): on the host, or on the device for
+    a device array."""
+    if isinstance(x, np.ndarray):
+        return np.array(x)
+    if not on_device(x):
+        return x
+    from numba import cuda  # (an optional dependency: only device arrays get here)
+
+    view = device_view(x)
+    out = cuda.device_array(view.shape, view.dtype)
+    out.copy_to_device(view)
+    return out
 
 
 def to_user(x: Any) -> Any:

@@ -74,6 +74,20 @@ class TreeDef:
         return "(" + inner + ("," if len(self.children) == 1 else "") + ")"
 
 
+    def key_text(self) -> str:
+        """The structure as text for a cache key across processes: repr's, with each namedtuple type's module
+        and qualified name (repr's __name__ may name two types)."""
+        if self.kind == "namedtuple":
+            inner = ", ".join(c.key_text() for c in self.children)
+            return f"{self.meta.__module__}.{self.meta.__qualname__}({inner})"
+        if self.kind == "dict":
+            return "{" + ", ".join(f"{k!r}: {c.key_text()}" for k, c in zip(self.meta, self.children)) + "}"
+        if self.kind in ("tuple", "list"):
+            inner = ", ".join(c.key_text() for c in self.children)
+            return ("[" + inner + "]") if self.kind == "list" else ("(" + inner + ("," if len(self.children) == 1 else "") + ")")
+        return repr(self)
+
+
 LEAF = TreeDef("leaf")
 
 
@@ -93,7 +107,10 @@ def _flatten(node: Any, leaves: list) -> TreeDef:
     if isinstance(node, list):
         return TreeDef("list", tuple(_flatten(c, leaves) for c in node))
     if isinstance(node, dict):
-        keys = tuple(sorted(node))
+        try:
+            keys = tuple(sorted(node))
+        except TypeError:   # keys of several types ({1: a, "b": c}): ordered by type, then by their repr
+            keys = tuple(sorted(node, key=lambda k: (type(k).__qualname__, repr(k))))
         return TreeDef("dict", tuple(_flatten(node[k], leaves) for k in keys), keys)
     leaves.append(node)
     return LEAF

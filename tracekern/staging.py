@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import inspect
 import pickle
 import sys
 import weakref
@@ -19,7 +20,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from . import autodiff, backends, fingerprint, passes, remat
-from .arguments import arg_name, flatten_call, fun_location, fun_name, to_user
+from .arguments import arg_name, copied, flatten_call, fun_location, fun_name, to_user
 from .budget import plan_split
 from .errors import MemoryBudgetError, TracekernError
 from .ir import Aval, Graph, graph_digest, is_inexact
@@ -46,9 +47,14 @@ class CompiledEntry:
 
     def __post_init__(self) -> None:
         self._var_avals = tuple(v.aval for v in self.variables)
-        # outputs that are graph inputs are copied, so a result never aliases the caller's array
-        inputs = set(self.graph.inputs)
-        self._is_input = [v in inputs for v in self.graph.outputs]
+        # outputs that are graph inputs are copied, so a result never aliases the caller's array; and an output
+        # that is an earlier one's value (f returning (np.zeros_like(a), np.zeros_like(a)): one value once traced)
+        # is copied, so results NumPy makes apart are apart (m += 1 must not change v)
+        inputs, seen = set(self.graph.inputs), set()
+        self._is_input = []
+        for v in self.graph.outputs:
+            self._is_input.append(v in inputs or v in seen)
+            seen.add(v)
         self._out_avals = tuple(v.aval for v in self.graph.outputs)
         td = self.out_treedef
         # the common output structures, built without walking the tree: one array, a flat tuple
@@ -70,8 +76,7 @@ class CompiledEntry:
     def __call__(self, leaves: Sequence) -> Any:
         if self.variables:
             leaves = list(leaves) + [v._value for v in self.variables]
-        outs = [to_user(np.array(o)) if copy and isinstance(o, np.ndarray) else to_user(o)
-                for o, copy in zip(self.run(leaves), self._is_input)]
+        outs = [to_user(copied(o)) if copy else to_user(o) for o, copy in zip(self.run(leaves), self._is_input)]
         if self._out_shape == "leaf":
             return outs[0]
         if self._out_shape == "tuple":
@@ -251,7 +256,7 @@ class Staged:
                 return entry(args)
         sig = self._signature(args, kwargs)
         entry = self._entry(sig)
-        if plain:
+        if plain and all(s is a for s, a in zip(sig.arrays, args)):   # (not a converted one: a big-endian array)
             self._fast[fast_key] = entry
         return entry(sig.arrays)
 
@@ -362,7 +367,9 @@ class Staged:
             return None
         hint = (root, sig.flat.avals, sig.flat.weak, traced[:3]) if chain and not sig.statics and not sig.key[0][-1].children \
             else None
-        return self._key((digest,), chain, backend, sig), traced.variables, None if chain else traced, hint
+        # (the output structure too: a graph does not hold it, and f returning a, (a, None) or {"k": a} is one graph)
+        key = self._key((digest, traced.out_treedef.key_text()), chain, backend, sig)
+        return key, traced.variables, None if chain else traced, hint
 
     def compile(self, *args, **kwargs) -> Staged:
         """Trace and compile for the signature of these arguments now, and wait: every kernel is
@@ -439,11 +446,31 @@ class Staged:
                              "compiled functions cannot run in another process; use backend='cpu'")
         return Exported(fun_name(self.fun), sig.key[0], sig.key[1], entry)
 
+    def _statics_by_keyword(self, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        """A static argument passed by keyword (f(x, n=2) with static_argnums=1) moved to its position, as JAX
+        does, with the keyword arguments before it that fill the positions up to it; one left out, its default."""
+        need = max((i + 1 for i in self.static_argnums if i >= 0), default=0)
+        if len(args) >= need:
+            return args, kwargs
+        try:
+            params = list(inspect.signature(self.fun).parameters.values())
+        except (TypeError, ValueError):
+            return args, kwargs
+        args, kwargs = list(args), dict(kwargs)
+        while len(args) < need and len(args) < len(params):
+            p = params[len(args)]
+            if p.kind is not inspect.Parameter.POSITIONAL_OR_KEYWORD or (p.name not in kwargs and p.default is p.empty):
+                break
+            args.append(kwargs.pop(p.name) if p.name in kwargs else p.default)   # (left out: its default, static)
+        return tuple(args), kwargs
+
     def _split_static(self, args: tuple) -> tuple[tuple, tuple]:
         statics = []
         for i in self.static_argnums:
             if not -len(args) <= i < len(args):
-                raise ValueError(f"static_argnums={self.static_argnums} but {fun_name(self.fun)} got {len(args)} arguments")
+                raise ValueError(f"static_argnums={self.static_argnums} but {fun_name(self.fun)} got {len(args)} "
+                                 "positional arguments (a static argument is passed by position, or by keyword where "
+                                 "it is a parameter the positions before it fill)")
             v = args[i]
             try:
                 hash(v)
@@ -459,8 +486,8 @@ class Staged:
         """The cache key of a call, its argument arrays, and a function that traces the graph for
         this signature. Keyword arguments are traced inputs like positional ones (transforms never
         differentiate them)."""
+        args, kwargs = self._statics_by_keyword(args, kwargs or {})
         statics, dynamic = self._split_static(args)
-        kwargs = kwargs or {}
         positions = [i for i in range(len(args)) if i not in {j for j, _ in statics}]
         names = lambda i: arg_name(self.fun, positions[i]) if i < len(dynamic) else "keyword argument"  # noqa: E731
         flat = flatten_call(self.fun, dynamic + (kwargs,), self._device, names)

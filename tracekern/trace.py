@@ -541,8 +541,24 @@ class ArrayOps:
     def diagonal(self, *args, **kw): return ArrayOps.numpy.diagonal(_read(self), *args, **kw)
     def trace(self, *args, **kw): return ArrayOps.numpy.trace(_read(self), *args, **kw)
 
+    def searchsorted(self, *args, **kw): return ArrayOps.numpy.searchsorted(_read(self), *args, **kw)
+    def argpartition(self, *args, **kw): return ArrayOps.numpy.argpartition(_read(self), *args, **kw)
+    def compress(self, condition, *args, **kw): return ArrayOps.numpy.compress(condition, _read(self), *args, **kw)
+    def choose(self, choices, *args, **kw): return ArrayOps.numpy.choose(_read(self), choices, *args, **kw)
+    def nonzero(self): return np.nonzero(self)   # (NumPy's function: its error names the data-dependent shape)
+    itemsize = property(lambda self: self.aval.dtype.itemsize)
+    nbytes = property(lambda self: self.aval.dtype.itemsize * self.aval.size)
+
     def sort(self, axis=-1, kind=None):
         raise TypeError(with_location("x.sort() sorts in place, and traced arrays are values: use x = np.sort(x)"))
+
+    def _in_place(self, method: str, instead: str):
+        raise TypeError(with_location(f"x.{method}() writes into x in place, and traced arrays are values: use {instead}"))
+
+    def partition(self, *args, **kw): self._in_place("partition", "x = np.partition(x, kth)")
+    def resize(self, *args, **kw): self._in_place("resize", "x = np.resize(x, shape)")
+    def fill(self, *args, **kw): self._in_place("fill", "x = np.full_like(x, value)")
+    def put(self, *args, **kw): self._in_place("put", "x = tk.at(x)[idx].set(v) (on x.ravel() for flat positions)")
 
     def transpose(self, *axes):
         return ArrayOps.numpy.transpose(_read(self), axes[0] if len(axes) == 1 else (axes or None))
@@ -608,6 +624,12 @@ class Tracer(ArrayOps, Value):
 
     def __index__(self):
         raise self._concrete_error("the index value")
+
+    def item(self, *args):
+        raise self._concrete_error("the Python value (x.item())")
+
+    def tolist(self):
+        raise self._concrete_error("the Python value (x.tolist())")
 
     def __array__(self, dtype=None, copy=None):
         location = user_frame_location()

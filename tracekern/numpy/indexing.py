@@ -29,7 +29,8 @@ from .ufuncs import (
 
 
 def _is_array_index(it) -> bool:
-    return isinstance(it, (Tracer, np.ndarray, list)) and not isinstance(it, str)
+    """An index array: an array, or a list or tuple inside the index (NumPy's: x[..., (1, 3)] is x[..., [1, 3]])."""
+    return isinstance(it, (Tracer, np.ndarray, list, tuple))
 
 
 def _basic(shape: tuple[int, ...], idx: tuple):
@@ -133,8 +134,8 @@ def _expand(x, idx: tuple):
     shape = _shape(x)
     entries = []
     for it in idx:
-        if isinstance(it, list):
-            it = np.asarray(it)
+        if isinstance(it, (list, tuple)):
+            it = _array(it, "indexing")   # (traced values in it: stacked)
         if isinstance(it, (Tracer, np.ndarray)) and _dtype(it) == np.bool_:
             if isinstance(it, Tracer):
                 raise IndexError(with_location(
@@ -150,7 +151,7 @@ def _expand(x, idx: tuple):
     if builtins.sum(e is Ellipsis for e in entries) > 1:
         raise IndexError(with_location("an index can only have a single ellipsis ('...')"))
     if any(e is Ellipsis for e in entries):
-        k = entries.index(Ellipsis)
+        k = next(i for i, e in enumerate(entries) if e is Ellipsis)   # (not .index: an array == Ellipsis is an array)
         entries = entries[:k] + [slice(None)] * (len(shape) - consumed) + entries[k + 1:]
     else:
         entries = entries + [slice(None)] * (len(shape) - consumed)
@@ -213,13 +214,14 @@ def take(a, indices, axis=None, out=None, mode="raise"):
     if axis is None:
         a, axis = ravel(a), 0
     axis = _axis(axis, len(_shape(a)), "take")
-    indices = np.asarray(indices) if isinstance(indices, (list, int, np.integer)) else indices
+    indices = _array(indices, "take") if isinstance(indices, (list, tuple)) else \
+        np.asarray(indices) if isinstance(indices, (int, np.integer)) else indices
     return _take_axis(a, _normalized(indices, _shape(a)[axis], axis, mode), axis)
 
 
 def take_along_axis(arr, indices, axis=-1):
     arr = _array(arr, "take_along_axis")
-    indices = np.asarray(indices) if isinstance(indices, list) else indices
+    indices = _array(indices, "take_along_axis") if isinstance(indices, list) else indices
     if axis is None:
         arr, axis = ravel(arr), 0
     nd = len(_shape(arr))
@@ -348,7 +350,7 @@ def _update(x, idx, values, mode: str):
         mask = np.zeros(shape, bool)
         mask[tuple(slice(a, b if b >= 0 else None, c) for a, b, c in index)] = True
         return where(mask, _combine(x, placed, mode), x)
-    entries = [np.asarray(e) if isinstance(e, list) else e for e in idx]
+    entries = [_array(e, "tk.at") if isinstance(e, (list, tuple)) else e for e in idx]
     arrays = [k for k, e in enumerate(entries) if _is_array_index(e)]
     single = (len(arrays) == 1 and _dtype(entries[arrays[0]]) != np.bool_
               and all(isinstance(e, slice) and e == slice(None) for k, e in enumerate(entries) if k != arrays[0]))

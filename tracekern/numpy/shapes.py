@@ -35,11 +35,13 @@ from .ufuncs import astype, where
 
 
 def reshape(a, shape=None, order="C", *, newshape=None, copy=None):
-    if order != "C":
-        raise NotImplementedError(with_location("reshape: only order='C' is supported"))
+    if order not in ("C", "F", "A", "K"):
+        raise ValueError(with_location(f"reshape: order must be one of 'C', 'F', 'A', 'K', got {order!r}"))
     a = _array(a, "reshape")
     shape = newshape if shape is None else shape
     shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
+    if order == "F":   # Fortran order: the first index varies fastest (a traced array is C-ordered: "A" and "K" are "C")
+        return transpose(reshape(transpose(a), tuple(reversed(shape))))
     size = math.prod(_shape(a))
     if shape.count(-1) > 1:
         raise ShapeError(with_location(f"reshape: can only specify one unknown dimension, got {shape}"))
@@ -474,7 +476,53 @@ def pad(array, pad_width, mode="constant", **kwargs):
         fill = np.pad(np.zeros(_shape(array), _dtype(array)), pad_width, mode="constant", constant_values=cv)
         return _rearrange(array, lambda labels: np.pad(labels, pad_width, mode="constant", constant_values=-1), "pad",
                           fill=fill)
+    if mode in ("reflect", "symmetric") and kwargs.get("reflect_type", "even") == "odd":
+        np.pad(np.zeros(_shape(array), np.int8), pad_width, mode=mode, **kwargs)   # NumPy's checks (an empty axis)
+        return _pad_odd(array, pad_width, include_edge=mode == "symmetric")
     return _rearrange(array, lambda labels: np.pad(labels, pad_width, mode=mode, **kwargs), "pad")
+
+
+def _pad_odd(x, pad_width, include_edge: bool):
+    """np.pad's reflect_type="odd" (2 * edge - the reflection: not a rearrangement), NumPy's own
+    algorithm on traced slices: axis by axis, chunks of at most the array's length, each reflected
+    about the current edge (so a pad wider than the array reflects its reflections, as NumPy's)."""
+    nd = len(_shape(x))
+    dtype = _dtype(x)
+    probe = np.pad(np.zeros((1,) * nd), pad_width, mode="constant", constant_values=1)
+    lefts = [int(i) for i in np.argwhere(probe == 0)[0]] if nd else []
+
+    def cut(a, axis, lo, hi, step=1):   # a[lo:hi:step] along axis (lo, hi as slice.indices gives them)
+        index = tuple((lo, hi, step) if d == axis else (0, s, 1) for d, s in enumerate(_shape(a)))
+        return bind(P.slice_, a, index=index)
+
+    for axis in range(nd):
+        n = _shape(x)[axis]
+        left, right = lefts[axis], probe.shape[axis] - 1 - lefts[axis]
+        if not (left or right):
+            continue
+        if n == 1:   # NumPy's legacy: a length-1 axis is extended with its edge
+            x = concatenate([x] * (left + 1 + right), axis=axis)
+            continue
+        while left > 0 or right > 0:
+            length = _shape(x)[axis]
+            if include_edge:
+                old, off = length // n * n, 1
+            else:
+                old, off = (length - 1) // (n - 1) * (n - 1), 0
+            if left > 0:
+                c = builtins.min(old, left)
+                chunk = flip(cut(x, axis, 1 - off, c - off + 1), axis)
+                chunk = _cast(2 * cut(x, axis, 0, 1) - chunk, dtype)
+                x = concatenate([chunk, x], axis=axis)
+                left -= c
+            if right > 0:
+                length = _shape(x)[axis]
+                c = builtins.min(old, right)
+                chunk = flip(cut(x, axis, length - 1 + off - c, length - 1 + off), axis)
+                chunk = _cast(2 * cut(x, axis, length - 1, length) - chunk, dtype)
+                x = concatenate([x, chunk], axis=axis)
+                right -= c
+    return x
 
 
 def diagonal(a, offset=0, axis1=0, axis2=1):
@@ -518,10 +566,10 @@ def diagflat(v, k=0):
 def _triangle(m, k: int, lower: bool, fname: str):
     m = _array(m, fname)
     s = _shape(m)
-    if len(s) < 2:
-        raise ShapeError(with_location(f"{fname}: needs at least 2 dimensions, got shape {s}"))
-    n, c = s[-2:]
-    keep = np.tri(n, c, k, dtype=bool) if lower else ~np.tri(n, c, k - 1, dtype=bool)
+    if not s:
+        raise ShapeError(with_location(f"{fname}: needs at least 1 dimension, got a 0-d array"))
+    # (NumPy's: the mask is np.tri(*shape[-2:]), so a 1-D vector of n broadcasts to an n x n matrix)
+    keep = np.tri(*s[-2:], k=k, dtype=bool) if lower else ~np.tri(*s[-2:], k=k - 1, dtype=bool)
     return where(keep, m, zeros_like(m))
 
 

@@ -13,8 +13,8 @@ from ..ir import is_float
 from ._core import P, Tracer, _array, _axes, _axis, _cast, _dtype, _inexact, _promote, _result_dtype, _shape, bind, with_location
 from .indexing import take, take_along_axis
 from .reductions import sum as _sum
-from .shapes import moveaxis, ravel, reshape
-from .ufuncs import add, ceil, divide, floor, greater_equal, isnan, logical_not, multiply, negative, rint, subtract, where
+from .shapes import flip, moveaxis, ravel, reshape
+from .ufuncs import add, ceil, divide, floor, greater_equal, isnan, less, logical_not, multiply, negative, rint, subtract, where
 
 
 def _along_last(fn, a, axis, fname):
@@ -39,15 +39,38 @@ def argsort(a, axis=-1, kind=None, order=None, *, stable=None):
     """Always stable: equal elements keep their order (NumPy's kind="stable")."""
     if order is not None:
         raise NotImplementedError(with_location("np.argsort: order= (structured arrays) is not supported"))
+    a = _array(a, "argsort")
+    if not _shape(a) and axis is not None:   # (NumPy's: the 0-d array as one element, array([0]))
+        a = reshape(a, (1,))
     return _along_last(lambda x: bind(P.argsort, x), a, axis, "argsort")
+
+
+def _check_kth(a, kth, axis, fname):
+    """NumPy's checks of kth (it only chooses which partition; a full sort is valid for every kth)."""
+    if isinstance(kth, Tracer):
+        return
+    k = np.asarray(kth)
+    if k.dtype.kind not in "iub":
+        raise TypeError(with_location(f"np.{fname}: Partition index must be integer, got {kth!r}"))
+    a = _array(a, fname)
+    shape = _shape(a)
+    n = math.prod(shape) if axis is None else (shape[_axis(axis, len(shape), fname)] if shape else 0)
+    if not n:
+        return
+    for v in k.reshape(-1).tolist():
+        v = v + n if v < 0 else v
+        if not 0 <= v < n:
+            raise ValueError(with_location(f"np.{fname}: kth(={v}) out of bounds ({n})"))
 
 
 def partition(a, kth, axis=-1, kind="introselect", order=None):
     """The array sorted along the axis: a valid partition for every kth."""
+    _check_kth(a, kth, axis, "partition")
     return sort(a, axis)
 
 
 def argpartition(a, kth, axis=-1, kind="introselect", order=None):
+    _check_kth(a, kth, axis, "argpartition")
     return argsort(a, axis)
 
 
@@ -254,10 +277,27 @@ def nanmedian(a, axis=None, out=None, overwrite_input=False, keepdims=False):
 
 
 def digitize(x, bins, right=False):
-    """The bin of each x (np.digitize): searchsorted in increasing bins (decreasing constant bins are
-    searched reversed, as NumPy does); traced bins must be increasing."""
+    """The bin of each x (np.digitize): searchsorted in increasing bins, and n - searchsorted in the
+    reversed bins for decreasing ones, as NumPy (equal constant bins count as increasing; constant bins
+    that are neither raise NumPy's ValueError). Traced bins are increasing or decreasing by the order of
+    their first and last (the kernel cannot raise on bins that are neither)."""
     bins = _array(bins, "digitize")
-    if not isinstance(bins, Tracer) and len(bins) > 1 and np.all(np.diff(bins) <= 0):
-        n = len(bins)
-        return subtract(n, searchsorted(np.ascontiguousarray(bins[::-1]), x, side="left" if right else "right"))
-    return searchsorted(bins, x, side="left" if right else "right")
+    side = "left" if right else "right"
+    if not isinstance(bins, Tracer):
+        bins = np.asarray(bins)
+        if bins.ndim != 1:
+            raise ValueError(with_location(f"digitize: bins must be 1-D, got shape {bins.shape}"))
+        d = np.diff(bins)
+        if np.all(d >= 0):
+            return searchsorted(bins, x, side=side)
+        if not np.all(d <= 0):
+            raise ValueError(with_location("digitize: bins must be monotonically increasing or decreasing"))
+        return subtract(len(bins), searchsorted(np.ascontiguousarray(bins[::-1]), x, side=side))
+    if len(_shape(bins)) != 1:
+        raise ValueError(with_location(f"digitize: bins must be 1-D, got shape {_shape(bins)}"))
+    n = _shape(bins)[0]
+    increasing = searchsorted(bins, x, side=side)
+    if n < 2:
+        return increasing
+    decreasing = subtract(n, searchsorted(flip(bins, 0), x, side=side))
+    return where(less(bins[n - 1], bins[0]), decreasing, increasing)

@@ -97,6 +97,8 @@ class Reshape(Primitive):
     linear = True
 
     def view_index(self, idx, in_shape, *, new_shape):
+        if 0 in in_shape:   # an empty array: no element is read (and a zero extent must not divide)
+            return ["0"] * len(in_shape)
         kept_out = [i for i, s in zip(idx, new_shape) if s != 1]
         if [s for s in in_shape if s != 1] == [s for s in new_shape if s != 1]:  # only size-1 axes move
             it = iter(kept_out)
