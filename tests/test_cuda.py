@@ -286,9 +286,11 @@ def _ptx_report(corpus: str) -> dict:
 
 
 def test_every_kernel_compiles_to_ptx_without_float64_in_float32_kernels():
+    """The corpus's kernels that bring a new function call or statement form in their dtypes (tests/ptx_corpus.py
+    _covering: about a third of them; `python -m tests.ptx_corpus all-every` compiles every one)."""
     report = _ptx_report("all")
-    assert report["kernels"] >= 300, report          # the corpus reaches every renderer path
-    assert report["float32_kernels"] >= 100, report
+    assert report["distinct"] >= 500, report         # the corpus reaches every renderer path
+    assert report["kernels"] >= 180 and report["float32_kernels"] >= 100, report
     assert report["problems"] == [], "\n".join(report["problems"])
 
 
