@@ -610,6 +610,10 @@ def linearize(fun: Callable, *primals, has_aux: bool = False, backend: str | Non
 
     def run_linear(tangents):
         _check_unmodified(watched, "tk.linearize's linear function", "tk.linearize")
+        if current_builder() is not None:
+            # called inside a trace (tk.vmap / tk.jit / tk.grad of a function that calls it): the linear
+            # graph is emitted there, reading the residuals as constants, as tk.vjp's pullback does
+            return _inline(staged.split.linear, [host(r) for r in residuals] + list(tangents))
         arrays = [t if device and on_device(t) else host(t) for t in tangents]
         return [to_user(t) for t in staged.linear(residuals + arrays)]
 
