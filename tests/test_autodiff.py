@@ -186,6 +186,21 @@ def test_vjp_integer_arguments_get_none():
     assert gn is None
 
 
+def test_vjp_cotangent_of_an_integer_output_may_be_none():
+    """An integer or bool output is a constant of differentiation: its cotangent may be None, as an
+    integer primal's tangent in tk.jvp (it raised "the cotangent has structure (*, None)", with no hint)."""
+    x = np.array([1.0, 3.0, 2.0])
+    f = lambda a: {"i": np.argmax(a), "f": np.sin(a), "b": a > 0}   # noqa: E731
+    _, pullback = tk.vjp(f, x, backend="interpret")
+    (g,) = pullback({"i": None, "f": x, "b": None})
+    np.testing.assert_allclose(g, np.cos(x) * x)
+    np.testing.assert_array_equal(pullback({"i": np.int64(0), "f": x, "b": np.zeros(3, bool)})[0], g)
+    with pytest.raises(ValueError, match="None for an integer or bool output"):
+        pullback({"i": None, "f": None, "b": None})        # a float output's cotangent is not optional
+    inside = lambda a: tk.vjp(f, a)[1]({"i": None, "f": a, "b": None})[0]   # noqa: E731
+    np.testing.assert_allclose(tk.jit(inside, backend="interpret")(x), g)
+
+
 def test_vjp_splits_forward_and_backward():
     def f(w, x):
         return np.sum(np.tanh(x @ w) ** 2)

@@ -600,6 +600,22 @@ def test_linearize_computes_the_point_once_and_f_jvp_only_the_tangents():
         assert_tree_close(f_jvp(None, None), tk.tree_map(np.zeros_like, out), tol=0)
 
 
+def test_f_jvp_made_outside_a_trace_is_called_inside_one():
+    """tk.vmap / tk.jit / tk.grad of a function calling the f_jvp of a tk.linearize made outside them
+    (JAX's vmap of a linearized function): the linear graph is emitted there, reading the residuals.
+    It raised "a traced array cannot be converted to a NumPy array", a call the user never made."""
+    x = np.array([0.1, 0.2, 0.3])
+    f = lambda a: (np.sin(a) * np.sum(a), np.tanh(a) @ a)        # noqa: E731
+    _, f_jvp = tk.linearize(f, x, backend="interpret")
+    jac = [np.diag(np.cos(x) * x.sum()) + np.sin(x)[:, None], (1 - np.tanh(x) ** 2) * x + np.tanh(x)]
+    cols = tk.jit(tk.vmap(f_jvp, 1, (1, 0)), backend="interpret")(np.eye(3))      # the Jacobian's columns
+    np.testing.assert_allclose(cols[0], jac[0], rtol=1e-14)
+    np.testing.assert_allclose(cols[1], jac[1], rtol=1e-14)
+    np.testing.assert_allclose(tk.jit(tk.grad(lambda t: 3.0 * f_jvp(t)[1]), backend="interpret")(x), 3.0 * jac[1],
+                               rtol=1e-14)
+    np.testing.assert_allclose(f_jvp(x)[1], jac[1] @ x, rtol=1e-14)      # and still called directly
+
+
 def test_linearize_inside_jit_and_has_aux():
     rng = np.random.default_rng(13)
     x, u, v = rng.standard_normal(3), rng.standard_normal(3), rng.standard_normal(3)

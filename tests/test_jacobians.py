@@ -205,6 +205,24 @@ def test_errors_name_the_users_line():
     assert HERE in str(err.value)
 
 
+def test_complex_values_and_hessian_errors_say_what_to_do():
+    """A complex input said "leave integer arguments out of argnums"; a complex output of jacrev
+    pointed to jacfwd "which gives zeros" (it gives the derivative); tk.hessian's errors named jacfwd."""
+    z = np.array([1 + 2j, 0.5 - 1j])
+    for transform, name in ((tk.jacfwd, "tk.jacfwd"), (tk.jacrev, "tk.jacrev"), (tk.hessian, "tk.hessian")):
+        with pytest.raises(TypeError, match=f"{name} of .*complex128.*no holomorphic=.*real and imaginary") as err:
+            transform(lambda z: np.sum(z * z))(z)
+        assert HERE in str(err.value)
+    with pytest.raises(TypeError, match="tk.hessian of .*dtype int64") as err:
+        tk.hessian(lambda x: np.sum(x * 2.0))(np.arange(3))
+    with pytest.raises(TypeError, match="complex128; reverse-mode Jacobians are of float outputs only.*tk.jacfwd") as err:
+        tk.jacrev(lambda x: np.exp(1j * x))(np.array([0.1, 0.2]))
+    assert HERE in str(err.value)
+    x = np.array([0.1, 0.2])     # what the message offers: jacfwd of a complex output of float inputs
+    np.testing.assert_allclose(tk.jit(tk.jacfwd(lambda x: np.exp(1j * x)), backend="interpret")(x), np.diag(1j * np.exp(1j * x)),
+                               rtol=1e-14)
+
+
 def test_cuda_simulator():
     f, fj, args = CASES["mix"]
     want = jax.jacfwd(fj, (0, 1))(*args)

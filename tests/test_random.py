@@ -76,6 +76,23 @@ def test_against_jax_when_installed():
         jax.config.update("jax_enable_x64", x64)
 
 
+def test_fold_in_of_negative_32_bit_data_is_jaxs():
+    """JAX folds in uint32(data): a negative int32 counter wraps (-1 is 2**32 - 1). It was taken as a
+    64-bit counter, another key than JAX's. Eagerly, traced int32 and traced int64 alike."""
+    k = tk.random.key(3)
+    data = [-1, -2, -2 ** 31, 0, 5, 2 ** 31 - 1]
+    assert tk.random.fold_in(k, -1) == tk.random.fold_in(k, 2 ** 32 - 1)
+    traced32 = tk.jit(tk.vmap(lambda d: tk.random.fold_in(k, d)), backend="interpret")(np.array(data, np.int32))
+    traced64 = tk.jit(tk.vmap(lambda d: tk.random.fold_in(k, d)), backend="interpret")(np.array(data, np.int64))
+    eager = np.array([tk.random.fold_in(k, d) for d in data])
+    assert np.array_equal(traced32, eager) and np.array_equal(traced64, eager)
+    assert tk.random.fold_in(k, 2 ** 32) != tk.random.fold_in(k, 0)      # beyond 32 bits: a 64-bit counter
+    jax = pytest.importorskip("jax")
+    want = np.asarray(jax.random.key_data(jax.vmap(lambda d: jax.random.fold_in(jax.random.key(3), d))(
+        np.array(data, np.int32)))).astype(np.uint64)
+    assert np.array_equal(eager.view(np.uint64), (want[:, 0] << np.uint64(32)) | want[:, 1])
+
+
 # ----------------------------------------------------------------------------- every backend, every re-run
 
 

@@ -257,8 +257,14 @@ class Pullback:
     def __call__(self, cotangent):
         leaves, td = tree_flatten(cotangent)
         if td != self._out_treedef:
-            raise ValueError(with_location(f"pullback of {fun_name(self._fun)}: the cotangent has structure {td!r}, "
-                                           f"the output has {self._out_treedef!r}"))
+            # None for an integer or bool output (a constant of differentiation, as tk.jvp's None tangent)
+            holes = [None if not is_inexact(a.dtype) else 0 for a in self._out_avals]
+            if td != tree_flatten(tree_unflatten(self._out_treedef, holes))[1]:
+                raise ValueError(with_location(
+                    f"pullback of {fun_name(self._fun)}: the cotangent has structure {td!r}, the output has "
+                    f"{self._out_treedef!r}; give one cotangent per output leaf (None for an integer or bool output)"))
+            given = iter(leaves)
+            leaves = [next(given) if h is not None else np.zeros(a.shape, a.dtype) for h, a in zip(holes, self._out_avals)]
         cts = []
         for j, (x, aval) in enumerate(zip(leaves, self._out_avals)):
             if isinstance(x, Tracer):
@@ -604,6 +610,10 @@ def linearize(fun: Callable, *primals, has_aux: bool = False, backend: str | Non
 
     def run_linear(tangents):
         _check_unmodified(watched, "tk.linearize's linear function", "tk.linearize")
+        if current_builder() is not None:
+            # called inside a trace (tk.vmap / tk.jit / tk.grad of a function that calls it): the linear
+            # graph is emitted there, reading the residuals as constants, as tk.vjp's pullback does
+            return _inline(staged.split.linear, [host(r) for r in residuals] + list(tangents))
         arrays = [t if device and on_device(t) else host(t) for t in tangents]
         return [to_user(t) for t in staged.linear(residuals + arrays)]
 

@@ -17,7 +17,7 @@ from . import numpy as tnp
 from .api import jvp, vjp
 from .arguments import arg_name, flatten_call, fun_name
 from .errors import with_location
-from .ir import is_float
+from .ir import is_complex, is_float
 from .primitives import iota
 from .pytree import Static, call_static, tree_flatten, tree_unflatten
 from .staging import Staged
@@ -40,6 +40,12 @@ def _argnums(name: str, fun: Callable, argnums, args: tuple) -> tuple[int, ...]:
 def _check_float(name: str, fun: Callable, flat, k: int, argnum: int) -> None:
     """The leaves of flat's k-th differentiated argument, fun's positional argument `argnum`, are float."""
     for aval, owner in zip(flat.avals, flat.owner):
+        if owner == k and is_complex(aval.dtype):
+            raise TypeError(with_location(
+                f"{name} of {fun_name(fun)}: {arg_name(fun, argnum)} has a leaf of dtype {aval.dtype}; Jacobians are taken "
+                "with respect to float32/float64 values only (tracekern has no holomorphic=, which JAX asks for here). "
+                "Pass the real and imaginary parts as two float arguments, or use tk.jvp (complex tangents) or "
+                "tk.grad(..., holomorphic=True) for a complex scalar output"))
         if owner == k and not is_float(aval.dtype):
             raise TypeError(with_location(
                 f"{name} of {fun_name(fun)}: {arg_name(fun, argnum)} has a leaf of dtype {aval.dtype}; derivatives are taken "
@@ -113,7 +119,11 @@ def jacfwd(fun: Callable, argnums: int | Sequence[int] = 0, *, has_aux: bool = F
     (one JVP per input entry, all in one batched program). Best when inputs are fewer than outputs.
     Each leaf's Jacobian has shape out.shape + in.shape. has_aux: fun returns (out, aux), and
     jacfwd (jacobian, aux)."""
-    name = "tk.jacfwd"
+    return _jacfwd(fun, argnums, has_aux, "tk.jacfwd")
+
+
+def _jacfwd(fun: Callable, argnums, has_aux: bool, name: str) -> Staged:
+    """jacfwd, its errors naming the transform the user called (`name`)."""
 
     def emit(*args):
         part, primals, flat = _differentiated(name, fun, argnums, args)
@@ -154,7 +164,11 @@ def jacrev(fun: Callable, argnums: int | Sequence[int] = 0, *, has_aux: bool = F
     """The Jacobian of fun by reverse mode: one forward pass (tk.vjp), then tk.vmap of its pullback
     over the basis of the outputs (one VJP per output entry, all in one batched program). Best when
     outputs are fewer than inputs. Shapes out.shape + in.shape; has_aux as for jacfwd."""
-    name = "tk.jacrev"
+    return _jacrev(fun, argnums, has_aux, "tk.jacrev")
+
+
+def _jacrev(fun: Callable, argnums, has_aux: bool, name: str) -> Staged:
+    """jacrev, its errors naming the transform the user called (`name`)."""
 
     def emit(*args):
         part, primals, flat = _differentiated(name, fun, argnums, args)
@@ -163,6 +177,11 @@ def jacrev(fun: Callable, argnums: int | Sequence[int] = 0, *, has_aux: bool = F
         out_leaves, out_td = tree_flatten(out)
         out_leaves = [_read(o) for o in out_leaves]
         for o in out_leaves:
+            if is_complex(np.dtype(o.dtype)):
+                raise TypeError(with_location(
+                    f"{name} of {fun_name(fun)}: an output of dtype {o.dtype}; reverse-mode Jacobians are of float "
+                    "outputs only (JAX's jacrev raises here too, without holomorphic=). Use tk.jacfwd (a complex output "
+                    "of float inputs: its columns are the JVPs), or return np.real(out) and np.imag(out)"))
             if not is_float(np.dtype(o.dtype)):
                 raise TypeError(with_location(f"{name} of {fun_name(fun)}: an output of dtype {o.dtype} has no "
                                               "derivative; return float values (or use tk.jacfwd, which gives zeros)"))
@@ -198,7 +217,7 @@ def jacrev(fun: Callable, argnums: int | Sequence[int] = 0, *, has_aux: bool = F
 def hessian(fun: Callable, argnums: int | Sequence[int] = 0, *, has_aux: bool = False) -> Staged:
     """The Hessian of a scalar-valued fun: tk.jacfwd of tk.jacrev (forward over reverse). Shape
     in.shape + in.shape per pair of leaves, nested as JAX's."""
-    return jacfwd(jacrev(fun, argnums, has_aux=has_aux), argnums, has_aux=has_aux)
+    return _jacfwd(_jacrev(fun, argnums, has_aux, "tk.hessian"), argnums, has_aux, "tk.hessian")
 
 
 def _shape(x) -> tuple:

@@ -103,13 +103,25 @@ def split(key, n=2, *, num=None):
 
 
 def fold_in(key, data):
-    """A new key from `key` and an integer `data` (e.g. a loop counter): different data, independent keys."""
+    """A new key from `key` and an integer `data` (e.g. a loop counter): different data, independent keys.
+    Data in [-2**31, 2**32) is JAX's uint32(data) (a negative one wraps, as jax.random.fold_in of an int32
+    array: the same key); data beyond that range is a 64-bit counter (JAX raises or wraps it to 32 bits)."""
     k = _key(key, "fold_in")
     data = _read(data)
     if not (isinstance(data, (int, np.integer)) and not isinstance(data, (bool, np.bool_))
             or _is_array(data) and data.dtype.kind in "iu" and tuple(data.shape) == ()):
         raise TypeError(with_location(f"tk.random.fold_in: data must be one integer, got {type(data).__name__} {data!r:.40}"))
-    data = tnp.astype(data, INT64) if isinstance(data, Tracer) else np.asarray(int(data), INT64)
+    if isinstance(data, Tracer):
+        wide = tnp.astype(data, INT64)
+        if data.dtype.kind == "i" and data.dtype.itemsize <= 4:     # its two's complement in 32 bits
+            data = tnp.bitwise_and(wide, np.int64(0xFFFFFFFF))
+        elif data.dtype.kind == "i":
+            data = tnp.where(tnp.logical_and(wide < 0, wide >= -2 ** 31), wide + np.int64(2 ** 32), wide)
+        else:
+            data = wide
+    else:
+        value = int(data)
+        data = np.asarray(value + 2 ** 32 if -2 ** 31 <= value < 0 else value, INT64)
     return bind(random_bits, k, data, bits=64)
 
 
