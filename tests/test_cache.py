@@ -769,6 +769,9 @@ def _case_module(path: Path, name: str, version: int):
     """tests' stand-in for a user's file: `loss` reads `name` (A or B) through `helper`; each version is
     imported from the same path under a new module name, as a later process would import the edited file."""
     path.write_text(_CASE.format(name=name))
+    # (Python's .pyc of the previous version is valid by its source's mtime in whole seconds and size: an edit of
+    # the same length within the same second would import the old code; CI, which writes .pyc files, did that once)
+    shutil.rmtree(path.parent / "__pycache__", ignore_errors=True)
     spec = importlib.util.spec_from_file_location(f"tk_plan_case_{os.getpid()}_{version}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
