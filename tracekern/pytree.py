@@ -57,35 +57,28 @@ class TreeDef:
         return sum(c.num_leaves for c in self.children)
 
     def __repr__(self) -> str:
+        return self._text(lambda t: t.__name__)
+
+    def key_text(self) -> str:
+        """The structure as text for a cache key across processes: repr's, with each namedtuple type's module
+        and qualified name (repr's __name__ may name two types)."""
+        return self._text(lambda t: f"{t.__module__}.{t.__qualname__}")
+
+    def _text(self, type_name: Callable[[type], str]) -> str:
         if self.kind == "leaf":
             return "*"
         if self.kind == "none":
             return "None"
         if self.kind == "static":
             return repr(self.meta)
-        inner = ", ".join(repr(c) for c in self.children)
         if self.kind == "dict":
-            inner = ", ".join(f"{k!r}: {c!r}" for k, c in zip(self.meta, self.children))
-            return "{" + inner + "}"
+            return "{" + ", ".join(f"{k!r}: {c._text(type_name)}" for k, c in zip(self.meta, self.children)) + "}"
+        inner = ", ".join(c._text(type_name) for c in self.children)
         if self.kind == "list":
             return "[" + inner + "]"
         if self.kind == "namedtuple":
-            return f"{self.meta.__name__}({inner})"
+            return f"{type_name(self.meta)}({inner})"
         return "(" + inner + ("," if len(self.children) == 1 else "") + ")"
-
-
-    def key_text(self) -> str:
-        """The structure as text for a cache key across processes: repr's, with each namedtuple type's module
-        and qualified name (repr's __name__ may name two types)."""
-        if self.kind == "namedtuple":
-            inner = ", ".join(c.key_text() for c in self.children)
-            return f"{self.meta.__module__}.{self.meta.__qualname__}({inner})"
-        if self.kind == "dict":
-            return "{" + ", ".join(f"{k!r}: {c.key_text()}" for k, c in zip(self.meta, self.children)) + "}"
-        if self.kind in ("tuple", "list"):
-            inner = ", ".join(c.key_text() for c in self.children)
-            return ("[" + inner + "]") if self.kind == "list" else ("(" + inner + ("," if len(self.children) == 1 else "") + ")")
-        return repr(self)
 
 
 LEAF = TreeDef("leaf")

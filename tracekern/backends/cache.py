@@ -322,7 +322,6 @@ def clear_cache() -> None:
     _MODULES.clear()
 
 
-@functools.lru_cache(maxsize=1024)    # (a warm start asks for each module's digest several times)
 def source_digest(source: str) -> str:
     return hashlib.sha256(source.encode()).hexdigest()[:32]
 
@@ -336,12 +335,18 @@ def module_path(source: str) -> Path:
 _JITTED = re.compile(r"^(@(?:njit|jit)\b.*\n(?:@.*\n)*)def (\w+)\(", re.M)
 
 
-@functools.lru_cache(maxsize=4096)
+_INDEX_NAMES: dict[str, tuple[str, ...]] = {}   # source digest -> _index_names (small: no source is kept alive)
+
+
 def _index_names(source: str) -> tuple[str, ...]:
     """The file names of Numba's cache indexes (.nbi) of the njit functions of a generated module."""
-    stem, tag = module_path(source).stem, f"py{sys.version_info[0]}{sys.version_info[1]}{getattr(sys, 'abiflags', '')}"
-    return tuple(f"{stem}.{m.group(2)}-{source.count(chr(10), 0, m.start()) + 1}.{tag}.nbi"
-                 for m in _JITTED.finditer(source))
+    digest = source_digest(source)
+    names = _INDEX_NAMES.get(digest)
+    if names is None:
+        tag = f"py{sys.version_info[0]}{sys.version_info[1]}{getattr(sys, 'abiflags', '')}"
+        names = _INDEX_NAMES[digest] = tuple(f"tk_{digest}.{m.group(2)}-{source.count(chr(10), 0, m.start()) + 1}.{tag}.nbi"
+                                             for m in _JITTED.finditer(source))
+    return names
 
 
 def on_disk(source: str) -> bool:
