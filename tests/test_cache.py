@@ -249,11 +249,11 @@ def test_a_cache_deleted_between_the_write_and_the_import_is_written_again(fresh
     cleared = []
     real_import = cache._import
 
-    def import_after_a_clear(file, source, digest):
+    def import_after_a_clear(file, source, digest, *code):
         if len(cleared) < 2:
             cleared.append(file)
             shutil.rmtree(path, ignore_errors=True)
-        return real_import(file, source, digest)
+        return real_import(file, source, digest, *code)
 
     monkeypatch.setattr(cache, "_import", import_after_a_clear)
     loss = _scaled_loss(1.109375)
@@ -1114,3 +1114,76 @@ def test_what_is_on_disk_is_found_by_name_without_listing_the_cache(fresh, monke
     want = tk.jit(tk.value_and_grad(loss), backend="interpret")(*args)
     for got, ref in zip(tk.tree_flatten(again)[0], tk.tree_flatten(want)[0]):
         np.testing.assert_allclose(got, ref, rtol=1e-12)
+
+
+_BUNDLED = """
+import json, sys, warnings
+warnings.simplefilter("always")
+import numpy as np, tracekern as tk
+from numba.core import caching
+from tracekern.backends import cache, units
+cache._guard_numba()   # (tracekern's hooks on Numba's cache first: the count below wraps them)
+numba_loads = []
+real = caching.Cache._load_overload
+caching.Cache._load_overload = lambda self, sig, ctx: numba_loads.append(self._cache_file._index_path) or real(self, sig, ctx)
+x = np.linspace(0.1, 1.2, 8)
+straight = tk.jit(tk.value_and_grad(lambda x: np.sum(np.tanh(x) * np.cos(x)) + np.max(np.exp(x) * x)))  # a Python driver
+looped = tk.jit(tk.value_and_grad(lambda x: np.sum(tk.fori_loop(0, 5, lambda i, v: np.sin(v) * 0.9, x) * x)))   # njit
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    out = [[float(a).hex() for a in np.concatenate([np.ravel(v) for v in tk.tree_flatten(f(x))[0]])] for f in (straight, looped)]
+steps = [next(iter(f._cache.values())).run for f in (straight, looped)]
+hits = sum(sum(fn.stats.cache_hits.values()) for s in steps for src in s.modules
+           for fn in vars(sys.modules[cache.module_name(cache.source_digest(src))]).values() if hasattr(fn, "stats"))
+print(json.dumps(dict(units.compiled(), out=out, hits=hits, jitted=[s.jitted for s in steps],
+                      numba_loads=[n for n in numba_loads if "tk_" in n],
+                      warnings=[str(w.message) for w in caught if issubclass(w.category, tk.CacheWarning)])))
+"""
+
+
+@posix_only
+def test_a_step_loads_its_machine_code_from_one_bundle(tmp_path):
+    """backends/bundles.py: after a step's first call a process writes its bundle (steps/*.tkb, 0o600, sealed);
+    a warm start reads every njit function of the step from it, Numba's cache files not at all (counted as
+    cache hits, nothing compiled), with the same bits. A damaged bundle is deleted with one CacheWarning and
+    written again; one writable by others is not read (one CacheWarning); where Numba's cache lacks a
+    function's machine code the bundle is not used and that function is compiled again."""
+    def run():
+        env = dict(os.environ, TRACEKERN_CACHE_DIR=str(tmp_path))
+        env.pop("TRACEKERN_CACHE_SHARED", None)
+        out = subprocess.run([sys.executable, "-c", _BUNDLED], env=env, capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    cold = run()
+    assert cold["jitted"] == [False, True] and cold["kernels"] >= 3 and not cold["warnings"]
+    x = np.linspace(0.1, 1.2, 8)
+    assert float.fromhex(cold["out"][0][0]) == pytest.approx(np.sum(np.tanh(x) * np.cos(x)) + np.max(np.exp(x) * x), rel=1e-12)
+    assert float.fromhex(cold["out"][1][0]) == pytest.approx(np.sum(_fori_value(x) * x), rel=1e-12)
+    bundles = sorted((tmp_path / "steps").glob("*.tkb"))
+    assert len(bundles) == 2 and all(stat.S_IMODE(b.stat().st_mode) == 0o600 for b in bundles)
+    assert all(cache._unsealed(b.read_bytes()) is not None for b in bundles)
+
+    warm = run()
+    assert warm["out"] == cold["out"] and (warm["kernels"], warm["drivers"]) == (0, 0) and not warm["warnings"]
+    assert warm["numba_loads"] == [] and warm["hits"] >= cold["kernels"] + 1   # (the njit driver too)
+
+    blob = bundles[0].read_bytes()
+    bundles[0].write_bytes(blob[: len(blob) // 2])                          # truncated
+    damaged = run()
+    assert damaged["out"] == cold["out"] and damaged["kernels"] == 0 and damaged["numba_loads"]
+    assert len(damaged["warnings"]) == 1 and bundles[0].name in damaged["warnings"][0]
+    assert cache._unsealed(bundles[0].read_bytes()) is not None              # written again
+    assert run()["numba_loads"] == []
+
+    bundles[1].chmod(0o666)                                                  # writable by others
+    refused = run()
+    assert refused["out"] == cold["out"] and refused["numba_loads"]
+    assert len(refused["warnings"]) == 1 and "writable by" in refused["warnings"][0]
+    bundles[1].unlink()
+    run()
+
+    index = next((tmp_path / "__pycache__").glob("*.nbi"))                   # one function's Numba entry gone
+    index.unlink()
+    partial = run()
+    assert partial["out"] == cold["out"] and partial["kernels"] + partial["drivers"] >= 1 and not partial["warnings"]

@@ -73,10 +73,14 @@ def _library(frame) -> str | None:
 
 
 def _is_internal(frame) -> bool:
-    filename = frame.f_code.co_filename
+    code, names = frame.f_code, frame.f_globals
+    known = _BY_CODE.get(code)
+    if known is not None and known[0] is names:
+        return known[1]
+    filename = code.co_filename
     if filename.startswith("<frozen"):
         return True
-    if frame.f_globals.get(USER_CODE_MARKER):
+    if names.get(USER_CODE_MARKER):
         return False
     if _library(frame):
         return True
@@ -84,14 +88,21 @@ def _is_internal(frame) -> bool:
     if internal is None:
         path = os.path.abspath(filename)
         internal = path.startswith(_PKG_DIR) or path.startswith(os.path.join(_NUMPY_DIR, "numpy"))
-        if os.path.isabs(filename):   # (a relative name depends on the working directory: not kept)
-            _INTERNAL_FILES[filename] = internal
+        if not os.path.isabs(filename):   # (a relative name depends on the working directory: not kept)
+            return internal
+        _INTERNAL_FILES[filename] = internal
+    if len(_BY_CODE) >= 8192:
+        _BY_CODE.clear()
+    _BY_CODE[code] = (names, internal)
     return internal
 
 
 # absolute file name -> whether it is tracekern's or NumPy's: every traced operation walks the stack
 # to the user's line, and abspath per frame was a third of the tracing time (a warm start traces)
 _INTERNAL_FILES: dict[str, bool] = {}
+# code object -> (the globals it ran with, _is_internal's answer): seven frames an operation, the
+# largest part of a warm start's trace for its plan key after the above
+_BY_CODE: dict = {}
 
 
 def library_call() -> str | None:

@@ -78,7 +78,15 @@ class Aval:
         return self.size * self.dtype.itemsize
 
     def __str__(self) -> str:
-        return f"{_SHORT.get(self.dtype.name, self.dtype.name)}[{','.join(map(str, self.shape))}]"
+        text = _AVAL_TEXT.get(self)
+        if text is None:   # (a warm start's plan key writes every value's: NumPy's dtype.name is slow)
+            text = f"{_SHORT.get(self.dtype.name, self.dtype.name)}[{','.join(map(str, self.shape))}]"
+            if len(_AVAL_TEXT) < 4096:
+                _AVAL_TEXT[self] = text
+        return text
+
+
+_AVAL_TEXT: dict[Aval, str] = {}
 
 
 _ids = itertools.count()

@@ -26,7 +26,7 @@ from .errors import MemoryBudgetError, TracekernError
 from .ir import Aval, Graph, graph_digest, is_inexact
 from .pytree import Static, TreeDef, call_static, takes_static, tree_flatten, tree_unflatten
 from .settings import config
-from .trace import FlatArgs, Tracer, Variable, current_builder, trace_to_graph
+from .trace import FlatArgs, Tracer, Variable, current_builder, finish, trace_to_graph
 
 # ----------------------------------------------------------------------------- compiled entries
 
@@ -281,7 +281,7 @@ class Staged:
                 return entry
             if key is not None and key[2] is not None:   # (no transform: the key's trace is the graph)
                 self.trace_count += 1
-                traced = key[2]
+                traced = key[2]._replace(graph=finish(key[2].graph))
             else:
                 with _primal_hint(key[3] if key is not None else None):
                     traced = sig.make_graph()
@@ -355,13 +355,15 @@ class Staged:
             return None
         backend, chain, s = found
         root = s.fun
+        # (traced as it runs, not simplified: a warm start that finds its plan needs only the digest, and a
+        # miss simplifies it where it is used: _entry, primal_trace)
         if chain:
             try:
-                traced = _trace_emit(root, root, sig.flat, sig.statics)
+                traced = _trace_emit(root, root, sig.flat, sig.statics, simplify=False)
             except Exception:   # (the full trace raises it again, with its context)
                 return None
         else:
-            traced = _trace_emit(self.emit, self.fun, sig.flat, sig.statics)
+            traced = _trace_emit(self.emit, self.fun, sig.flat, sig.statics, simplify=False)
         digest = graph_digest(traced.graph)
         if digest is None:
             return None
@@ -518,12 +520,14 @@ def primal_trace(fun: Callable, flat: FlatArgs) -> tuple[Graph, TreeDef, tuple]:
     hint = _HINT[-1] if _HINT else None
     if hint is not None and hint[0] is fun and hint[1] == flat.avals and hint[2] == flat.weak:
         _HINT[-1] = None   # (once: a nested transform of the same function traces its own)
-        return hint[3]
+        graph, out_td, captured = hint[3]
+        return finish(graph), out_td, captured
     return trace_call(fun, flat)
 
 
-def _trace_emit(emit: Callable, fun: Callable, flat: FlatArgs, statics: tuple) -> Traced:
-    """emit traced on flattened arguments (static ones put back), with the memory plan it returns."""
+def _trace_emit(emit: Callable, fun: Callable, flat: FlatArgs, statics: tuple, simplify: bool = True) -> Traced:
+    """emit traced on flattened arguments (static ones put back), with the memory plan it returns
+    (simplify=False: trace_to_graph's)."""
     plans = []
 
     def traced(*tracers):
@@ -532,7 +536,8 @@ def _trace_emit(emit: Callable, fun: Callable, flat: FlatArgs, statics: tuple) -
         plans.append(plan)
         return outs
 
-    graph, out_td, captured = trace_to_graph(traced, flat.avals, flat.weak, fun_name(fun), fun_location(fun))
+    graph, out_td, captured = trace_to_graph(traced, flat.avals, flat.weak, fun_name(fun), fun_location(fun),
+                                             simplify=simplify)
     assert all(isinstance(c, Variable) for c in captured), "top-level trace captured outer values"
     return Traced(graph, out_td, tuple(captured), plans[-1])
 

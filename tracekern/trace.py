@@ -318,12 +318,14 @@ def inline_graph(graph: Graph, args: Sequence[Any]) -> list[Any]:
 
 
 def trace_to_graph(fn: Callable, avals: Sequence[Aval], weak: Sequence[bool] | None = None, name: str | None = None,
-                   where: str | None = None):
+                   where: str | None = None, simplify: bool = True):
     """Run fn on fresh tracers. Returns (graph, out_treedef, captured_tracers).
 
     The graph's inputs are the tracers for `avals` followed by one input per captured outer tracer
     (or Variable); pass `captured_tracers` after the arguments when inlining it. `name` and `where`
-    ('file:line' of its definition) name the user's function in errors about its outputs."""
+    ('file:line' of its definition) name the user's function in errors about its outputs.
+    simplify=False: the graph as traced, neither simplified nor verified (finish() it before use; the
+    plan cache's key digests it, and a warm start that finds its plan uses nothing else of it)."""
     weak = weak or [False] * len(avals)
     with new_builder() as b:
         tracers = [b.new_input(a, w) for a, w in zip(avals, weak)]
@@ -336,8 +338,12 @@ def trace_to_graph(fn: Callable, avals: Sequence[Aval], weak: Sequence[bool] | N
                     "array; traced functions must return arrays, numbers, or tuples/lists/dicts of them (a generator: "
                     "return tuple(...) of it)", where))
         graph, captured = b.finish(leaves)
-    graph = verify(passes.simplify(graph))
-    return graph, out_td, captured
+    return (finish(graph) if simplify else graph), out_td, captured
+
+
+def finish(graph: Graph) -> Graph:
+    """A traced graph simplified (passes.simplify) and verified: what trace_to_graph returns."""
+    return verify(passes.simplify(graph))
 
 
 # ----------------------------------------------------------------------------- arguments

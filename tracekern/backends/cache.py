@@ -368,8 +368,9 @@ def module_name(digest: str) -> str:
 _ATTEMPTS = 4
 
 
-def load_module(source: str) -> ModuleType:
-    """Import the module with this exact source, writing it first if needed. A file whose content
+def load_module(source: str, code=None) -> ModuleType:
+    """Import the module with this exact source, writing it first if needed (`code`: its code object,
+    compiled from this source at its path, when the caller has it: a step's bundle). A file whose content
     does not match its name (corrupted, truncated) is rewritten, with one CacheWarning; a file or
     directory deleted meanwhile (another process clearing the cache) is written again; any other
     import failure is retried from a fresh file with the module's Numba cache files removed, and
@@ -378,7 +379,7 @@ def load_module(source: str) -> ModuleType:
     mod = _MODULES.get(digest)
     if mod is None:
         with _LOADING:   # (one thread imports a module at a time: another would see it half made)
-            mod = _MODULES.get(digest) or _load_new(source, digest)
+            mod = _MODULES.get(digest) or _load_new(source, digest, code)
     if mod.__tk_source__ != source:   # (128 bits of SHA-256: never seen; never served silently)
         raise RuntimeError(f"two different generated modules have the digest {digest}")
     return mod
@@ -387,13 +388,13 @@ def load_module(source: str) -> ModuleType:
 _LOADING = threading.RLock()
 
 
-def _load_new(source: str, digest: str) -> ModuleType:
+def _load_new(source: str, digest: str, code=None) -> ModuleType:
     _guard_numba()
     path = module_path(source)
     failed: Exception | None = None
     for attempt in range(_ATTEMPTS):
         try:
-            mod = _import(_ensure_file(path, source), source, digest)
+            mod = _import(_ensure_file(path, source), source, digest, None if failed else code)
             break
         except FileNotFoundError:   # deleted between the write and the import: write it again
             if attempt == _ATTEMPTS - 1:
@@ -481,16 +482,17 @@ def new_file(path: str | os.PathLike, private: bool = True) -> int:
     return os.open(path, flags, 0o600 if private else 0o666)
 
 
-def _import(path: Path, source: str, digest: str) -> ModuleType:
+def _import(path: Path, source: str, digest: str, code=None) -> ModuleType:
     """Run `source` (the text just checked against the file, not the file again, nor a .pyc
-    beside it) as the module of `path`: Numba's cache locates its functions by that file."""
+    beside it; or `code`, compiled from it at this path) as the module of `path`: Numba's cache
+    locates its functions by that file."""
     name = module_name(digest)
     spec = importlib.util.spec_from_loader(name, loader=None, origin=str(path))
     mod = importlib.util.module_from_spec(spec)
     mod.__file__ = str(path)
     sys.modules[name] = mod  # Numba's cache finds the function's module by name when it loads
     try:
-        exec(_code(path, source), mod.__dict__)
+        exec(code if code is not None and code.co_filename == str(path) else _code(path, source), mod.__dict__)
     except BaseException:
         sys.modules.pop(name, None)
         raise
@@ -758,9 +760,43 @@ def _lazy_linking_modules() -> None:
             self._shared_module = ll.parse_bitcode(bitcode)
         return numba_linking(self)
 
+    jit_library = getattr(codegen, "JITCodeLibrary", None)
+    numba_finalize = getattr(jit_library, "_finalize_specific", None)
+
+    def _finalize_specific(self):
+        if not getattr(_DEFERRED, "on", False):
+            return numba_finalize(self)
+        self._codegen._scan_and_fix_unresolved_refs(self._final_module)   # (the engine's finalize: the caller's)
+
+    if numba_finalize is not None and hasattr(codegen.JITCPUCodegen, "_scan_and_fix_unresolved_refs"):
+        jit_library._finalize_specific = _finalize_specific
     library.serialize_using_object_code = serialize_using_object_code
     library._unserialize = classmethod(_unserialize)
     library._get_module_for_linking = _get_module_for_linking
+
+
+_REFRESHED: set[int] = set()   # id() of the target contexts refreshed for a generated module's load
+
+
+def refreshed(target_context) -> None:
+    """Refresh a target context before loading machine code into it, once per process (_refresh_once)."""
+    if id(target_context) not in _REFRESHED:
+        target_context.refresh()
+        _REFRESHED.add(id(target_context))
+
+
+_DEFERRED = threading.local()
+
+
+@contextlib.contextmanager
+def deferred_finalize():
+    """Libraries made inside are added to LLVM's execution engine without finalizing it (relocations,
+    memory protections): the caller finalizes the engine once for all of them (a bundle's load)."""
+    _DEFERRED.on = True
+    try:
+        yield
+    finally:
+        _DEFERRED.on = False
 
 
 def _refresh_once(caching: ModuleType) -> None:
@@ -769,7 +805,7 @@ def _refresh_once(caching: ModuleType) -> None:
     needs them installed, not re-read: a generated module's function refreshes the context at its
     first load in a process; compiling refreshes it anyway (Numba's compiler does, before typing)."""
     numba_load = caching.Cache.load_overload
-    refreshed: set[int] = set()
+    refreshed = _REFRESHED
 
     def load_overload(self, sig, target_context):
         if in_use(self._cache_path) is None or id(target_context) not in refreshed:
@@ -777,7 +813,7 @@ def _refresh_once(caching: ModuleType) -> None:
             if in_use(self._cache_path) is not None:
                 refreshed.add(id(target_context))   # (Numba's target contexts live as long as the process)
             return data
-        with self._guard_against_spurious_io_errors(), _quiet_llvm():
+        with self._guard_against_spurious_io_errors(), quiet_llvm():
             return self._load_overload(sig, target_context)
 
     caching.Cache.load_overload = load_overload
@@ -788,7 +824,7 @@ def _refresh_once(caching: ModuleType) -> None:
 # load is no compile). They were about a fifth of a warm kernel load, profiled; a generated module's
 # cache load runs without them (under Numba's compiler lock: no compile runs meanwhile).
 @contextlib.contextmanager
-def _quiet_llvm():
+def quiet_llvm():
     lock = getattr(getattr(sys.modules.get("llvmlite.binding.ffi"), "lib", None), "_lock", None)
     callbacks = getattr(lock, "_cblist", None)
     if not isinstance(callbacks, list):   # (another llvmlite: its callbacks run)

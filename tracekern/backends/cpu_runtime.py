@@ -22,7 +22,7 @@ from numba.np.ufunc.parallel import _launch_threads
 from ..ir import Graph, Var
 from ..primitives.control import RevolveLayout
 from ..settings import config
-from . import cache, fusion, threads, units, workers
+from . import bundles, cache, fusion, threads, units, workers
 from .units import Unit
 
 
@@ -58,6 +58,7 @@ class CompiledStep:
         self._parallel = parallel
         self._calls = calls or []   # the step's own kernel calls: (module index, argument specs)
         self._module = None
+        self._bundled = False   # the step's bundle was read, or written, in this process (backends/bundles.py)
         # an njit driver of the same calls (cpu._compiled_driver_pays), and its module once compiled: calls use it
         # from then on; `background_driver`: compiled in the background (tiers), not before the first call
         self.compiled_driver = compiled_driver
@@ -91,6 +92,7 @@ class CompiledStep:
         # (a step pickled by an older tracekern lacks the attributes added since: their defaults)
         self.__dict__.update(dict(straight=False, arena=None, _arena_bytes=0, _spare=[], _escaping=set(), _bound={}),
                              **state)
+        self._bundled = False
 
     def __getstate__(self) -> dict:
         return dict(self.__dict__, graph=None, plan=None, _module=None, _fast=None, unit_kernels=None, _spare=[], _bound={},
@@ -98,13 +100,18 @@ class CompiledStep:
 
     def compiled_on_disk(self) -> bool:
         """Whether the disk cache has the machine code of every kernel (and of an njit driver)."""
-        needed = self.modules[:-1] + (self.modules[-1:] if self.jitted else []) + [self.compiled_driver] * bool(self.compiled_driver)
-        return all(map(cache.on_disk, needed))
+        return all(map(cache.on_disk, self._compiled_modules()))
+
+    def _compiled_modules(self) -> list[str]:
+        return self.modules[:-1] + (self.modules[-1:] if self.jitted else []) + [self.compiled_driver] * bool(self.compiled_driver)
 
     def _load(self, args: Sequence | None = None):
         if self._parallel:
             _launch_threads()   # (a driver loaded from the cache does not start Numba's threads itself)
-        modules = [cache.load_module(s) for s in self.modules]
+        modules = bundles.load(self.modules, self._compiled_modules()) if not self._bundled else None
+        self._bundled = modules is not None
+        if modules is None:
+            modules = [cache.load_module(s) for s in self.modules]
         if args is not None:
             self._precompile(modules, args)
         self._module = modules[-1]
@@ -198,7 +205,11 @@ class CompiledStep:
             module = self._fast or self._module or self._load(args)
             if module is self._module and self.straight:
                 module = self._entry_points(module, args)
-            return self._run(module, args)
+            out = self._run(module, args)
+            if not self._bundled:   # (once a process: every function the step ran is compiled by now)
+                self._bundled = True
+                bundles.save(self.modules)
+            return out
         except NumbaError as err:
             raise cache.located_error("cpu", err, self._lines, self.driver) from None
         except (ValueError, OSError, EOFError, AttributeError, ImportError) as err:

@@ -21,6 +21,9 @@ from .core import Primitive
 
 
 def broadcast_shapes(name: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
+    first = shapes[0] if shapes else ()
+    if all(s == first for s in shapes):   # (most operations: NumPy's makes an array per shape, 5 us)
+        return tuple(first)
     try:
         return tuple(np.broadcast_shapes(*shapes))
     except ValueError:
