@@ -7,7 +7,8 @@ at 1, 2, 4 and 8 blocks (sequence 128, width 128), and W1 (kernels/chain at full
 
 Each figure is one process's first call minus its second (the step's own run time). Numba's own
 start-up and tracekern's math library are warmed first in every tracekern process, and the warm
-start is also given beyond Numba's start-up (a one-line cached njit function loaded first).
+start is also given beyond Numba's start-up (a one-line cached njit function loaded first, and
+Numba's thread pool started, as any Numba program with a prange loop starts it once).
 "kernels" is the number of distinct compile units (kernels) a step has and "calls" its kernel calls;
 "compiled" counts what the cold process compiled, in it or in its compile workers. JAX's figure is
 the same first-minus-second call of jax.jit(jax.value_and_grad(f)) after JAX has started.
@@ -67,11 +68,17 @@ def child_tracekern(name: str, sizes: tuple, probe_dir: str | None, tiers: bool 
     tk.config.tiers = False   # (the warm-up below compiles the math library, outside the timing)
 
     t = time.perf_counter()
-    if probe_dir:   # Numba's own start-up: its CPU target, by loading a cached one-line function
+    threads_s = None
+    if probe_dir:   # Numba's own start-up: its CPU target, by loading a cached one-line function, and its threads
         sys.path.insert(0, probe_dir)
         from tk_probe import probe
 
         probe(1)
+        from numba.np.ufunc.parallel import _launch_threads
+
+        t_threads = time.perf_counter()
+        _launch_threads()   # (what any Numba program with a prange loop starts once; tracekern's step does it too)
+        threads_s = time.perf_counter() - t_threads
     numba_start = time.perf_counter() - t
     tk.value_and_grad(lambda x: np.sum(np.tanh(x)))(np.ones(8, np.float32))   # the math library, warm
     loss, args = _workload(name, sizes)
@@ -93,7 +100,7 @@ def child_tracekern(name: str, sizes: tuple, probe_dir: str | None, tiers: bool 
                 compiled_at = time.perf_counter() - t0
                 break
     after = units.compiled()
-    return {"first_s": t1 - t0, "second_s": t2 - t1, "numba_start_s": numba_start, "kernels": step.units,
+    return {"first_s": t1 - t0, "second_s": t2 - t1, "numba_start_s": numba_start, "threads_s": threads_s, "kernels": step.units,
             "calls": step.driver.count("# kernel "), "jitted_driver": step.jitted, "compiled_at_s": compiled_at,
             "compiled": after["kernels"] - before["kernels"] + after["drivers"] - before["drivers"]}
 
@@ -135,6 +142,7 @@ def run(options) -> dict:
                    "calls": cold["calls"], "jitted_driver": cold["jitted_driver"], "compiled": cold["compiled"],
                    "cold_s": max(cold["first_s"] - cold["second_s"], 0.0),
                    "warm_s": max(warm["first_s"] - warm["second_s"], 0.0), "numba_start_s": warm["numba_start_s"],
+                   "threads_s": warm.get("threads_s"),
                    "step_s": cold["second_s"], "jax_s": None, "jax_first_s": None,
                    "first_tiers_s": tiered["first_s"], "first_compiled_s": cold["first_s"],
                    "compiled_at_s": tiered["compiled_at_s"]}
@@ -150,8 +158,10 @@ def run(options) -> dict:
     if one and eight:
         notes.append(f"transformer: 8 blocks compile in {eight['cold_s']:.2f} s, {eight['cold_s'] / one['cold_s']:.2f}x "
                      "the 1-block time (targets: at most 4 s, at most 1.5x)")
+    threads = [r["threads_s"] for r in rows if r.get("threads_s") is not None]
     notes.append("warm start beyond Numba's start-up: the warm figure, taken after a cached one-line njit function was "
-                 "loaded first (Numba's own start-up, given as 'numba start')")
+                 "loaded and Numba's thread pool started (Numba's own start-up, given as 'numba start'"
+                 + (f"; its thread pool {min(threads) * 1e3:.1f}-{max(threads) * 1e3:.1f} ms of it" if threads else "") + ")")
     return {"rows": rows, "notes": notes, "load_average_end": load_average()}
 
 
