@@ -631,12 +631,17 @@ CREATION = _rows("creation", [
                  x * np.tri(3)[2], x * np.arange(3.0), x + np.empty((0, 3)).sum(0)), F("any", 3)),
     C("like", "np.zeros_like np.ones_like np.full_like np.empty_like", lambda x: (np.zeros_like(x) + x, np.ones_like(x) * x,
                                                                               np.full_like(x, 2.5) * x, x + np.empty_like(x)[:0].sum(),
-                                                                              np.full_like(x, x[0, 0])), F("any", 3, 4)),
+                                                                              np.full_like(x, x[0, 0]),
+                                                                              np.full_like(x, [1.0, 2.0, 3.0, 4.0]) * x),
+      F("any", 3, 4), note="an array fill value broadcasts"),
     C("ranges", "np.linspace np.logspace np.geomspace", lambda a, b: (np.linspace(a, b, 5), np.linspace(a, b, 4, endpoint=False),
                                                                       np.linspace(0.0, b, 3), np.logspace(a, b, 4),
                                                                       np.geomspace(np.abs(a) + 1, np.abs(b) + 2, 4),
                                                                       np.linspace(a * np.ones(2), b, 3, axis=1)),
       F("any"), F("any"), note="traced start and stop"),
+    C("one_point", "np.linspace", lambda a, b: (np.linspace(a, b, 1, retstep=True), np.linspace(a, b, 0, retstep=True),
+                                                np.linspace(a, b, 1, endpoint=False, retstep=True)),
+      F("any"), F("any"), grad=False, note="the step of 0 or 1 points is NumPy's Python float nan"),
     C("indices", "np.indices", lambda x: x * np.indices((3, 4))[1], F("any", 3, 4)),
 ])
 
