@@ -158,12 +158,13 @@ def apply_ufunc(ufunc, method: str, inputs, kwargs):
         if fn is None:
             raise _unsupported(_qualname(ufunc), "ufunc")
         dtype = extra.pop("dtype", None)
+        gufunc_kwargs = {"axis": extra.pop("axis")} if ufunc is getattr(np, "vecdot", None) and "axis" in extra else {}
         if extra:
             raise NotImplementedError(with_location(
                 f"np.{ufunc.__name__}: keyword arguments {sorted(extra)} are not supported while tracing"))
         if dtype is not None:
             inputs = [ufuncs.astype(x, _check_dtype(dtype, ufunc.__name__)) for x in inputs]
-        return fn(*inputs)
+        return fn(*inputs, **gufunc_kwargs)
     if method == "reduce" and ufunc in UFUNC_REDUCE:
         axis = extra.pop("axis", 0)
         keepdims = extra.pop("keepdims", False)
