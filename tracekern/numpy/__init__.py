@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import with_location
+from ..errors import numpy_call, traced_fill_error, with_location
 from ..trace import ArrayOps
 from . import contractions, creation, extras, fft, indexing, linalg, reductions, scans, shapes, sorting, special, ufuncs
 from ._core import _check_dtype
@@ -190,6 +190,8 @@ def apply_ufunc(ufunc, method: str, inputs, kwargs):
 def apply_array_function(func, args, kwargs):
     fn = FUNCTIONS.get(func)
     if fn is None:
+        if func is np.copyto and numpy_call() == "full":   # (np.full(shape, traced, dtype=) copies into its array)
+            raise traced_fill_error(getattr(args[1] if len(args) > 1 else kwargs.get("src"), "aval", "a traced value"))
         raise _unsupported(_qualname(func), "function")
     return fn(*args, **kwargs)
 
