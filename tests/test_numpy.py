@@ -464,8 +464,10 @@ def test_the_tables_cuda_kernels_compile_to_ptx():
     lambda x: np.einsum("...j->", x[None]),      # the ellipsis's dimensions dropped from an explicit output
     lambda x: np.einsum("i,i", x, x, dtype=np.float32),   # float64 to float32 is not a 'safe' cast
     lambda x: np.einsum("i,i", x, x.astype(np.float32), casting="no"),
+    lambda x: np.einsum("ii->i", x[None]),        # a repeated label over axes of sizes 1 and 5
 ], ids=["digitize_unordered_bins", "partition_kth_out_of_bounds", "argpartition_negative_kth", "partition_float_kth",
-        "einsum_ellipsis_not_in_output", "einsum_unsafe_dtype", "einsum_casting_no"])
+        "einsum_ellipsis_not_in_output", "einsum_unsafe_dtype", "einsum_casting_no",
+        "einsum_repeated_label_of_two_sizes"])
 def test_calls_numpy_rejects_raise_its_error(fn):
     """A call NumPy rejects raises its error class while tracing (it was silently accepted), naming the user's line."""
     x = np.linspace(0.0, 4.0, 5)

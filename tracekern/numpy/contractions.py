@@ -277,6 +277,11 @@ def einsum(*operands, out=None, dtype=None, order="K", casting="safe", optimize=
     ins, out_labels = _parse(subscripts, [_shape(x) for x in arrays])
     sizes: dict = {}
     for t, x in zip(ins, arrays):
+        for c in set(t):
+            dims = {s for c2, s in zip(t, _shape(x)) if c2 == c}
+            if len(dims) > 1:   # (a repeated label takes a diagonal: no broadcasting within an operand)
+                raise ValueError(with_location(f"einsum: the repeated label {c!r} of {t!r} names axes of different sizes "
+                                               f"{sorted(dims)} in an operand of shape {_shape(x)}"))
         for c, s in zip(t, _shape(x)):
             # a size-1 axis broadcasts against any other size, a zero-size one included (as NumPy)
             if c not in sizes or sizes[c] == 1:
