@@ -397,6 +397,16 @@ def test_linalg_rejects_what_numpy_rejects():
             tk.jit(fn, backend="interpret")(m)
 
 
+@pytest.mark.parametrize("fn", [lambda y, i: np.insert(y, i, 1.0), lambda y, i: np.insert(y, [i, 0], 1.0),
+                                lambda y, i: np.delete(y, i), lambda y, i: np.delete(y, [0, i])],
+                         ids=["insert", "insert_list", "delete", "delete_list"])
+def test_insert_and_delete_at_traced_positions_name_the_line(fn):
+    """np.insert at a traced position recursed until RecursionError (NumPy's own insert, called on the element numbers,
+    dispatched back to tracekern's); a clear TypeError now, as np.delete's."""
+    with pytest.raises(TypeError, match=r"positions \(obj\) must be static(.|\n)*test_numpy.py"):
+        tk.jit(fn, backend="interpret")(np.arange(4.0), np.int64(1))
+
+
 # ----------------------------------------------------------------------------- the table itself
 
 
