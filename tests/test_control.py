@@ -168,6 +168,19 @@ def test_fori_loop_static_and_traced_bounds(backend):
     fd(backend, lambda x: np.sum(tk.fori_loop(0, 3, body, x) ** 2), (x,), order=2)
 
 
+def test_fori_loop_index_promotes_as_jaxs():
+    """The index of Python-int bounds is weak (JAX's): a float32 or int32 carry plus i keeps its dtype (it became
+    float64 / int64, and the loop raised 'the carry changed'); int32 traced bounds give an int32 index."""
+    x32 = np.array([0.3, -1.2], np.float32)
+    f32 = ref(lambda x: tk.fori_loop(0, 3, lambda i, c: c * 0.5 + i, x))(x32)
+    assert f32.dtype == np.float32
+    close(f32, np.float32(((x32 * 0.5 + 0) * 0.5 + 1) * 0.5 + 2))
+    assert ref(lambda x: tk.fori_loop(0, 3, lambda i, c: c + i, x))(np.int32(1)) == np.int32(4)
+    assert ref(lambda n: tk.fori_loop(0, n, lambda i, c: c + i, np.int32(1)))(np.int32(4)).dtype == np.int32
+    assert ref(lambda x, n: tk.fori_loop(0, n, lambda i, c: c + i, x))(x32, 4).dtype == np.float32   # (a Python int n)
+    assert ref(tk.vmap(lambda x: tk.fori_loop(1, 3, lambda i, c: c * i, x)))(x32).dtype == np.float32
+
+
 def _simulate(x, v):
     """A falling mass with drag, integrated until it reaches the ground: a data-dependent trip count."""
     def step(s):

@@ -42,6 +42,22 @@ def test_np_asarray_of_tracer_raises():
         tk.jit(lambda x: np.asarray(x))(np.ones(2))
 
 
+@pytest.mark.parametrize("dtype", [None, np.float32])
+def test_np_full_of_a_traced_value_names_np_full_and_what_to_write(dtype):
+    """np.full(shape, traced) converts (or, with dtype=, copies) its fill value before any dispatch: the error said
+    np.asarray, or that np.copyto writes in place, neither of which the user wrote."""
+    def f(x):
+        return np.full((2, 3), x[0], dtype=dtype)  # full here
+
+    with pytest.raises(TypeError) as info:
+        tk.jit(f, backend="interpret")(np.ones(2))
+    msg = str(info.value)
+    assert "np.full(shape, fill_value)" in msg and "np.broadcast_to(value, shape)" in msg and "copyto" not in msg
+    assert f"{THIS_FILE}:{_line_of(f, 'full here')}" in msg
+    y = tk.jit(lambda x: np.full((2, 3), x[0], like=x[0]), backend="interpret")(np.ones(2))   # (the advice works)
+    assert y.shape == (2, 3)
+
+
 def test_matmul_shape_mismatch_names_both_shapes_and_line():
     def f(a, b):
         return a @ b  # matmul here

@@ -397,6 +397,16 @@ def test_linalg_rejects_what_numpy_rejects():
             tk.jit(fn, backend="interpret")(m)
 
 
+@pytest.mark.parametrize("fn", [lambda y, i: np.insert(y, i, 1.0), lambda y, i: np.insert(y, [i, 0], 1.0),
+                                lambda y, i: np.delete(y, i), lambda y, i: np.delete(y, [0, i])],
+                         ids=["insert", "insert_list", "delete", "delete_list"])
+def test_insert_and_delete_at_traced_positions_name_the_line(fn):
+    """np.insert at a traced position recursed until RecursionError (NumPy's own insert, called on the element numbers,
+    dispatched back to tracekern's); a clear TypeError now, as np.delete's."""
+    with pytest.raises(TypeError, match=r"positions \(obj\) must be static(.|\n)*test_numpy.py"):
+        tk.jit(fn, backend="interpret")(np.arange(4.0), np.int64(1))
+
+
 # ----------------------------------------------------------------------------- the table itself
 
 
@@ -461,7 +471,13 @@ def test_the_tables_cuda_kernels_compile_to_ptx():
     lambda x: np.partition(x, 5),                # kth out of bounds (it was ignored: a full sort)
     lambda x: np.argpartition(x, (1, -6)),
     lambda x: np.partition(x, 2.0),              # kth not an integer
-], ids=["digitize_unordered_bins", "partition_kth_out_of_bounds", "argpartition_negative_kth", "partition_float_kth"])
+    lambda x: np.einsum("...j->", x[None]),      # the ellipsis's dimensions dropped from an explicit output
+    lambda x: np.einsum("i,i", x, x, dtype=np.float32),   # float64 to float32 is not a 'safe' cast
+    lambda x: np.einsum("i,i", x, x.astype(np.float32), casting="no"),
+    lambda x: np.einsum("ii->i", x[None]),        # a repeated label over axes of sizes 1 and 5
+], ids=["digitize_unordered_bins", "partition_kth_out_of_bounds", "argpartition_negative_kth", "partition_float_kth",
+        "einsum_ellipsis_not_in_output", "einsum_unsafe_dtype", "einsum_casting_no",
+        "einsum_repeated_label_of_two_sizes"])
 def test_calls_numpy_rejects_raise_its_error(fn):
     """A call NumPy rejects raises its error class while tracing (it was silently accepted), naming the user's line."""
     x = np.linspace(0.0, 4.0, 5)

@@ -237,13 +237,24 @@ def fori_loop(lower, upper, body_fn: Callable, init, *, checkpoint: int | str | 
             return val
         steps = max(hi - lo, 0)
         idx = np.arange(lo, lo + steps, dtype=np.int64)
-        carry, _ = scan(lambda c, i: (body_fn(i, c), ()), init, idx, length=steps, checkpoint=checkpoint)
+        carry, _ = scan(lambda c, i: (body_fn(_weak(i), c), ()), init, idx, length=steps, checkpoint=checkpoint)
         return carry
-    lo = tnp.astype(lo, np.int64) if isinstance(lo, Tracer) else np.int64(lo)
-    hi = tnp.astype(hi, np.int64) if isinstance(hi, Tracer) else np.int64(hi)
-    _, val = while_loop(lambda s: s[0] < hi, lambda s: (s[0] + 1, body_fn(s[0], s[1])), (lo, init),
+    # the index's dtype is the bounds' (NumPy's promotion; Python ints are weak), as JAX's
+    strong = [np.dtype(x.dtype) for x in (lo, hi)
+              if (isinstance(x, Tracer) and not x.weak) or isinstance(x, (np.ndarray, np.generic))]
+    dtype = np.result_type(*strong) if strong and all(d.kind in "iu" for d in strong) else np.dtype(np.int64)
+    lo = tnp.astype(lo, dtype) if isinstance(lo, Tracer) else dtype.type(lo)
+    hi = tnp.astype(hi, dtype) if isinstance(hi, Tracer) else dtype.type(hi)
+    index = (lambda i: i) if strong else _weak
+    _, val = while_loop(lambda s: s[0] < hi, lambda s: (s[0] + 1, body_fn(index(s[0]), s[1])), (lo, init),
                         checkpoint=checkpoint)
     return val
+
+
+def _weak(i):
+    """A loop index that promotes like a Python int (JAX's fori_loop index over Python-int bounds is
+    weakly typed): a float32 or int32 carry plus i keeps its dtype."""
+    return Tracer(i.builder, i.ir_var, True) if isinstance(i, Tracer) else i
 
 
 def while_loop(cond_fn: Callable, body_fn: Callable, init, *, checkpoint: int | str | None = None):

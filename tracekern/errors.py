@@ -123,6 +123,27 @@ def library_call() -> str | None:
     return ".".join(parts + [outer.f_code.co_name])
 
 
+def numpy_call() -> str | None:
+    """The name of the NumPy function the user's innermost line called, when the stack runs through
+    NumPy's own Python code (np.full converting its fill value), else None."""
+    frame, outer = sys._getframe(1), None
+    while frame is not None and _is_internal(frame):
+        module = frame.f_globals.get("__name__", "") or ""
+        if module == "numpy" or module.startswith("numpy."):
+            outer = frame
+        frame = frame.f_back
+    return None if outer is None else outer.f_code.co_name
+
+
+def traced_fill_error(aval) -> TypeError:
+    """np.full(shape, traced): NumPy converts the fill value to an array (or copies it into a NumPy
+    array) before any dispatch, so the call never reaches tracekern."""
+    return TypeError(with_location(
+        f"np.full(shape, fill_value) with a traced fill value ({aval}) cannot be traced: NumPy copies the value into "
+        "a NumPy array of its own, which needs the value. Write np.broadcast_to(value, shape) (add .astype(dtype) for "
+        "dtype=), np.full_like(array, value), or np.full(shape, value, like=value)"))
+
+
 def user_frame_location() -> str | None:
     """'file:line' of the innermost stack frame outside tracekern and NumPy, or None."""
     frame = sys._getframe(1)

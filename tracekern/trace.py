@@ -22,6 +22,8 @@ from .errors import (
     TracerLeakError,
     describe_location,
     library_call,
+    numpy_call,
+    traced_fill_error,
     user_frame_location,
     with_location,
 )
@@ -653,6 +655,8 @@ class Tracer(ArrayOps, Value):
                 f"({self.aval}) has none while tracing, so {library} cannot be traced. Write it with NumPy "
                 "functions on the arrays (tk.numpy has logsumexp, softmax, log_softmax, sigmoid), or call it "
                 "outside the traced function and pass its result in", location))
+        if numpy_call() == "full":
+            raise traced_fill_error(self.aval)
         if _ITEM_ASSIGNMENT.match(_source_line(location)):
             raise TypeError(with_location(
                 f"a traced value ({self.aval}) was assigned into a NumPy array (z[i] = value): an array made with "

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import with_location
+from ..errors import numpy_call, traced_fill_error, with_location
 from ..trace import ArrayOps
 from . import contractions, creation, extras, fft, indexing, linalg, reductions, scans, shapes, sorting, special, ufuncs
 from ._core import _check_dtype
@@ -158,12 +158,13 @@ def apply_ufunc(ufunc, method: str, inputs, kwargs):
         if fn is None:
             raise _unsupported(_qualname(ufunc), "ufunc")
         dtype = extra.pop("dtype", None)
+        gufunc_kwargs = {"axis": extra.pop("axis")} if ufunc is getattr(np, "vecdot", None) and "axis" in extra else {}
         if extra:
             raise NotImplementedError(with_location(
                 f"np.{ufunc.__name__}: keyword arguments {sorted(extra)} are not supported while tracing"))
         if dtype is not None:
             inputs = [ufuncs.astype(x, _check_dtype(dtype, ufunc.__name__)) for x in inputs]
-        return fn(*inputs)
+        return fn(*inputs, **gufunc_kwargs)
     if method == "reduce" and ufunc in UFUNC_REDUCE:
         axis = extra.pop("axis", 0)
         keepdims = extra.pop("keepdims", False)
@@ -189,6 +190,8 @@ def apply_ufunc(ufunc, method: str, inputs, kwargs):
 def apply_array_function(func, args, kwargs):
     fn = FUNCTIONS.get(func)
     if fn is None:
+        if func is np.copyto and numpy_call() == "full":   # (np.full(shape, traced, dtype=) copies into its array)
+            raise traced_fill_error(getattr(args[1] if len(args) > 1 else kwargs.get("src"), "aval", "a traced value"))
         raise _unsupported(_qualname(func), "function")
     return fn(*args, **kwargs)
 

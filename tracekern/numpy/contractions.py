@@ -14,7 +14,7 @@ import string
 
 import numpy as np
 
-from ._core import P, ShapeError, _array, _axis, _cast, _dtype, _promote, _reject, _shape, bind, with_location
+from ._core import P, ShapeError, _array, _axis, _cast, _check_dtype, _dtype, _promote, _reject, _result_dtype, _shape, bind, with_location
 from .reductions import sum as _sum
 from .shapes import broadcast_to, diagonal, moveaxis, ravel, reshape, stack, transpose
 from .ufuncs import conj, multiply, subtract
@@ -81,7 +81,7 @@ def outer(a, b, out=None):
 
 
 def tensordot(a, b, axes=2):
-    a, b = _array(a, "tensordot"), _array(b, "tensordot")
+    a, b = _not_weak(_array(a, "tensordot")), _not_weak(_array(b, "tensordot"))
     na, nb = len(_shape(a)), len(_shape(b))
     if isinstance(axes, (int, np.integer)):
         k = int(axes)
@@ -190,8 +190,12 @@ def _parse(subscripts: str, shapes: list[tuple[int, ...]]) -> tuple[list[str], s
     if out is None:
         counts = {c: "".join(expanded).count(c) for c in set("".join(expanded))}
         out = ell + "".join(sorted(c for c, n in counts.items() if n == 1 and c not in ell))
-    else:
+    elif "..." in out:
         out = out.replace("...", ell)
+    elif n_ell:
+        raise ValueError(with_location(
+            f"einsum: the ellipsis of {lhs!r} covers {n_ell} dimension(s) that the output {out!r} drops; NumPy raises "
+            "here. Write '...' in the output to keep them, or sum them explicitly (np.einsum(...).sum(axis))"))
     return expanded, out
 
 
@@ -262,11 +266,22 @@ def einsum(*operands, out=None, dtype=None, order="K", casting="safe", optimize=
         arrays = ops[0::2]
         to = lambda sub: "".join("..." if s is Ellipsis else string.ascii_letters[s] for s in sub)   # noqa: E731
         subscripts = ",".join(to(s) for s in ops[1::2]) + ("" if rest is None else "->" + to(rest))
-    arrays = [_array(x, "einsum") for x in arrays]
-    arrays = _promote("einsum", *arrays) if dtype is None else [_cast(x, dtype) for x in arrays]
+    arrays = [_not_weak(_array(x, "einsum")) for x in arrays]   # (np.einsum reads Python numbers as arrays)
+    target = _result_dtype("einsum", *arrays) if dtype is None else _check_dtype(dtype, "einsum")
+    for x in arrays:
+        if not np.can_cast(_dtype(x), target, casting):
+            raise TypeError(with_location(
+                f"einsum: an operand of dtype {_dtype(x)} cannot be cast to {target} under casting={casting!r} "
+                "(NumPy raises here); pass casting='same_kind' or 'unsafe', or cast the operand with .astype"))
+    arrays = [_cast(x, target) for x in arrays]
     ins, out_labels = _parse(subscripts, [_shape(x) for x in arrays])
     sizes: dict = {}
     for t, x in zip(ins, arrays):
+        for c in set(t):
+            dims = {s for c2, s in zip(t, _shape(x)) if c2 == c}
+            if len(dims) > 1:   # (a repeated label takes a diagonal: no broadcasting within an operand)
+                raise ValueError(with_location(f"einsum: the repeated label {c!r} of {t!r} names axes of different sizes "
+                                               f"{sorted(dims)} in an operand of shape {_shape(x)}"))
         for c, s in zip(t, _shape(x)):
             # a size-1 axis broadcasts against any other size, a zero-size one included (as NumPy)
             if c not in sizes or sizes[c] == 1:

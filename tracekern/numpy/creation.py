@@ -23,6 +23,13 @@ def full(shape, fill_value, dtype=None, order="C", *, device=None, like=None):
         value = fill_value if dtype is None else _cast(fill_value, dtype)
         return bind(P.broadcast_to, value, shape=shape) if _shape(value) != shape else value
     dtype = _check_dtype(np.asarray(fill_value).dtype if dtype is None else dtype, "full")
+    return _filled(shape, fill_value, dtype)
+
+
+def _filled(shape: tuple[int, ...], fill_value, dtype: np.dtype):
+    """A constant array of `shape` filled with a static value (an array value broadcasts, as NumPy's)."""
+    if np.ndim(fill_value):
+        return np.full(shape, fill_value, dtype)
     return bind(P.full, shape=shape, dtype=dtype, value=np.asarray(fill_value, dtype).item())
 
 
@@ -43,8 +50,7 @@ def full_like(a, fill_value, dtype=None, order="K", subok=True, shape=None, *, d
         target = tuple(shape or _shape(a))
         return bind(P.broadcast_to, value, shape=target) if _shape(value) != target else value
     dtype = _check_dtype(dtype or _dtype(a), "full_like")
-    return bind(P.full, shape=_shape_arg(_shape(a) if shape is None else shape), dtype=dtype,
-                value=np.asarray(fill_value, dtype).item())
+    return _filled(_shape_arg(_shape(a) if shape is None else shape), fill_value, dtype)
 
 
 def zeros_like(a, dtype=None, order="K", subok=True, shape=None, *, device=None):
@@ -87,7 +93,7 @@ def linspace(start, stop, num=50, endpoint=True, retstep=False, dtype=None, axis
     shape = tuple(np.broadcast_shapes(_shape(start_), _shape(stop_)))
     frac = np.arange(num, dtype=dt).reshape((num,) + (1,) * len(shape))
     delta = subtract(stop_, start_)
-    step = divide(delta, div) if div > 0 else multiply(delta, np.nan)
+    step = divide(delta, div) if div > 0 else np.nan   # (NumPy's step of 0 or 1 points: the Python float nan)
     y = add(multiply(frac, step if div > 0 else delta), start_)
     if endpoint and num > 1:
         last = np.zeros((num,) + (1,) * len(shape), bool)

@@ -443,6 +443,7 @@ def resize(a, new_shape):
 
 def insert(arr, obj, values, axis=None):
     """np.insert with static positions (obj); values may be traced."""
+    _static_positions(obj, "insert")
     arr = _array(arr, "insert")
     values = _cast(_array(values, "insert"), _dtype(arr))   # (NumPy's: the values take arr's dtype)
     n = math.prod(_shape(arr))
@@ -454,9 +455,17 @@ def insert(arr, obj, values, axis=None):
         full(labels.shape, 0, _dtype(arr))
 
 
+def _static_positions(obj, fname: str) -> None:
+    """np.insert's and np.delete's positions are static: the result's shape depends on them."""
+    if isinstance(obj, Tracer) or (isinstance(obj, (list, tuple)) and any(isinstance(o, Tracer) for o in obj)):
+        raise TypeError(with_location(
+            f"np.{fname}: the positions (obj) must be static (Python ints, slices or NumPy arrays), not traced values: "
+            "the result's shape depends on them. To place traced values at a traced position, use "
+            "np.where(np.arange(n) == i, value, x) or tk.at(x)[i].set(value)"))
+
+
 def delete(arr, obj, axis=None):
-    if isinstance(obj, Tracer):
-        raise TypeError(with_location("np.delete: the positions must be static"))
+    _static_positions(obj, "delete")
     return _rearrange(arr, lambda labels: np.delete(labels, obj, axis=axis), "delete")
 
 
