@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 import tracekern as tk
-from tracekern.backends import cache
+from tracekern.backends import bundles, cache
 
 posix_only = pytest.mark.skipif(not hasattr(os, "geteuid"), reason="POSIX owners and modes")
 
@@ -1187,3 +1187,74 @@ def test_a_step_loads_its_machine_code_from_one_bundle(tmp_path):
     index.unlink()
     partial = run()
     assert partial["out"] == cold["out"] and partial["kernels"] + partial["drivers"] >= 1 and not partial["warnings"]
+
+
+def _two_functions(tag: str) -> str:
+    """A generated-like module of two njit functions, g calling f (`tag`: a source of each test's own)."""
+    return (f"# {tag}\nfrom numba import njit\n\n\n@njit(cache=True)\ndef f(x):\n    return x + 1.5\n\n\n"
+            "@njit(cache=True)\ndef g(x):\n    return f(x) * 2.0\n")
+
+
+def _imported_afresh(source: str):
+    """The module of `source` as a new process first sees it: imported again, its dispatchers without overloads."""
+    digest = cache.source_digest(source)
+    cache._MODULES.pop(digest, None)
+    sys.modules.pop(cache.module_name(digest), None)
+
+
+@pytest.mark.parametrize("failing", ["unserialize", "rebuild"])
+def test_a_bundle_that_fails_midway_leaves_numba_and_llvm_as_they_were(fresh, monkeypatch, failing):
+    """A bundle whose second function fails to load (LLVM's library, or Numba's rebuild of the function)
+    is deleted with one CacheWarning; the codegen has no override left, finalization is not deferred, no
+    module is left unfinalized in LLVM's engine (a later compile would trip over it: "Exception ignored
+    ... ReferenceError"), and the functions load through Numba's cache with the same values."""
+    import gc
+
+    from numba import njit
+    from numba.core import caching
+    from numba.core import codegen as numba_codegen
+    from numba.core.registry import cpu_target
+
+    path, caught = fresh
+    source = _two_functions(f"fails in {failing}")
+    _imported_afresh(source)
+    want = cache.load_module(source).g(np.arange(3.0))
+    bundles.save([source])
+    _imported_afresh(source)
+
+    calls, failing_now = [], [True]
+    if failing == "unserialize":
+        real = numba_codegen.CPUCodeLibrary._unserialize.__func__
+
+        def broken(cls, codegen, state):
+            calls.append(state)
+            if len(calls) == 2 and failing_now:
+                raise RuntimeError("a library LLVM refuses")
+            return real(cls, codegen, state)
+
+        monkeypatch.setattr(numba_codegen.CPUCodeLibrary, "_unserialize", classmethod(broken))
+    else:
+        real = caching.CompileResultCacheImpl.rebuild
+
+        def broken(self, context, payload):
+            calls.append(payload)
+            if len(calls) == 2 and failing_now:
+                raise RuntimeError("a function Numba cannot rebuild")
+            return real(self, context, payload)
+
+        monkeypatch.setattr(caching.CompileResultCacheImpl, "rebuild", broken)
+    unraisable = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+
+    assert bundles.load([source], [source]) is None and len(calls) == 2
+    failing_now.clear()   # (LLVM and Numba as they are)
+    codegen = cpu_target.target_context.codegen()
+    assert "unserialize_library" not in vars(codegen) and not getattr(cache._DEFERRED, "on", False)
+    warned = _cache_warnings(caught)
+    assert len(warned) == 1 and "failed to load" in warned[0] and not bundles.path([source]).exists()
+    gc.collect()   # (the libraries the failed load made are gone)
+    module = cache.load_module(source)
+    assert np.array_equal(module.g(np.arange(3.0)), want) and sum(module.g.stats.cache_hits.values()) == 1
+    assert njit(lambda x: x * 3.0)(2.0) == 6.0   # (a compile: LLVM's engine finalizes whatever it holds)
+    gc.collect()
+    assert not unraisable, [str(u.exc_value) for u in unraisable]

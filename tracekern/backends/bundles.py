@@ -81,20 +81,25 @@ def load(sources: Sequence[str], compiled: Sequence[str]) -> list[ModuleType] | 
             wanted = [(getattr(modules[index], name), args, payload)
                       for index, name, args, payload in pickle.loads(saved["overloads"])]
             wanted = [w for w in wanted if w[1] not in w[0].overloads]
-            codegen = context.codegen()
-            with cache.deferred_finalize():   # (every library added to LLVM's engine, then finalized at once)
-                libraries = {id(payload[0]): codegen.unserialize_library(payload[0]) for _, _, payload in wanted}
-            codegen._engine.finalize_object()
+            codegen, libraries = context.codegen(), {}
+            try:
+                with cache.deferred_finalize():   # (every library added to LLVM's engine, then finalized at once)
+                    for _, _, payload in wanted:
+                        libraries[id(payload[0])] = codegen.unserialize_library(payload[0])
+            finally:   # (after a failure too, the libraries made alive: a module left unfinalized in the engine
+                # would be finalized by the next compile, after its library is gone, and Numba's object-cache
+                # hooks raise on it: "Exception ignored ... ReferenceError")
+                codegen._engine.finalize_object()
             codegen.unserialize_library = lambda libdata: libraries.pop(id(libdata))   # (for Numba's rebuild below)
             try:
                 rebuilt = [(function, args, function._cache._impl.rebuild(context, payload))
                            for function, args, payload in wanted]
             finally:
                 del codegen.unserialize_library
-            for function, args, compiled in rebuilt:
-                if not compiled.objectmode:   # (what Dispatcher.compile does with a cache hit)
-                    context.insert_user_function(compiled.entry_point, compiled.fndesc, [compiled.library])
-                function.add_overload(compiled)
+            for function, args, result in rebuilt:
+                if not result.objectmode:   # (what Dispatcher.compile does with a cache hit)
+                    context.insert_user_function(result.entry_point, result.fndesc, [result.library])
+                function.add_overload(result)
                 function._cache_hits[args] += 1   # (a hit of the disk cache, as Numba counts its own)
     except Exception as err:   # (garbled, or code LLVM or Numba refuses: the step loads through Numba's cache)
         cache._unlink(where)
