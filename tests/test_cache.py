@@ -1146,8 +1146,8 @@ def test_a_step_loads_its_machine_code_from_one_bundle(tmp_path):
     """backends/bundles.py: after a step's first call a process writes its bundle (steps/*.tkb, 0o600, sealed);
     a warm start reads every njit function of the step from it, Numba's cache files not at all (counted as
     cache hits, nothing compiled), with the same bits. A damaged bundle is deleted with one CacheWarning and
-    written again; one writable by others is not read (one CacheWarning); where Numba's cache lacks a
-    function's machine code the bundle is not used and that function is compiled again."""
+    written again; one writable by others is not read (one CacheWarning) and is replaced; where Numba's
+    cache lacks a function's machine code the bundle is not used and that function is compiled again."""
     def run():
         env = dict(os.environ, TRACEKERN_CACHE_DIR=str(tmp_path))
         env.pop("TRACEKERN_CACHE_SHARED", None)
@@ -1180,8 +1180,9 @@ def test_a_step_loads_its_machine_code_from_one_bundle(tmp_path):
     refused = run()
     assert refused["out"] == cold["out"] and refused["numba_loads"]
     assert len(refused["warnings"]) == 1 and "writable by" in refused["warnings"][0]
-    bundles[1].unlink()
-    run()
+    assert stat.S_IMODE(bundles[1].stat().st_mode) == 0o600                 # replaced, as Numba's files are
+    again = run()
+    assert again["numba_loads"] == [] and not again["warnings"]
 
     index = next((tmp_path / "__pycache__").glob("*.nbi"))                   # one function's Numba entry gone
     index.unlink()

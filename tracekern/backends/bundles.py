@@ -12,8 +12,9 @@ directory, and what makes machine code valid (Python, Numba, llvmlite, the CPU's
 features, tracekern's library format): other machine code is never read from it. It is sealed and
 checked like Numba's files here (cache.refused_file, its checksum); one that fails to load in any way
 is deleted, warned about once, and the step loads through Numba's cache as before (and writes the
-bundle again). It only adds overloads to the step's dispatchers: a call with argument types the
-bundle lacks (another layout) compiles or loads that overload through Numba as before."""
+bundle again); one refused (another user's, or writable by others) is not read, and is replaced. It
+only adds overloads to the step's dispatchers: a call with argument types the bundle lacks (another
+layout) compiles or loads that overload through Numba as before."""
 from __future__ import annotations
 
 import hashlib
@@ -112,7 +113,7 @@ def save(sources: Sequence[str]) -> None:
     """Write the bundle of a step whose modules are loaded in this process: the code objects of its
     modules and the cache entry of each overload its njit functions have (those Numba saved)."""
     where = path(sources)
-    if os.path.exists(where):
+    if os.path.exists(where) and not cache.refused_file(str(where)):   # (a refused one is replaced, as Numba's are)
         return
     overloads, codes = [], []
     try:
