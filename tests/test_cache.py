@@ -1210,7 +1210,8 @@ def test_a_bundle_holds_every_signature_and_is_used_only_where_numba_has_each_fu
     function called with two signatures gets both from the bundle (counted as cache hits, the same
     values; a new function compiled later links the bundled code); two threads loading it at once load
     each overload once; and where Numba's cache lacks one function's index (another of the module's
-    remains), the bundle is not used and that function compiles through Numba."""
+    remains), or where the module's file was found damaged (rewritten, its Numba entries deleted), the
+    bundle is not used and the functions compile through Numba."""
     from numba import njit
 
     path, caught = fresh
@@ -1254,6 +1255,14 @@ def test_a_bundle_holds_every_signature_and_is_used_only_where_numba_has_each_fu
     again = cache.load_module(source)
     assert not again.g.overloads and again.g(1.0) == want[0] and index.exists()   # (compiled and saved again)
     assert bundles.path([source]).exists() and not _cache_warnings(caught)
+
+    file = cache.module_path(source)   # (the module's file damaged: rewritten, its Numba entries deleted)
+    file.write_text(source.replace("1.5", "2.5"))
+    _imported_afresh(source)
+    assert bundles.load([source], [source]) is None
+    warned = _cache_warnings(caught)
+    assert len(warned) == 1 and str(file) in warned[0] and file.read_text() == source
+    assert cache.load_module(source).g(1.0) == want[0]
 
 
 @pytest.mark.parametrize("failing", ["unserialize", "rebuild"])
