@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 import tracekern as tk
-from tracekern.backends import cache
+from tracekern.backends import bundles, cache
 
 posix_only = pytest.mark.skipif(not hasattr(os, "geteuid"), reason="POSIX owners and modes")
 
@@ -1146,8 +1146,8 @@ def test_a_step_loads_its_machine_code_from_one_bundle(tmp_path):
     """backends/bundles.py: after a step's first call a process writes its bundle (steps/*.tkb, 0o600, sealed);
     a warm start reads every njit function of the step from it, Numba's cache files not at all (counted as
     cache hits, nothing compiled), with the same bits. A damaged bundle is deleted with one CacheWarning and
-    written again; one writable by others is not read (one CacheWarning); where Numba's cache lacks a
-    function's machine code the bundle is not used and that function is compiled again."""
+    written again; one writable by others is not read (one CacheWarning) and is replaced; where Numba's
+    cache lacks a function's machine code the bundle is not used and that function is compiled again."""
     def run():
         env = dict(os.environ, TRACEKERN_CACHE_DIR=str(tmp_path))
         env.pop("TRACEKERN_CACHE_SHARED", None)
@@ -1180,10 +1180,144 @@ def test_a_step_loads_its_machine_code_from_one_bundle(tmp_path):
     refused = run()
     assert refused["out"] == cold["out"] and refused["numba_loads"]
     assert len(refused["warnings"]) == 1 and "writable by" in refused["warnings"][0]
-    bundles[1].unlink()
-    run()
+    assert stat.S_IMODE(bundles[1].stat().st_mode) == 0o600                 # replaced, as Numba's files are
+    again = run()
+    assert again["numba_loads"] == [] and not again["warnings"]
 
-    index = next((tmp_path / "__pycache__").glob("*.nbi"))                   # one function's Numba entry gone
+    # one function's Numba entry gone: the njit driver's (its loops' entries remain, in the same module)
+    index = next((tmp_path / "__pycache__").glob("*.step-*.nbi"))
     index.unlink()
     partial = run()
-    assert partial["out"] == cold["out"] and partial["kernels"] + partial["drivers"] >= 1 and not partial["warnings"]
+    assert partial["out"] == cold["out"] and not partial["warnings"]
+    assert str(index) in partial["numba_loads"] and index.exists()          # (compiled and saved again)
+
+
+def _two_functions(tag: str) -> str:
+    """A generated-like module of two njit functions, g calling f (`tag`: a source of each test's own)."""
+    return (f"# {tag}\nfrom numba import njit\n\n\n@njit(cache=True)\ndef f(x):\n    return x + 1.5\n\n\n"
+            "@njit(cache=True)\ndef g(x):\n    return f(x) * 2.0\n")
+
+
+def _imported_afresh(source: str):
+    """The module of `source` as a new process first sees it: imported again, its dispatchers without overloads."""
+    digest = cache.source_digest(source)
+    cache._MODULES.pop(digest, None)
+    sys.modules.pop(cache.module_name(digest), None)
+
+
+def test_a_bundle_holds_every_signature_and_is_used_only_where_numba_has_each_function(fresh):
+    """backends/bundles.py in one process (a module imported afresh is what a new process sees): a
+    function called with two signatures gets both from the bundle (counted as cache hits, the same
+    values; a new function compiled later links the bundled code); two threads loading it at once load
+    each overload once; and where Numba's cache lacks one function's index (another of the module's
+    remains), or where the module's file was found damaged (rewritten, its Numba entries deleted), the
+    bundle is not used and the functions compile through Numba."""
+    from numba import njit
+
+    path, caught = fresh
+    source = _two_functions("signatures")
+    _imported_afresh(source)
+    first = cache.load_module(source)
+    want = [first.g(1.0), first.g(np.arange(3.0))]
+    signatures = {name: set(getattr(first, name).overloads) for name in "fg"}
+    assert all(len(s) == 2 for s in signatures.values())
+    bundles.save([source])
+    assert bundles.path([source]).exists()
+
+    _imported_afresh(source)
+    module = bundles.load([source], [source])[0]
+    assert module is not first and {name: set(getattr(module, name).overloads) for name in "fg"} == signatures
+    assert sum(module.g.stats.cache_hits.values()) == 2 and not module.g.stats.cache_misses
+    assert module.g(1.0) == want[0] and np.array_equal(module.g(np.arange(3.0)), want[1])
+    bundled_f = module.f
+    assert njit(lambda x: bundled_f(x) - 1.0)(2.0) == 2.5   # (a compile that links a bundled library)
+
+    _imported_afresh(source)
+    barrier, got = threading.Barrier(2), []
+
+    def load():
+        barrier.wait()
+        got.append(bundles.load([source], [source]))
+
+    threads = [threading.Thread(target=load) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(got) == 2 and got[0] is not None and got[0][0] is got[1][0]
+    assert sum(got[0][0].g.stats.cache_hits.values()) == 2 and len(got[0][0].g.overloads) == 2
+    assert got[0][0].g(1.0) == want[0]
+
+    index = next((path / "__pycache__").glob(f"tk_{cache.source_digest(source)}.g-*.nbi"))
+    index.unlink()   # (f's index remains: cache.on_disk(source) still says yes)
+    _imported_afresh(source)
+    assert cache.on_disk(source) and bundles.load([source], [source]) is None
+    again = cache.load_module(source)
+    assert not again.g.overloads and again.g(1.0) == want[0] and index.exists()   # (compiled and saved again)
+    assert bundles.path([source]).exists() and not _cache_warnings(caught)
+
+    file = cache.module_path(source)   # (the module's file damaged: rewritten, its Numba entries deleted)
+    file.write_text(source.replace("1.5", "2.5"))
+    _imported_afresh(source)
+    assert bundles.load([source], [source]) is None
+    warned = _cache_warnings(caught)
+    assert len(warned) == 1 and str(file) in warned[0] and file.read_text() == source
+    assert cache.load_module(source).g(1.0) == want[0]
+
+
+@pytest.mark.parametrize("failing", ["unserialize", "rebuild"])
+def test_a_bundle_that_fails_midway_leaves_numba_and_llvm_as_they_were(fresh, monkeypatch, failing):
+    """A bundle whose second function fails to load (LLVM's library, or Numba's rebuild of the function)
+    is deleted with one CacheWarning; the codegen has no override left, finalization is not deferred, no
+    module is left unfinalized in LLVM's engine (a later compile would trip over it: "Exception ignored
+    ... ReferenceError"), and the functions load through Numba's cache with the same values."""
+    import gc
+
+    from numba import njit
+    from numba.core import caching
+    from numba.core import codegen as numba_codegen
+    from numba.core.registry import cpu_target
+
+    path, caught = fresh
+    source = _two_functions(f"fails in {failing}")
+    _imported_afresh(source)
+    want = cache.load_module(source).g(np.arange(3.0))
+    bundles.save([source])
+    _imported_afresh(source)
+
+    calls, failing_now = [], [True]
+    if failing == "unserialize":
+        real = numba_codegen.CPUCodeLibrary._unserialize.__func__
+
+        def broken(cls, codegen, state):
+            calls.append(state)
+            if len(calls) == 2 and failing_now:
+                raise RuntimeError("a library LLVM refuses")
+            return real(cls, codegen, state)
+
+        monkeypatch.setattr(numba_codegen.CPUCodeLibrary, "_unserialize", classmethod(broken))
+    else:
+        real = caching.CompileResultCacheImpl.rebuild
+
+        def broken(self, context, payload):
+            calls.append(payload)
+            if len(calls) == 2 and failing_now:
+                raise RuntimeError("a function Numba cannot rebuild")
+            return real(self, context, payload)
+
+        monkeypatch.setattr(caching.CompileResultCacheImpl, "rebuild", broken)
+    unraisable = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+
+    assert bundles.load([source], [source]) is None and len(calls) == 2
+    failing_now.clear()   # (LLVM and Numba as they are)
+    codegen = cpu_target.target_context.codegen()
+    assert "unserialize_library" not in vars(codegen) and not getattr(cache._DEFERRED, "on", False)
+    warned = _cache_warnings(caught)
+    assert len(warned) == 1 and "failed to load" in warned[0] and not bundles.path([source]).exists()
+    gc.collect()   # (the libraries the failed load made are gone)
+    module = cache.load_module(source)
+    assert np.array_equal(module.g(np.arange(3.0)), want) and sum(module.g.stats.cache_hits.values()) == 1
+    assert njit(lambda x: x * 3.0)(2.0) == 6.0   # (a compile: LLVM's engine finalizes whatever it holds)
+    gc.collect()
+    assert not unraisable, [str(u.exc_value) for u in unraisable]

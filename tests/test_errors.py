@@ -215,3 +215,42 @@ def test_errors_in_vjp_rules_are_attributed_to_the_forward_line():
     g = tk.make_ir(lambda x: np.sin(x).sum(), mode="grad")(np.ones(3))
     cos_eqns = [e for e in g.eqns if e.primitive.name == "cos"]
     assert cos_eqns and cos_eqns[0].source.startswith(THIS_FILE)
+
+
+def test_the_verdict_on_a_frame_is_kept_by_its_own_code_object_and_read_the_marker_each_time():
+    """errors._is_internal keeps a verdict per code object: code objects of the same text compare equal
+    across files (the one under tracekern's directory is internal, the user's is not), a module that sets
+    USER_CODE_MARKER after its first frames ran is the user's from then on, and no module's globals are
+    kept alive by the memo."""
+    import gc
+    import os
+    import weakref
+
+    from tracekern import errors
+
+    text = "import sys\n\ndef here():\n    return sys._getframe()\n"
+    ours, users = os.path.join(errors._PKG_DIR, "_not_a_module.py"), os.path.abspath("not_the_library.py")
+    names: dict = {}
+    exec(compile(text, ours, "exec"), names)
+    inside = names["here"]
+    exec(compile(text, users, "exec"), names)
+    outside = names["here"]
+    assert inside.__code__ == outside.__code__ and inside.__code__ is not outside.__code__
+    for _ in range(2):   # (the second time from the memo)
+        assert errors._is_internal(inside()) is True
+        assert errors._is_internal(outside()) is False
+    names[errors.USER_CODE_MARKER] = True                  # (marked later: the user's own lines)
+    assert errors._is_internal(inside()) is False
+    del names[errors.USER_CODE_MARKER]
+    assert errors._is_internal(inside()) is True
+
+    class Held:
+        pass
+
+    module: dict = {"held": Held()}
+    exec(compile(text, users.replace(".py", "_2.py"), "exec"), module)
+    assert errors._is_internal(module["here"]()) is False
+    alive = weakref.ref(module["held"])
+    del module
+    gc.collect()
+    assert alive() is None

@@ -73,19 +73,22 @@ def _library(frame) -> str | None:
 
 
 def _is_internal(frame) -> bool:
-    code, names = frame.f_code, frame.f_globals
+    names = frame.f_globals
+    if names.get(USER_CODE_MARKER):   # (asked every time: a module may set it after its first frames ran)
+        return False
+    code, module = frame.f_code, names.get("__name__")
     known = _BY_CODE.get(code)
-    if known is not None and known[0] is names:
-        return known[1]
+    # (the very code object: code objects of the same text compare equal across files; and the module
+    # name _library read)
+    if known is not None and known[0] is code and known[1] is module:
+        return known[2]
     filename = code.co_filename
     if filename.startswith("<frozen"):
         return True
-    if names.get(USER_CODE_MARKER):
-        return False
-    if _library(frame):
-        return True
     internal = _INTERNAL_FILES.get(filename)
-    if internal is None:
+    if _library(frame):
+        internal = True
+    elif internal is None:
         path = os.path.abspath(filename)
         internal = path.startswith(_PKG_DIR) or path.startswith(os.path.join(_NUMPY_DIR, "numpy"))
         if not os.path.isabs(filename):   # (a relative name depends on the working directory: not kept)
@@ -93,15 +96,16 @@ def _is_internal(frame) -> bool:
         _INTERNAL_FILES[filename] = internal
     if len(_BY_CODE) >= 8192:
         _BY_CODE.clear()
-    _BY_CODE[code] = (names, internal)
+    _BY_CODE[code] = (code, module, internal)
     return internal
 
 
 # absolute file name -> whether it is tracekern's or NumPy's: every traced operation walks the stack
 # to the user's line, and abspath per frame was a third of the tracing time (a warm start traces)
 _INTERNAL_FILES: dict[str, bool] = {}
-# code object -> (the globals it ran with, _is_internal's answer): seven frames an operation, the
-# largest part of a warm start's trace for its plan key after the above
+# code object -> (that very code object, its module's __name__, _is_internal's answer): seven frames an
+# operation, the largest part of a warm start's trace for its plan key after the above. The user-code
+# marker is read every time, and no module's globals are kept alive here
 _BY_CODE: dict = {}
 
 

@@ -335,17 +335,19 @@ def module_path(source: str) -> Path:
 _JITTED = re.compile(r"^(@(?:njit|jit)\b.*\n(?:@.*\n)*)def (\w+)\(", re.M)
 
 
-_INDEX_NAMES: dict[str, tuple[str, ...]] = {}   # source digest -> _index_names (small: no source is kept alive)
+_INDEX_NAMES: dict[str, dict[str, str]] = {}   # source digest -> _index_names (small: no source is kept alive)
 
 
-def _index_names(source: str) -> tuple[str, ...]:
-    """The file names of Numba's cache indexes (.nbi) of the njit functions of a generated module."""
+def _index_names(source: str) -> dict[str, str]:
+    """The file names of Numba's cache indexes (.nbi) of the njit functions of a generated module, by
+    function name."""
     digest = source_digest(source)
     names = _INDEX_NAMES.get(digest)
     if names is None:
         tag = f"py{sys.version_info[0]}{sys.version_info[1]}{getattr(sys, 'abiflags', '')}"
-        names = _INDEX_NAMES[digest] = tuple(f"tk_{digest}.{m.group(2)}-{source.count(chr(10), 0, m.start()) + 1}.{tag}.nbi"
-                                             for m in _JITTED.finditer(source))
+        names = _INDEX_NAMES[digest] = {
+            m.group(2): f"tk_{digest}.{m.group(2)}-{source.count(chr(10), 0, m.start()) + 1}.{tag}.nbi"
+            for m in _JITTED.finditer(source)}
     return names
 
 
@@ -354,7 +356,14 @@ def on_disk(source: str) -> bool:
     (an index of one of its njit functions). A stat a function: listing the directory instead cost time in
     proportion to everything the cache holds (0.2-0.7 s a warm start with 200,000 files)."""
     where = cache_dir() / "__pycache__"
-    return any(os.path.exists(where / name) for name in _index_names(source))
+    return any(os.path.exists(where / name) for name in _index_names(source).values())
+
+
+def functions_on_disk(source: str, functions) -> bool:
+    """Whether Numba has an index (machine code) for each of these njit functions (names) of the
+    generated module of this source: one stat a function (on_disk asks for any one of them)."""
+    where, names = cache_dir() / "__pycache__", _index_names(source)
+    return all(name in names and os.path.exists(where / names[name]) for name in functions)
 
 
 def module_name(digest: str) -> str:
