@@ -8,7 +8,7 @@ import math
 import numpy as np
 
 from ..ir import is_complex, is_float, is_inexact
-from ._core import P, Tracer, _array, _axes, _axis, _cast, _dtype, _inexact, _iota, _reject, _shape, bind, with_location
+from ._core import P, Tracer, _array, _axes, _axis, _cast, _dtype, _inexact, _iota, _reject, _result_dtype, _shape, bind, with_location
 from .shapes import broadcast_to, concatenate, diagonal, expand_dims, ravel, reshape, squeeze, transpose
 from .ufuncs import (
     _make_complex,
@@ -362,6 +362,7 @@ def average(a, axis=None, weights=None, returned=False, *, keepdims=False):
         count = np.asarray(_count(a, axis), _dtype(avg))
         return (avg, multiply(count, np.ones(_shape(avg), _dtype(avg)))) if returned else avg
     w = _array(weights, "average")
+    w = _cast(w, _result_dtype("average", a, w))   # (NumPy's: the weights and their sum in the result's dtype)
     if _shape(w) != _shape(a):
         if axis is None or len(_shape(w)) != 1:
             raise ValueError(with_location(f"average: weights of shape {_shape(w)} differ from the array's {_shape(a)}; "
