@@ -489,7 +489,11 @@ def test_the_tables_cuda_kernels_compile_to_ptx():
     lambda x: np.partition(x, 5),                # kth out of bounds (it was ignored: a full sort)
     lambda x: np.argpartition(x, (1, -6)),
     lambda x: np.partition(x, 2.0),              # kth not an integer
-], ids=["digitize_unordered_bins", "partition_kth_out_of_bounds", "argpartition_negative_kth", "partition_float_kth"])
+    lambda x: np.ediff1d(x > 1),                 # NumPy cannot subtract bools (it gave their !=)
+    lambda x: np.ediff1d(x.astype(np.int64), to_begin=2.5),   # not same_kind (it was cast to 2)
+    lambda x: np.max(x.astype(np.int32), initial=-np.inf),    # inf into int32 (it gave a float64 result)
+], ids=["digitize_unordered_bins", "partition_kth_out_of_bounds", "argpartition_negative_kth", "partition_float_kth",
+        "ediff1d_of_bools", "ediff1d_to_begin_not_same_kind", "max_initial_inf_of_ints"])
 def test_calls_numpy_rejects_raise_its_error(fn):
     """A call NumPy rejects raises its error class while tracing (it was silently accepted), naming the user's line."""
     x = np.linspace(0.0, 4.0, 5)
