@@ -172,6 +172,10 @@ INT_F = ("int64", "int32")
 
 ELEMENTWISE = _rows("elementwise", [
     C("add", "np.add x+y", lambda x, y: (np.add(x, y), x + y), F("any", 3, 4), F("any", 4)),
+    C("list_operands", "np.add np.maximum np.where np.clip np.logical_and",
+      lambda x: (x + [1.0, 2.0, -1.0, 0.5], np.maximum(x, [0, 1, 0, 1]), np.where(x > 0, x, [9.0, 8.0, 7.0, 6.0]),
+                 np.clip(x, [-1, 0, -1, 0], (1, 1, 2, 2)), np.logical_and(x > 0, [True, False, True, True])),
+      F("any", 3, 4), note="a list or tuple operand is an array, as NumPy reads it"),
     C("subtract", "np.subtract x-y", lambda x, y: (np.subtract(x, y), x - y), F("any", 3, 4), F("any", 3, 1)),
     C("multiply", "np.multiply x*y", lambda x, y: (np.multiply(x, y), x * y), F("any", 3, 4), F("any", 4)),
     C("divide", "np.divide np.true_divide x/y", lambda x, y: (np.divide(x, y), np.true_divide(x, y), x / y),
