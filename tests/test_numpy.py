@@ -275,6 +275,34 @@ def test_linalg_factorizations_are_numpys_own_results():
                 np.testing.assert_allclose(g, w, rtol=tol, atol=tol, err_msg=f"{backend} {dtype.__name__} leaf {k}")
 
 
+def test_integer_dtype_statistics_are_numpys():
+    """np.mean/var(dtype=<an integer dtype>) truncate as NumPy does (they were float64); np.std of one is an integer
+    when its result is 0-d and raises otherwise (NumPy's sqrt cannot cast back); nanmean/nanvar of integer arrays are
+    np.mean/np.var, dtype= included (nanvar(ddof >= n) was NaN, NumPy's var: inf); a float array's nanmean with an
+    integer dtype raises as NumPy's. Not table rows: their float64 division is right in an integer kernel, which
+    tests/ptx_corpus.py would flag."""
+    def f(a):
+        return {"mean": np.mean(a, axis=1, dtype=np.int32), "fmean": np.mean(a * 1.5, dtype=np.int64),
+                "var": np.var(a, axis=0, dtype=np.int64), "std": np.std(a * 0.7, dtype=np.int32),
+                "nanmean": np.nanmean(a, axis=0, dtype=np.int64), "nanvar": np.nanvar(a, axis=1, dtype=np.float64, ddof=5)}
+
+    a = np.array([[3, -7, 2, 8], [1, 1, -4, 6], [-9, 5, 0, 2]], np.int32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        want = f(a)
+        for backend in ("interpret", "cpu"):
+            got = tk.jit(f, backend=backend)(a)
+            assert sorted(got) == sorted(want)
+            for k in want:
+                assert got[k].dtype == want[k].dtype and got[k].shape == want[k].shape, (backend, k, got[k].dtype)
+                np.testing.assert_array_equal(got[k], want[k], err_msg=f"{backend} {k}")
+    for fn in (lambda a: np.std(a, axis=0, dtype=np.int64), lambda a: np.nanmean(a * 1.0, dtype=np.int64)):
+        with pytest.raises(TypeError):
+            fn(a)   # (NumPy's own)
+        with pytest.raises(TypeError, match="test_numpy.py"):
+            tk.jit(fn, backend="interpret")(a)
+
+
 def test_inplace_operators_keep_the_arrays_dtype_and_shape():
     """x op= y writes into x in NumPy: a float32 x += a float64 array stays float32, an int32 x *= an int64 stays
     int32 (they became float64 and int64, silently); where NumPy cannot write the result into x (int32 x /= 2, or a
@@ -475,9 +503,13 @@ def test_the_tables_cuda_kernels_compile_to_ptx():
     lambda x: np.einsum("i,i", x, x, dtype=np.float32),   # float64 to float32 is not a 'safe' cast
     lambda x: np.einsum("i,i", x, x.astype(np.float32), casting="no"),
     lambda x: np.einsum("ii->i", x[None]),        # a repeated label over axes of sizes 1 and 5
+    lambda x: np.ediff1d(x > 1),                 # NumPy cannot subtract bools (it gave their !=)
+    lambda x: np.ediff1d(x.astype(np.int64), to_begin=2.5),   # not same_kind (it was cast to 2)
+    lambda x: np.max(x.astype(np.int32), initial=-np.inf),    # inf into int32 (it gave a float64 result)
 ], ids=["digitize_unordered_bins", "partition_kth_out_of_bounds", "argpartition_negative_kth", "partition_float_kth",
         "einsum_ellipsis_not_in_output", "einsum_unsafe_dtype", "einsum_casting_no",
-        "einsum_repeated_label_of_two_sizes"])
+        "einsum_repeated_label_of_two_sizes", "ediff1d_of_bools", "ediff1d_to_begin_not_same_kind",
+        "max_initial_inf_of_ints"])
 def test_calls_numpy_rejects_raise_its_error(fn):
     """A call NumPy rejects raises its error class while tracing (it was silently accepted), naming the user's line."""
     x = np.linspace(0.0, 4.0, 5)

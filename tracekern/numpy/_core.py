@@ -148,9 +148,9 @@ def _result_dtype(fname: str, *xs) -> np.dtype:
 
 
 def _promote(fname: str, *xs):
-    """Cast operands to their common NumPy result dtype (Python scalars are weak, as in NumPy 2)."""
-    for x in xs:
-        _check_operand(x, fname)
+    """Cast operands to their common NumPy result dtype (Python scalars are weak, as in NumPy 2; a list or tuple
+    is an array, as NumPy reads it)."""
+    xs = [_array(x, fname) for x in xs]
     dtype = _result_dtype(fname, *xs)
     return [_cast(x, dtype) for x in xs]
 

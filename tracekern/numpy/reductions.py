@@ -8,7 +8,7 @@ import math
 import numpy as np
 
 from ..ir import is_complex, is_float, is_inexact
-from ._core import P, _array, _axes, _axis, _cast, _dtype, _inexact, _iota, _reject, _shape, bind, with_location
+from ._core import P, Tracer, _array, _axes, _axis, _cast, _dtype, _inexact, _iota, _reject, _result_dtype, _shape, bind, with_location
 from .shapes import broadcast_to, concatenate, diagonal, expand_dims, ravel, reshape, squeeze, transpose
 from .ufuncs import (
     _make_complex,
@@ -62,7 +62,19 @@ def _sum_or_prod(prim, name, identity, combine, a, axis, dtype, out, keepdims, i
     if where is not None:
         a = _select(where, a, identity)
     y = _reduce(prim, name, a, axis, keepdims, promote_int=dtype is None)   # (dtype= is the accumulator's, as NumPy's)
-    return y if initial is None else combine(y, initial)
+    return y if initial is None else combine(y, _initial(initial, _dtype(y), name))
+
+
+def _initial(initial, dtype, fname):
+    """initial= in the reduction's dtype, as NumPy casts it (sum(int32, initial=2.5) adds 2 in int64; max(bool,
+    initial=2) is bool): a Python int out of the dtype's bounds, or an infinity or NaN for an integer, raises."""
+    if isinstance(initial, Tracer):
+        return _cast(initial, dtype)
+    try:
+        with np.errstate(invalid="raise"):
+            return np.array(initial, dtype=dtype)
+    except (OverflowError, ValueError, FloatingPointError) as e:
+        raise type(e)(with_location(f"{fname}: initial={initial!r} does not fit the reduction's dtype {dtype} ({e})")) from None
 
 
 def sum(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=None):  # noqa: A001
@@ -79,13 +91,15 @@ def _select(mask, a, fill):
 
 def _extremum(prim, combine, fname, a, axis, keepdims, initial, where):
     a = _array(a, fname)
+    if initial is not None:
+        initial = _initial(initial, _dtype(a), fname)
     if where is not None:
         if initial is None:
             raise ValueError(with_location(f"{fname}: where= needs initial= (the value of an empty selection)"))
         a = _select(where, a, initial)
     if initial is not None and _count(a, axis) == 0:   # (an empty slice is initial, as NumPy's: no identity needed)
         shape, axes = _shape(a), _axes(axis, len(_shape(a)), fname)
-        a = broadcast_to(np.asarray(initial).astype(_dtype(a)), tuple(1 if i in axes else s for i, s in enumerate(shape)))
+        a = broadcast_to(initial, tuple(1 if i in axes else s for i, s in enumerate(shape)))
     y = _reduce(prim, fname, a, axis, keepdims, promote_int=False)
     return y if initial is None else combine(y, initial)
 
@@ -112,8 +126,14 @@ def mean(a, axis=None, dtype=None, out=None, keepdims=False, *, where=None):
         a = _cast(a, np.float64)
     if where is not None:
         ones = np.ones(_shape(a), _dtype(a))
-        return divide(sum(a, axis, keepdims=keepdims, where=where), sum(ones, axis, keepdims=keepdims, where=where))
-    return divide(_reduce(P.reduce_sum, "mean", a, axis, keepdims, promote_int=False), _count(a, axis))
+        m = divide(sum(a, axis, keepdims=keepdims, where=where), sum(ones, axis, keepdims=keepdims, where=where))
+    else:
+        m = divide(_reduce(P.reduce_sum, "mean", a, axis, keepdims, promote_int=False), _count(a, axis))
+    return _cast(m, dtype) if _integer(dtype) else m   # (NumPy divides the integer sum, then truncates to dtype)
+
+
+def _integer(dtype) -> bool:
+    return dtype is not None and np.dtype(dtype).kind in "iu"
 
 
 def _dof(n, ddof, correction):
@@ -150,12 +170,25 @@ def var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=Non
     """Two reductions: the mean, then the sum of squared deviations over max(n - ddof, 0), as NumPy (inf, or NaN,
     when ddof >= n). The deviations are taken after shifting each slice by its first value (_shifted)."""
     _reject("var", out=out, where=where, mean=mean)
+    if _integer(dtype):
+        return _integer_var(_array(a, "var"), axis, dtype, ddof if correction is None else correction, keepdims)
+    if dtype is not None and is_complex(np.dtype(dtype)):   # (NumPy's sum of |d|^2 in dtype= is complex)
+        return astype(var(astype(a, dtype), axis, None, None, ddof, keepdims, correction=correction), dtype)
     a = _inexact(_array(a, "var"), "var") if dtype is None else astype(a, dtype)
     a = _shifted(a, axis, _first(a, axis))
     m = globals()["mean"](a, axis, keepdims=True)
     d = subtract(a, m)
     dof = _dof(_count(a, axis), ddof, correction)
     return divide(sum(_abs2(d), axis, keepdims=keepdims), dof if dof > 0 else 0)
+
+
+def _integer_var(a, axis, dtype, ddof, keepdims):
+    """var(a, dtype=<an integer dtype>) as NumPy computes it: the mean truncated to dtype, the deviations of a from
+    it squared in their own dtype, summed in dtype, divided and truncated again."""
+    m = mean(a, axis, dtype=dtype, keepdims=True)
+    d = subtract(a, m)
+    dof = _dof(_count(a, axis), ddof, None)
+    return _cast(divide(sum(_abs2(d), axis, dtype=dtype, keepdims=keepdims), dof if dof > 0 else 0), dtype)
 
 
 def _abs2(d):
@@ -167,8 +200,14 @@ def _abs2(d):
 
 
 def std(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=None, mean=None, correction=None):
-    """sqrt(var), with the gradient 0 where var is 0 (_sqrt_or_zero)."""
-    return _sqrt_or_zero(var(a, axis, dtype, out, ddof, keepdims, where=where, mean=mean, correction=correction))
+    """sqrt(var), with the gradient 0 where var is 0 (_sqrt_or_zero); in dtype= when that is an integer dtype."""
+    v = var(a, axis, dtype, out, ddof, keepdims, where=where, mean=mean, correction=correction)
+    if _integer(dtype):   # (NumPy truncates a 0-d result's sqrt to dtype; its sqrt of an array cannot cast back)
+        if _shape(v) != ():
+            raise TypeError(with_location(f"std: dtype={np.dtype(dtype)} with a result of shape {_shape(v)}: NumPy "
+                                          "raises (its sqrt cannot cast float64 to an integer dtype); give a float dtype"))
+        return _cast(sqrt(v), dtype)
+    return _sqrt_or_zero(v)
 
 
 def ptp(a, axis=None, out=None, keepdims=False):
@@ -276,7 +315,11 @@ def _valid(a, axis, keepdims):
 
 def nanmean(a, axis=None, dtype=None, out=None, keepdims=False, *, where=None):
     _reject("nanmean", out=out, where=where)
-    a = _inexact(_array(a, "nanmean"), "nanmean") if dtype is None else astype(a, dtype)
+    a = _array(a, "nanmean")
+    if not is_inexact(_dtype(a)):   # (no NaN in it: NumPy's np.mean, dtype= included)
+        return mean(a, axis, dtype, keepdims=keepdims)
+    _inexact_dtype(dtype, "nanmean")
+    a = a if dtype is None else astype(a, dtype)
     return divide(nansum(a, axis, keepdims=keepdims), _cast(_valid(a, axis, keepdims), _dtype(a)))
 
 
@@ -285,9 +328,12 @@ def nanvar(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=
     has no NaN, and NumPy's np.var rules apply to it). Each slice is shifted by its largest value first."""
     _reject("nanvar", out=out, where=where, mean=mean)
     a = _array(a, "nanvar")
-    if dtype is None and not is_float(_dtype(a)):
-        return var(a, axis, ddof=ddof, keepdims=keepdims, correction=correction)
-    a = _inexact(a, "nanvar") if dtype is None else astype(a, dtype)
+    if not is_inexact(_dtype(a)):   # (no NaN in it: NumPy's np.var, dtype= included)
+        return var(a, axis, dtype, ddof=ddof, keepdims=keepdims, correction=correction)
+    _inexact_dtype(dtype, "nanvar")
+    if dtype is not None and is_complex(np.dtype(dtype)):   # (NumPy's sum of |d|^2 in dtype= is complex)
+        return astype(nanvar(astype(a, dtype), axis, None, None, ddof, keepdims, correction=correction), dtype)
+    a = a if dtype is None else astype(a, dtype)
     if not is_complex(_dtype(a)):   # (complex numbers have no order to take a largest value by)
         a = _shifted(a, axis, max(_where(isnan(a), -np.inf, a), axis, keepdims=True))
     m = nanmean(a, axis, keepdims=True)
@@ -297,7 +343,15 @@ def nanvar(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=
     return divide(sum(sq, axis, keepdims=keepdims), _where(greater(dof, 0), dof, np.nan))
 
 
+def _inexact_dtype(dtype, fname):
+    if dtype is not None and not is_inexact(np.dtype(dtype)):
+        raise TypeError(with_location(f"{fname}: dtype={np.dtype(dtype)} for an array that may hold NaN: NumPy raises "
+                                      "(If a is inexact, then dtype must be inexact); give a float dtype"))
+
+
 def nanstd(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=None, mean=None, correction=None):
+    if _integer(dtype) and not is_inexact(_dtype(a)):
+        return std(a, axis, dtype, out, ddof, keepdims, where=where, mean=mean, correction=correction)
     return _sqrt_or_zero(nanvar(a, axis, dtype, out, ddof, keepdims, where=where, mean=mean, correction=correction))
 
 
@@ -308,6 +362,7 @@ def average(a, axis=None, weights=None, returned=False, *, keepdims=False):
         count = np.asarray(_count(a, axis), _dtype(avg))
         return (avg, multiply(count, np.ones(_shape(avg), _dtype(avg)))) if returned else avg
     w = _array(weights, "average")
+    w = _cast(w, _result_dtype("average", a, w))   # (NumPy's: the weights and their sum in the result's dtype)
     if _shape(w) != _shape(a):
         if axis is None or len(_shape(w)) != 1:
             raise ValueError(with_location(f"average: weights of shape {_shape(w)} differ from the array's {_shape(a)}; "

@@ -140,9 +140,22 @@ def diff(a, n=1, axis=-1, prepend=np._NoValue, append=np._NoValue):
 
 
 def ediff1d(ary, to_end=None, to_begin=None):
-    y = diff(ravel(_array(ary, "ediff1d")))
-    pieces = [ravel(_cast(_array(v, "ediff1d"), _dtype(y))) for v in (to_begin,) if v is not None] + [y] + \
-             [ravel(_cast(_array(v, "ediff1d"), _dtype(y))) for v in (to_end,) if v is not None]
+    """NumPy's: the differences of the flattened array (of bools: NumPy's subtract raises), to_begin and to_end cast to
+    its dtype where the same_kind rule allows (a float into an integer array raises, as NumPy's)."""
+    ary = _array(ary, "ediff1d")
+    if _dtype(ary) == np.bool_:
+        raise TypeError(with_location("ediff1d: NumPy cannot subtract booleans (np.ediff1d of a bool array raises); "
+                                      "use np.diff, whose bool differences are x[1:] != x[:-1], or cast to int first"))
+    y = diff(ravel(ary))
+
+    def piece(v, name):
+        v = _array(v, "ediff1d")
+        if not np.can_cast(_dtype(v), _dtype(y), casting="same_kind"):
+            raise TypeError(with_location(f"ediff1d: dtype of `{name}` ({_dtype(v)}) must be compatible with input `ary` "
+                                          f"({_dtype(y)}) under the `same_kind` rule, as NumPy's"))
+        return ravel(_cast(v, _dtype(y)))
+    pieces = ([piece(to_begin, "to_begin")] if to_begin is not None else []) + [y] + \
+             ([piece(to_end, "to_end")] if to_end is not None else [])
     return concatenate(pieces) if len(pieces) > 1 else y
 
 

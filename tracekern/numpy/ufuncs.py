@@ -14,15 +14,14 @@ from ..errors import user_stacklevel
 from ..ir import complex_dtype, is_complex, is_float, is_inexact
 from ..primitives.core import REGISTRY
 from ..primitives.elementwise import Elementwise
-from ._core import P, Tracer, _cast, _check_dtype, _check_operand, _dtype, _promote, _reject, _shape, _token, bind, with_location
+from ._core import P, Tracer, _array, _cast, _check_dtype, _check_operand, _dtype, _promote, _reject, _shape, _token, bind, with_location
 
 
 def _ufunc_op(ufunc, prim, fname: str) -> Callable:
     def op(*args):
         if len(args) != ufunc.nin:
             raise TypeError(f"{fname} takes {ufunc.nin} operands, got {len(args)}")
-        for a in args:
-            _check_operand(a, fname)
+        args = tuple(_array(a, fname) for a in args)   # (a list or tuple operand is an array, as in NumPy)
         tokens = tuple(_token(a) for a in args)
         if all(isinstance(t, type) for t in tokens):   # Python scalars only (weak ones traced): their own dtypes
             tokens = tuple(_dtype(a) for a in args)
@@ -84,8 +83,7 @@ fix = trunc
 
 def _logical(prim, fname):
     def op(*args):
-        for a in args:
-            _check_operand(a, fname)
+        args = tuple(_array(a, fname) for a in args)
         return bind(prim, *[_cast(a, np.bool_) for a in args])
 
     op.__name__ = fname
@@ -377,7 +375,7 @@ def where(condition, x=None, y=None):
         raise NotImplementedError(with_location(
             "np.where(condition) with one argument returns data-dependent indices and cannot be "
             "traced; use np.where(condition, x, y)"))
-    _check_operand(condition, "where")
+    condition = _array(condition, "where")
     c = condition if _dtype(condition) == np.bool_ else not_equal(condition, 0)
     a, b = _promote("where", x, y)
     return bind(P.select, c, a, b)
