@@ -160,6 +160,11 @@ EXTRAS: dict[str, Case] = {
     "literal_powers": Case({"x**0": lambda x: x ** 0.0, "x**1": lambda x: x ** 1.0, "x**2": lambda x: x ** 2.0,
                             "x**3": lambda x: x ** 3, "np.power(x, 0)": lambda x: np.power(x, 0)},
                            1, ANY + [P(0.0), P(-0.0)], uses=("pow",)),
+    "even_powers_of_abs": Case({"|x|**2": lambda x: np.abs(x) ** 2, "square(|x|)": lambda x: np.square(np.abs(x)),
+                                "|x|*|x|": lambda x: np.abs(x) * np.abs(x), "|x|**4": lambda x: np.abs(x) ** 4},
+                               1, ANY + [P(0.0), P(-0.0)],
+                               "smooth at 0 (x**2, x**4) though abs is not: 2 and 0 there (passes.even_powers_of_abs)",
+                               ("abs", "pow", "mul")),
     "single_element_reductions": Case(
         {"sum": _single(np.sum), "mean": _single(np.mean), "var": _single(np.var), "std": _single(np.std),
          "prod": _single(np.prod), "max": _single(np.max), "min": _single(np.min), "logsumexp": _single(_logsumexp),

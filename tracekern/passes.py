@@ -95,8 +95,48 @@ def fold_constants(graph: Graph) -> Graph:
     return Graph(graph.inputs, tuple(eqns), graph.outputs, graph.input_notes)
 
 
+def even_powers_of_abs(graph: Graph) -> Graph:
+    """|x| * |x| and |x| ** k for a constant even integer k, of a real x, as x * x and x ** k: the same
+    bits (a product's sign, pow of an even power), and the same first derivative, but a second
+    derivative that is right at x = 0, where |x|'s derivative is 0 by convention (np.abs(x) ** 2's
+    Hessian at 0 was 0; it is 2)."""
+    made: dict[Var, Eqn] = {}
+    eqns: list[Eqn] = []
+    changed = False
+    for e in graph.eqns:
+        name = e.primitive.name
+        if name in ("mul", "pow") and len(e.inputs) == 2:
+            base = made.get(e.inputs[0])
+            if base is not None and base.primitive.name == "abs" and base.inputs[0].dtype == e.outputs[0].dtype \
+                    and base.inputs[0].dtype.kind in "fiu":
+                x = base.inputs[0]
+                other = made.get(e.inputs[1])
+                if name == "mul" and (e.inputs[1] is e.inputs[0] or (
+                        other is not None and other.primitive.name == "abs" and other.inputs[0] is x)):
+                    e, changed = Eqn(e.primitive, (x, x), e.outputs, e.params, e.source), True
+                elif name == "pow" and _even_integer(made.get(e.inputs[1])) and x.shape == e.inputs[0].shape:
+                    e, changed = Eqn(e.primitive, (x, e.inputs[1]), e.outputs, e.params, e.source), True
+        for v in e.outputs:
+            made[v] = e
+        eqns.append(e)
+    if not changed:
+        return graph
+    return Graph(graph.inputs, tuple(eqns), graph.outputs, graph.input_notes)
+
+
+def _even_integer(e: Eqn | None) -> bool:
+    """Whether an equation is a constant whose every value is the same even integer."""
+    if e is None or e.primitive is not const:
+        return False
+    value = np.asarray(e.params["value"])
+    if value.size == 0 or value.dtype.kind not in "fiu":
+        return False
+    first = value.flat[0]
+    return bool(np.all(value == first)) and np.isfinite(first) and float(first) % 2 == 0
+
+
 def simplify(graph: Graph) -> Graph:
-    return dce(cse(fold_constants(graph)))
+    return dce(cse(even_powers_of_abs(fold_constants(graph))))
 
 
 def inline_calls(graph: Graph) -> Graph:
