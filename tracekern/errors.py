@@ -77,7 +77,7 @@ def _is_internal(frame) -> bool:
     if names.get(USER_CODE_MARKER):   # (asked every time: a module may set it after its first frames ran)
         return False
     code, module = frame.f_code, names.get("__name__")
-    known = _BY_CODE.get(code)
+    known = _BY_CODE.get(id(code))   # (by id: a code object's hash walks its bytecode and constants each time)
     # (the very code object: code objects of the same text compare equal across files; and the module
     # name _library read)
     if known is not None and known[0] is code and known[1] is module:
@@ -96,14 +96,14 @@ def _is_internal(frame) -> bool:
         _INTERNAL_FILES[filename] = internal
     if len(_BY_CODE) >= 8192:
         _BY_CODE.clear()
-    _BY_CODE[code] = (code, module, internal)
+    _BY_CODE[id(code)] = (code, module, internal)
     return internal
 
 
 # absolute file name -> whether it is tracekern's or NumPy's: every traced operation walks the stack
 # to the user's line, and abspath per frame was a third of the tracing time (a warm start traces)
 _INTERNAL_FILES: dict[str, bool] = {}
-# code object -> (that very code object, its module's __name__, _is_internal's answer): seven frames an
+# id of a code object -> (that very code object, its module's __name__, _is_internal's answer): seven frames an
 # operation, the largest part of a warm start's trace for its plan key after the above. The user-code
 # marker is read every time, and no module's globals are kept alive here
 _BY_CODE: dict = {}

@@ -309,6 +309,16 @@ def bind(prim, *args, **params):
     return builder.bind(prim, *args, **params)
 
 
+def _assigned_error(aval, location: str | None) -> TracerBoolError:
+    err = TracerBoolError(with_location(
+        f"a traced value ({aval}) was assigned into a NumPy array (z[i] = value): an array made with "
+        "NumPy inside a traced function (np.zeros, np.ones, np.empty...) is a constant and cannot hold "
+        "traced values. Write z = tk.at(z)[i].set(value), which returns the updated array (or build the "
+        "array with np.stack([...]))", location))
+    err.assigned = True
+    return err
+
+
 def inline_graph(graph: Graph, args: Sequence[Any]) -> list[Any]:
     """Emit `graph`'s equations on `args` into the trace that is running (or evaluate them)."""
     builder = current_builder()
@@ -331,7 +341,18 @@ def trace_to_graph(fn: Callable, avals: Sequence[Aval], weak: Sequence[bool] | N
     weak = weak or [False] * len(avals)
     with new_builder() as b:
         tracers = [b.new_input(a, w) for a, w in zip(avals, weak)]
-        out = fn(*tracers)
+        try:
+            out = fn(*tracers)
+        except ValueError as err:
+            # (NumPy's z[i] = traced asks float(traced), and replaces the error it raises, ours, naming the line
+            # and what to write, by "setting an array element with a sequence": ours is the one to raise)
+            cause = err.__cause__
+            if isinstance(cause, TracerBoolError) and "setting an array element" in str(err):
+                if getattr(cause, "assigned", False):
+                    raise cause.with_traceback(err.__traceback__) from None
+                # (the line's text unknown, python -c: the assignment, known from NumPy's message)
+                raise _assigned_error(getattr(cause, "aval", "a value"), getattr(cause, "location", None)) from None
+            raise
         leaves, out_td = tree_flatten(out)
         for i, leaf in enumerate(leaves):
             if not isinstance(leaf, (Tracer, Variable, np.ndarray, np.generic, bool, int, float, complex)):
@@ -604,19 +625,17 @@ class Tracer(ArrayOps, Value):
     def _concrete_error(self, what: str):
         location = user_frame_location()
         if _ITEM_ASSIGNMENT.match(_source_line(location)):   # (NumPy's z[i] = traced asks for float(traced))
-            return TracerBoolError(with_location(
-                f"a traced value ({self.aval}) was assigned into a NumPy array (z[i] = value): an array made with "
-                "NumPy inside a traced function (np.zeros, np.ones, np.empty...) is a constant and cannot hold "
-                "traced values. Write z = tk.at(z)[i].set(value), which returns the updated array (or build the "
-                "array with np.stack([...]))", location))
-        return TracerBoolError(
+            return _assigned_error(self.aval, location)
+        err = TracerBoolError(
             f"{what} of a traced array ({self.aval}) is not known while tracing: it depends on "
             "the input values.\n"
-            f"{describe_location(user_frame_location())}\n"
+            f"{describe_location(location)}\n"
             "Use np.where(cond, a, b) (tk.where) to choose between values, tk.cond / tk.while_loop / "
             "tk.fori_loop / tk.scan for control flow, or static_argnums=... for values that are fixed "
             "per call, instead of Python control flow (if / while / bool / int / float) on traced values."
         )
+        err.aval, err.location = self.aval, location
+        return err
 
     def __bool__(self):
         raise self._concrete_error("the truth value")
