@@ -178,6 +178,34 @@ def test_custom_gradient_contract_errors():
         tk.jit(not_a_pair)(np.ones(3))
 
 
+def test_custom_gradient_grad_fn_may_read_values_f_does_not():
+    """A Variable or an enclosing value that only grad_fn reads does not feed f's outputs: it gets no
+    gradient from this function (as in TensorFlow). It raised "uses a traced value from an enclosing
+    function", without the user's line."""
+    b = tk.Variable(np.float64(5.0), name="b")
+
+    @tk.custom_gradient
+    def f(x):
+        return x * 1.0, lambda dy: dy * b
+
+    x = np.array([0.5, 1.5])
+    dx, (db,) = tk.grad(lambda x: np.sum(f(x)), wrt=[b])(x)
+    np.testing.assert_array_equal(dx, [5.0, 5.0])
+    assert db == 0.0
+
+    def outer(x):
+        c = x * 2
+
+        @tk.custom_gradient
+        def h(t):
+            return t * 1.0, lambda dy: dy * c
+
+        return np.sum(h(x))
+
+    np.testing.assert_allclose(tk.grad(outer)(x), 2 * x)
+    np.testing.assert_allclose(tk.jvp(outer, (x,), (np.ones(2),))[1], np.sum(2 * x))
+
+
 def test_custom_gradient_closing_over_a_differentiated_value_is_an_error():
     def f(x):
         @tk.custom_gradient
@@ -185,7 +213,7 @@ def test_custom_gradient_closing_over_a_differentiated_value_is_an_error():
             return y * x, lambda dy: dy * x
         return np.sum(g(np.ones(3)))
 
-    with pytest.raises(TracekernError, match="Pass that value to the function as an argument"):
+    with pytest.raises(TracekernError, match="Pass that value to the function as a positional argument"):
         tk.grad(f)(np.float64(2.0))
 
 
