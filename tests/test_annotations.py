@@ -178,6 +178,52 @@ def test_custom_gradient_contract_errors():
         tk.jit(not_a_pair)(np.ones(3))
 
 
+def test_custom_gradient_takes_keyword_arguments():
+    """As TensorFlow's eager custom_gradient: keyword arguments reach f and grad_fn's cotangents are for
+    the positional ones. The wrapper took *args only: f(x, scale=3.0) raised "f() got an unexpected
+    keyword argument 'scale'", misleading (f takes it)."""
+
+    @tk.custom_gradient
+    def scaled(x, scale=2.0):
+        return x * scale, lambda dy: dy * scale * 10
+
+    x = np.array([0.5, -1.0])
+    np.testing.assert_array_equal(scaled(x, scale=3.0), x * 3)                       # outside a trace
+    np.testing.assert_array_equal(tk.grad(lambda x: np.sum(scaled(x, scale=3.0)))(x), [30.0, 30.0])
+    np.testing.assert_array_equal(tk.grad(lambda x, s: np.sum(scaled(x, scale=s)))(x, np.float64(4.0)), [40.0, 40.0])
+    # a differentiated keyword argument cannot get a gradient from grad_fn: an error, not a silent zero
+    with pytest.raises(TracekernError, match=r"scaled.*not one of its positional arguments.*keyword argument"):
+        tk.grad(lambda x: np.sum(scaled(x, scale=x)))(x)
+
+
+def test_custom_gradient_grad_fn_may_read_values_f_does_not():
+    """A Variable or an enclosing value that only grad_fn reads does not feed f's outputs: it gets no
+    gradient from this function (as in TensorFlow). It raised "uses a traced value from an enclosing
+    function", without the user's line."""
+    b = tk.Variable(np.float64(5.0), name="b")
+
+    @tk.custom_gradient
+    def f(x):
+        return x * 1.0, lambda dy: dy * b
+
+    x = np.array([0.5, 1.5])
+    dx, (db,) = tk.grad(lambda x: np.sum(f(x)), wrt=[b])(x)
+    np.testing.assert_array_equal(dx, [5.0, 5.0])
+    assert db == 0.0
+
+    def outer(x):
+        c = x * 2
+
+        @tk.custom_gradient
+        def h(t):
+            return t * 1.0, lambda dy: dy * c
+
+        return np.sum(h(x))
+
+    np.testing.assert_allclose(tk.grad(outer)(x), 2 * x)
+    np.testing.assert_allclose(tk.jvp(outer, (x,), (np.ones(2),))[1], np.sum(2 * x))
+
+
 def test_custom_gradient_closing_over_a_differentiated_value_is_an_error():
     def f(x):
         @tk.custom_gradient
@@ -185,7 +231,7 @@ def test_custom_gradient_closing_over_a_differentiated_value_is_an_error():
             return y * x, lambda dy: dy * x
         return np.sum(g(np.ones(3)))
 
-    with pytest.raises(TracekernError, match="Pass that value to the function as an argument"):
+    with pytest.raises(TracekernError, match="Pass that value to the function as a positional argument"):
         tk.grad(f)(np.float64(2.0))
 
 
@@ -369,6 +415,24 @@ def test_grad_pass_through_with_a_variable():
     f = tk.grad_pass_through(lambda z: np.round(z * v))
     g = tk.grad(lambda z: f(z), wrt=[v])(np.float64(2.1))
     assert g == (1.0, (0.0,))   # the identity for z; no gradient for the Variable (as in the seed)
+
+
+def test_grad_pass_through_of_pytrees_and_keyword_arguments():
+    """Pytrees are flattened, as TensorFlow flattens them: each output leaf's cotangent goes to the
+    input leaf in its position. A dict in and out raised "2 outputs for 1 inputs"; keyword arguments
+    raised f's "unexpected keyword argument"."""
+    x = np.array([0.3, -0.7, 1.6])
+    st = tk.grad_pass_through(lambda p: {"a": np.round(p["a"]), "b": np.floor(p["b"])})
+    g = tk.grad(lambda p: np.sum(st(p)["a"] * 3) + np.sum(st(p)["b"]))({"b": x, "a": 2 * x})
+    assert sorted(g) == ["a", "b"]
+    np.testing.assert_array_equal(g["a"], [3.0, 3.0, 3.0])
+    np.testing.assert_array_equal(g["b"], [1.0, 1.0, 1.0])
+    rounded = tk.grad_pass_through(lambda x, decimals=0: np.round(x, decimals))
+    np.testing.assert_array_equal(tk.jit(lambda x: rounded(x, decimals=1), backend="interpret")(x), np.round(x, 1))
+    np.testing.assert_array_equal(tk.grad(lambda x: np.sum(rounded(x, decimals=1) * x))(x), np.round(x, 1) + x)
+    with pytest.raises(ValueError, match=r"grad_pass_through\(sum\): output 0 has shape \(\) but input 0 has "
+                                         r"shape \(3,\)"):
+        tk.grad(lambda x: tk.grad_pass_through(np.sum)(x))(x)
 
 
 # ----------------------------------------------------------------------------- reversible

@@ -70,6 +70,16 @@ def test_stop_gradient():
     assert tk.grad(lambda x: tk.stop_gradient(x * 2).sum(), unconnected="none")(x) is None
 
 
+def test_stop_gradient_of_a_python_number_stays_weak():
+    """stop_gradient(2.0) made a float64 constant, so float32 * stop_gradient(2.0) became float64 (JAX and
+    TensorFlow: float32); a Python-number argument through it lost its weak type too."""
+    x = np.ones(3, np.float32)
+    assert tk.jit(lambda x: x * tk.stop_gradient(2.0), backend="interpret")(x).dtype == np.float32
+    assert tk.jit(lambda x, s: x * tk.stop_gradient(s), backend="interpret")(x, 2.0).dtype == np.float32
+    np.testing.assert_array_equal(tk.grad(lambda x: np.sum(x * tk.stop_gradient(2.0)))(x), [2.0, 2.0, 2.0])
+    assert tk.stop_gradient(2.0) == 2.0
+
+
 def test_stop_gradient_of_a_pytree():
     """jax.lax.stop_gradient takes a pytree; tk.stop_gradient raised TypeError on a tuple."""
     x = np.array([0.3, -0.7])

@@ -45,11 +45,11 @@ def custom_gradient(f: Callable | None = None):
         return custom_gradient
 
     @functools.wraps(f)
-    def wrapper(*args):
+    def wrapper(*args, **kwargs):
         if current_builder() is None:   # nothing is being traced or differentiated
-            y, _ = _split_result(f, call_static(f, args))
+            y, _ = _split_result(f, call_static(f, args, kwargs))
             return y
-        return _custom_gradient_traced(f, args)
+        return _custom_gradient_traced(f, args, kwargs)
 
     wrapper.takes_static = True   # (tk.jit's static arguments reach f untraced)
     return wrapper
@@ -62,14 +62,16 @@ def _split_result(f, out):
     return out
 
 
-def _custom_gradient_traced(f, args):
+def _custom_gradient_traced(f, args, kwargs=None):
+    """Keyword arguments reach f as they are (as TensorFlow's eager custom_gradient passes them): they
+    are not inputs of grad_fn's cotangents, so a traced one being differentiated is an error (autodiff)."""
     flat = flatten_args(args)
     statics = (len(args), tuple(i for i, a in enumerate(args) if type(a) is Static))
     leaves = list(flat.leaves)
     state = {}
 
     def fwd(*xs):
-        y, grad_fn = _split_result(f, call_static(f, tuple(flat.unflatten(xs))))
+        y, grad_fn = _split_result(f, call_static(f, tuple(flat.unflatten(xs)), kwargs))
         y_leaves, y_td = tree_flatten(y)
         builder = current_builder()
         variables = [c for c, _ in builder.captured.values() if isinstance(c, Variable)]
@@ -174,31 +176,40 @@ recompute_grad = checkpoint = recompute
 
 
 def grad_pass_through(f: Callable):
-    """Forward is f; backward is the identity (each output's cotangent goes to the input in the same
-    position, which must have the same shape), e.g. straight-through rounding."""
+    """Forward is f; backward is the identity: each output leaf's cotangent goes to the input leaf in
+    the same position (pytrees flattened, as TensorFlow flattens them), which must have its shape,
+    e.g. straight-through rounding. Keyword arguments reach f and get no gradient."""
 
     @functools.wraps(f)
-    def wrapper(*args):
+    def wrapper(*args, **kwargs):
         static = [type(a) is Static for a in args]   # (tk.jit's static arguments get no cotangent)
+        name = f"tk.grad_pass_through({_name(f)})"
 
-        @custom_gradient
         def through(*xs):
-            y = call_static(f, xs)
+            y = call_static(f, xs, kwargs)
+            defs = [None if s else tree_flatten(x)[1] for x, s in zip(xs, static)]
+            inputs = [aval_of(_read(v)) for x, s in zip(xs, static) if not s for v in tree_flatten(x)[0]]
 
             def identity(*dys, variables=None):
-                n = static.count(False)
-                if len(dys) != n:
+                if len(dys) != len(inputs):
                     raise ValueError(with_location(
-                        f"tk.grad_pass_through({_name(f)}): {len(dys)} outputs for {n} inputs; the identity "
-                        "backward needs one output per input"))
+                        f"{name}: {len(dys)} output arrays for {len(inputs)} input arrays; the identity backward "
+                        "needs one output per input, in the same order and of the same shape"))
+                for k, (dy, want) in enumerate(zip(dys, inputs)):
+                    if aval_of(dy).shape != want.shape:
+                        raise ValueError(with_location(
+                            f"{name}: output {k} has shape {aval_of(dy).shape} but input {k} has shape {want.shape}; "
+                            "the identity backward passes each output's cotangent to the input of the same shape"))
                 it = iter(dys)
-                grads = [None if s else next(it) for s in static]
+                grads = [None if td is None else tree_unflatten(td, [next(it) for _ in range(td.num_leaves)])
+                         for td in defs]
                 grads = grads[0] if len(grads) == 1 else grads
                 return (grads, [None] * len(variables)) if variables else grads
 
             return y, identity
 
-        return through(*args)
+        through.__qualname__ = name
+        return custom_gradient(through)(*args)
 
     wrapper.takes_static = True   # (tk.jit's static arguments reach f untraced)
     return wrapper

@@ -209,13 +209,27 @@ def _custom_vjp(rev, cts, ins, outs, active, body, bwd, num_y, num_x, var_positi
         # own ops: grad_fn's derivative is that of its ops, residuals included
         extra = forward(b, body, list(ins), active).backward([None] * num_y + list(cts[num_y:]), rev)
         result = [x if y is None else (y if x is None else ops.add(x, y)) for x, y in zip(result, extra)]
-    for pos in range(num_x, len(ins)):
-        if active[pos] and pos not in var_positions:
-            raise TracekernError(
-                f"{fun_name} (a tk.custom_gradient function) uses a traced value from an enclosing function "
-                f"({ins[pos].aval}) that is being differentiated, and its grad_fn cannot return a gradient for "
-                "it. Pass that value to the function as an argument instead.")
+    pos = closure_feeding_outputs(body, num_y, num_x, var_positions, active)
+    if pos is not None:
+        raise TracekernError(with_location(
+            f"{fun_name} (a tk.custom_gradient function) uses a traced value that is being differentiated "
+            f"({ins[pos].aval}) but is not one of its positional arguments (a closure over an enclosing "
+            "function's value, or a keyword argument), so its grad_fn cannot return a gradient for it. Pass "
+            "that value to the function as a positional argument instead.", rev.builder.current_source()))
     return result
+
+
+def closure_feeding_outputs(body: Graph, num_y: int, num_x: int, var_positions, flags) -> int | None:
+    """The position of the first flagged input of a custom_vjp_call's body past its positional
+    arguments (a closure or keyword argument, not a Variable grad_fn returns a gradient for) that
+    its outputs y depend on: grad_fn cannot give its cotangent (or tangent). One that only grad_fn
+    reads, a residual, gets none from this first-order rule, as TensorFlow gives it none."""
+    for pos in range(num_x, len(body.inputs)):
+        if flags[pos] and pos not in var_positions:
+            reached = active_vars(body, [k == pos for k in range(len(body.inputs))])
+            if any(v in reached for v in body.outputs[:num_y]):
+                return pos
+    return None
 
 
 def _recompute_vjp(rev, cts, ins, outs, active, body, num_y):

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from . import autodiff, passes
-from .errors import IRError, TracekernError
+from .errors import IRError, TracekernError, with_location
 from .ir import Aval, Eqn, Graph, Var, is_inexact, verify
 from .primitives import annotations as A
 from .primitives import control as C
@@ -174,12 +174,14 @@ def _custom_jvp(b, tangents, ins, *, body, bwd, num_y, num_x, var_positions, fun
     of grad."""
     params = dict(body=body, bwd=bwd, num_y=num_y, num_x=num_x, var_positions=var_positions, fun_name=fun_name)
     outs = _bind(b, A.custom_vjp_call, ins, params)
-    for pos in range(num_x, len(ins)):
-        if tangents[pos] is not None and pos not in var_positions:
-            raise TracekernError(
-                f"{fun_name} (a tk.custom_gradient function) uses a traced value from an enclosing function "
-                f"({ins[pos].aval}) that has a tangent, and its grad_fn cannot return a gradient for it, from which "
-                "forward mode derives the JVP. Pass that value to the function as an argument instead.")
+    pos = autodiff.closure_feeding_outputs(body, num_y, num_x, var_positions, [t is not None for t in tangents])
+    if pos is not None:
+        raise TracekernError(with_location(
+            f"{fun_name} (a tk.custom_gradient function) uses a traced value that has a tangent "
+            f"({ins[pos].aval}) but is not one of its positional arguments (a closure over an enclosing "
+            "function's value, or a keyword argument), and its grad_fn cannot return a gradient for it, from "
+            "which forward mode derives the JVP. Pass that value to the function as a positional argument "
+            "instead.", b.current_source()))
     ys, residuals = outs[:num_y], outs[num_y:]
     u = list(tangents[:num_x]) + [tangents[p] for p in var_positions]
     dys = [zeros_for(y) for y in ys]

@@ -423,8 +423,15 @@ def inplace_result(x, y, name: str):
 
 
 def stop_gradient(x):
-    """Identity in the forward pass; no gradient flows through it."""
-    return bind(P.stop_gradient, x)
+    """Identity in the forward pass; no gradient flows through it. A Python number (a constant) comes
+    back as it is and a Python-number argument stays weak: `x32 * stop_gradient(2.0)` is float32, as
+    in JAX and TensorFlow (a float64 constant would promote it)."""
+    if isinstance(x, (bool, int, float, complex)) and not isinstance(x, np.generic):
+        return x
+    out = bind(P.stop_gradient, x)
+    if isinstance(x, Tracer) and x.weak and isinstance(out, Tracer):
+        out.weak = x.weak
+    return out
 
 
 # ufunc -> traced function, for __array_ufunc__ (np.abs is np.absolute, np.acos is np.arccos...)
