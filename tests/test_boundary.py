@@ -378,3 +378,22 @@ def test_budget_of_a_step_that_keeps_nothing(budget):
     assert value == 6.0 and np.array_equal(grad, [2.0, 2.0, 2.0])
     report = f.lower(np.ones(3)).memory
     assert report.residual_bytes == 0 and report.smallest_budget == 0
+
+
+def test_arithmetic_of_python_number_arguments_stays_weak():
+    """A Python number argument is weak (NumPy 2's NEP 50), and so is arithmetic of Python numbers only:
+    `x32 * (1 - s)` is float32 in NumPy (s + 1 is a Python float), and was float64 here (the operator's
+    result was a strong float64). NumPy's own functions of Python numbers give strong float64, as NumPy's."""
+    def f(x, s, n, xi):
+        return (x * (s + 1), x * (-s), x * (s * s), (1 - s) * x, x * s ** 2, x / (s / 2), x * abs(s), x * (s // 1),
+                x * (s % 0.3), x * np.add(s, 1), xi * (n + 1), xi * (-n), xi // (n * 2), x * (s * n))
+
+    x, xi = np.linspace(0.5, 2.0, 3).astype(np.float32), np.arange(1, 4, dtype=np.int32)
+    want = f(x, 0.5, 3, xi)
+    assert [w.dtype for w in want] == [np.float32] * 9 + [np.float64] + [np.int32] * 3 + [np.float32]
+    for backend in ("interpret", "cpu"):
+        got = tk.jit(f, backend=backend)(x, 0.5, 3, xi)
+        assert tk.tree_flatten(got)[1] == tk.tree_flatten(want)[1]
+        for g, w in zip(got, want):
+            assert g.dtype == w.dtype and g.shape == w.shape, (backend, g.dtype, w.dtype)
+            np.testing.assert_allclose(g, w, rtol=1e-6)

@@ -420,6 +420,18 @@ def flatten_args(args: Sequence[Any], leaf: Callable[[Any, int, str], tuple[Any,
 # ----------------------------------------------------------------------------- Tracer
 
 
+def _scalar_op(fn, *operands):
+    """An arithmetic operator of traced values: a result of Python numbers only (weak traced ones, the scalar
+    arguments, and literals) is weak too, as in NumPy, where `s + 1` of a Python float s is a Python float,
+    so `x32 * (1 - s)` stays float32; NumPy's functions (np.add(s, 1)) give a strong float64, as NumPy's do."""
+    out = fn(*map(_read, operands))
+    if isinstance(out, Tracer) and not out.weak and any(isinstance(o, Tracer) for o in operands) and \
+            all((isinstance(o, Tracer) and o.weak and not o.aval.shape) or type(o) in (int, float, complex)
+                for o in operands):
+        out.weak = True
+    return out
+
+
 def _read(x):
     """Operands as tracing sees them: a Variable reads as its value (traced inside a trace)."""
     if isinstance(x, Variable):
@@ -459,21 +471,21 @@ class ArrayOps:
         return ArrayOps.numpy.apply_array_function(func, args, kwargs)
 
     # -- operators ----------------------------------------------------------------
-    def __add__(self, o): return ArrayOps.numpy.add(_read(self), _read(o))
-    def __radd__(self, o): return ArrayOps.numpy.add(_read(o), _read(self))
-    def __sub__(self, o): return ArrayOps.numpy.subtract(_read(self), _read(o))
-    def __rsub__(self, o): return ArrayOps.numpy.subtract(_read(o), _read(self))
-    def __mul__(self, o): return ArrayOps.numpy.multiply(_read(self), _read(o))
-    def __rmul__(self, o): return ArrayOps.numpy.multiply(_read(o), _read(self))
-    def __truediv__(self, o): return ArrayOps.numpy.divide(_read(self), _read(o))
-    def __rtruediv__(self, o): return ArrayOps.numpy.divide(_read(o), _read(self))
-    def __pow__(self, o): return ArrayOps.numpy.power(_read(self), _read(o))
-    def __rpow__(self, o): return ArrayOps.numpy.power(_read(o), _read(self))
+    def __add__(self, o): return _scalar_op(ArrayOps.numpy.add, self, o)
+    def __radd__(self, o): return _scalar_op(ArrayOps.numpy.add, o, self)
+    def __sub__(self, o): return _scalar_op(ArrayOps.numpy.subtract, self, o)
+    def __rsub__(self, o): return _scalar_op(ArrayOps.numpy.subtract, o, self)
+    def __mul__(self, o): return _scalar_op(ArrayOps.numpy.multiply, self, o)
+    def __rmul__(self, o): return _scalar_op(ArrayOps.numpy.multiply, o, self)
+    def __truediv__(self, o): return _scalar_op(ArrayOps.numpy.divide, self, o)
+    def __rtruediv__(self, o): return _scalar_op(ArrayOps.numpy.divide, o, self)
+    def __pow__(self, o): return _scalar_op(ArrayOps.numpy.power, self, o)
+    def __rpow__(self, o): return _scalar_op(ArrayOps.numpy.power, o, self)
     def __matmul__(self, o): return ArrayOps.numpy.matmul(_read(self), _read(o))
     def __rmatmul__(self, o): return ArrayOps.numpy.matmul(_read(o), _read(self))
-    def __neg__(self): return ArrayOps.numpy.negative(_read(self))
+    def __neg__(self): return _scalar_op(ArrayOps.numpy.negative, self)
     def __pos__(self): return _read(self)
-    def __abs__(self): return ArrayOps.numpy.absolute(_read(self))
+    def __abs__(self): return _scalar_op(ArrayOps.numpy.absolute, self)
     def __lt__(self, o): return ArrayOps.numpy.less(_read(self), _read(o))
     def __le__(self, o): return ArrayOps.numpy.less_equal(_read(self), _read(o))
     def __gt__(self, o): return ArrayOps.numpy.greater(_read(self), _read(o))
@@ -487,10 +499,10 @@ class ArrayOps:
     def __xor__(self, o): return ArrayOps.numpy.bitwise_xor(_read(self), _read(o))
     def __rxor__(self, o): return ArrayOps.numpy.bitwise_xor(_read(o), _read(self))
     def __invert__(self): return ArrayOps.numpy.invert(_read(self))
-    def __floordiv__(self, o): return ArrayOps.numpy.floor_divide(_read(self), _read(o))
-    def __rfloordiv__(self, o): return ArrayOps.numpy.floor_divide(_read(o), _read(self))
-    def __mod__(self, o): return ArrayOps.numpy.remainder(_read(self), _read(o))
-    def __rmod__(self, o): return ArrayOps.numpy.remainder(_read(o), _read(self))
+    def __floordiv__(self, o): return _scalar_op(ArrayOps.numpy.floor_divide, self, o)
+    def __rfloordiv__(self, o): return _scalar_op(ArrayOps.numpy.floor_divide, o, self)
+    def __mod__(self, o): return _scalar_op(ArrayOps.numpy.remainder, self, o)
+    def __rmod__(self, o): return _scalar_op(ArrayOps.numpy.remainder, o, self)
     def __divmod__(self, o): return ArrayOps.numpy.divmod(_read(self), _read(o))
     def __rdivmod__(self, o): return ArrayOps.numpy.divmod(_read(o), _read(self))
     def __lshift__(self, o): return ArrayOps.numpy.left_shift(_read(self), _read(o))
