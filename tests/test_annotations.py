@@ -66,6 +66,21 @@ def test_variables_under_vjp_and_outside_traces():
     assert w.shape == (2,) and w.dtype == np.float64
 
 
+def test_a_variables_value_is_read_only_and_np_array_copies_it():
+    """v.value (and np.asarray(v)) is a read-only view: `p = v.value; p *= 0.9` changed the Variable behind
+    assign's back (TensorFlow's v.numpy() is a copy). np.array(v) is a writable copy, as NumPy's np.array."""
+    v = tk.Variable(np.ones(3))
+    for view in (v.value, np.asarray(v)):
+        with pytest.raises(ValueError, match="read-only"):
+            view *= 0.9
+    copy = np.array(v)
+    copy[0] = 5.0
+    assert copy.flags.writeable and np.array_equal(v.value, np.ones(3))
+    v.assign(v.value * 0.5)
+    assert np.array_equal(v.value, np.full(3, 0.5))
+    assert tk.jit(lambda x: np.sum(x * v))(np.ones(3)) == 1.5
+
+
 def test_variable_misuse_is_a_clear_error():
     w = tk.Variable(np.ones(2), name="w")
 

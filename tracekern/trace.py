@@ -420,6 +420,12 @@ def flatten_args(args: Sequence[Any], leaf: Callable[[Any, int, str], tuple[Any,
 # ----------------------------------------------------------------------------- Tracer
 
 
+def _read_only(a: np.ndarray) -> np.ndarray:
+    view = a.view()
+    view.flags.writeable = False
+    return view
+
+
 def _scalar_op(fn, *operands):
     """An arithmetic operator of traced values: a result of Python numbers only (weak traced ones, the scalar
     arguments, and literals) is weak too, as in NumPy, where `s + 1` of a Python float s is a Python float,
@@ -738,8 +744,10 @@ class Variable(ArrayOps):
 
     @property
     def value(self):
-        """The current array; inside a traced function, the traced value (an input of the graph)."""
-        return self.read()
+        """The current array, read-only (change it with assign(): `p = v.value; p *= 0.9` would have changed
+        the Variable behind its back, and TensorFlow's v.numpy() is a copy); inside a traced function, the
+        traced value (an input of the graph)."""
+        return _read_only(self._value) if current_builder() is None else self.read()
 
     def read(self):
         b = current_builder()
@@ -758,7 +766,9 @@ class Variable(ArrayOps):
     def __array__(self, dtype=None, copy=None):
         if current_builder() is not None:
             return self.read().__array__(dtype)   # the tracer's clear error
-        return self._value if dtype is None else self._value.astype(dtype)
+        if copy:   # (np.array(v): NumPy 2 asks for a copy, and trusts it made)
+            return self._value.astype(dtype or self._value.dtype, copy=True)
+        return _read_only(self._value) if dtype is None else self._value.astype(dtype)
 
     def __repr__(self) -> str:
         return f"Variable({self.name + ', ' if self.name else ''}{self._value!r})"
