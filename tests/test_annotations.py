@@ -78,6 +78,9 @@ def test_a_variables_value_is_read_only_and_np_array_copies_it():
     assert copy.flags.writeable and np.array_equal(v.value, np.ones(3))
     v.assign(v.value * 0.5)
     assert np.array_equal(v.value, np.full(3, 0.5))
+    v.assign([1.0, 2.0, 3.0])                         # (a list, as np.array and TensorFlow's assign take it)
+    assert np.array_equal(v.value, [1.0, 2.0, 3.0]) and tk.Variable([[1, 2]]).value.dtype == np.int64
+    v.assign(np.full(3, 0.5))
     assert tk.jit(lambda x: np.sum(x * v))(np.ones(3)) == 1.5
 
 

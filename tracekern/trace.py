@@ -735,6 +735,8 @@ class Variable(ArrayOps):
             raise TypeError(with_location(
                 f"Variable {self.name or ''}: cannot hold a traced value. Assign concrete arrays, outside "
                 "traced functions (return the new value from the traced function, then assign it)."))
+        if isinstance(value, (list, tuple)):   # (nested lists of numbers, as np.array and TensorFlow take them)
+            value = np.asarray(value)
         arr = np.array(as_constant(value))   # a copy: later changes to the caller's array do not leak in
         return arr
 
