@@ -254,3 +254,16 @@ def test_the_verdict_on_a_frame_is_kept_by_its_own_code_object_and_read_the_mark
     del module
     gc.collect()
     assert alive() is None
+
+
+def test_round_of_a_traced_scalar_is_numpys():
+    """round(x, n) of an element (NumPy: np.round(x, n), a NumPy scalar) raised "type Tracer doesn't define
+    __round__ method", without the user's line; round(x) (a Python int) needs the value; arrays have no __round__."""
+    x = np.array([2.567, -1.25])
+    for backend in ("interpret", "cpu"):
+        got = tk.jit(lambda x: round(x[0], 1) + round(x[1], 0), backend=backend)(x)
+        assert got.dtype == np.float64 and got == round(x[0], 1) + round(x[1], 0)
+    with pytest.raises(tk.TracerBoolError, match="round"):
+        tk.jit(lambda x: round(x[0]))(x)
+    with pytest.raises(TypeError, match=r"np\.round.*\n.*test_errors.py"):
+        tk.jit(lambda x: round(x, 1))(x)
