@@ -267,3 +267,15 @@ def test_round_of_a_traced_scalar_is_numpys():
         tk.jit(lambda x: round(x[0]))(x)
     with pytest.raises(TypeError, match=r"np\.round.*\n.*test_errors.py"):
         tk.jit(lambda x: round(x, 1))(x)
+
+
+def test_a_scipy_function_behind_a_decorator_is_named_as_called():
+    """scipy.linalg.cho_factor is a decorator's `wrapper` closure: the error named "scipy.wrapper"."""
+    scipy_linalg = pytest.importorskip("scipy.linalg")
+
+    def f(K):
+        return scipy_linalg.cho_factor(K, lower=True)[0]  # cho here
+
+    with pytest.raises(TypeError, match=r"^scipy\.linalg\.cho_factor converts its arguments") as info:
+        tk.jit(f)(np.eye(3))
+    assert f"{THIS_FILE}:{_line_of(f, 'cho here')}" in str(info.value)
