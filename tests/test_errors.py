@@ -279,3 +279,10 @@ def test_a_scipy_function_behind_a_decorator_is_named_as_called():
     with pytest.raises(TypeError, match=r"^scipy\.linalg\.cho_factor converts its arguments") as info:
         tk.jit(f)(np.eye(3))
     assert f"{THIS_FILE}:{_line_of(f, 'cho here')}" in str(info.value)
+
+
+@pytest.mark.parametrize("cast", [np.float32, lambda v: np.asarray(v, dtype=np.float32)])
+def test_a_numpy_cast_of_a_traced_value_points_to_astype(cast):
+    """np.float32(x) and np.asarray(x, dtype) (a float32 program's casts) were told to use np.stack."""
+    with pytest.raises(TypeError, match=r"x\.astype\(dtype\)"):
+        tk.jit(lambda x: cast(x[0]) * x)(np.ones(2))

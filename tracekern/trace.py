@@ -714,8 +714,9 @@ class Tracer(ArrayOps, Value):
         raise TypeError(with_location(
             f"a traced array ({self.aval}) cannot be converted to a NumPy array while tracing "
             "(np.asarray / np.array / float() on a traced value). Keep it as an array expression; "
-            "to build an array from traced values use np.stack([...]) or np.concatenate([...]), and to "
-            "write into one, tk.at(z)[i].set(value).", location))
+            "to build an array from traced values use np.stack([...]) or np.concatenate([...]), to write "
+            "into one, tk.at(z)[i].set(value), and to change its dtype (np.float32(x), np.asarray(x, dtype)), "
+            "x.astype(dtype).", location))
 
     def __len__(self) -> int:
         if not self.shape:
