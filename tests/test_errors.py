@@ -254,3 +254,35 @@ def test_the_verdict_on_a_frame_is_kept_by_its_own_code_object_and_read_the_mark
     del module
     gc.collect()
     assert alive() is None
+
+
+def test_round_of_a_traced_scalar_is_numpys():
+    """round(x, n) of an element (NumPy: np.round(x, n), a NumPy scalar) raised "type Tracer doesn't define
+    __round__ method", without the user's line; round(x) (a Python int) needs the value; arrays have no __round__."""
+    x = np.array([2.567, -1.25])
+    for backend in ("interpret", "cpu"):
+        got = tk.jit(lambda x: round(x[0], 1) + round(x[1], 0), backend=backend)(x)
+        assert got.dtype == np.float64 and got == round(x[0], 1) + round(x[1], 0)
+    with pytest.raises(tk.TracerBoolError, match="round"):
+        tk.jit(lambda x: round(x[0]))(x)
+    with pytest.raises(TypeError, match=r"np\.round.*\n.*test_errors.py"):
+        tk.jit(lambda x: round(x, 1))(x)
+
+
+def test_a_scipy_function_behind_a_decorator_is_named_as_called():
+    """scipy.linalg.cho_factor is a decorator's `wrapper` closure: the error named "scipy.wrapper"."""
+    scipy_linalg = pytest.importorskip("scipy.linalg")
+
+    def f(K):
+        return scipy_linalg.cho_factor(K, lower=True)[0]  # cho here
+
+    with pytest.raises(TypeError, match=r"^scipy\.linalg\.cho_factor converts its arguments") as info:
+        tk.jit(f)(np.eye(3))
+    assert f"{THIS_FILE}:{_line_of(f, 'cho here')}" in str(info.value)
+
+
+@pytest.mark.parametrize("cast", [np.float32, lambda v: np.asarray(v, dtype=np.float32)])
+def test_a_numpy_cast_of_a_traced_value_points_to_astype(cast):
+    """np.float32(x) and np.asarray(x, dtype) (a float32 program's casts) were told to use np.stack."""
+    with pytest.raises(TypeError, match=r"x\.astype\(dtype\)"):
+        tk.jit(lambda x: cast(x[0]) * x)(np.ones(2))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import linecache
 import os
 import sys
+import types
 
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
 _NUMPY_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__import__("numpy").__file__)))
@@ -111,7 +112,8 @@ _BY_CODE: dict = {}
 
 def library_call() -> str | None:
     """The public name of the library function (scipy.special.logsumexp) the user's innermost line
-    called, when the stack runs through one (_LIBRARIES), else None."""
+    called, when the stack runs through one (_LIBRARIES), else None. A decorator's closure (SciPy wraps
+    scipy.linalg.cho_factor in a `wrapper`) is not the name the user called: the function it wraps is."""
     frame, outer = sys._getframe(1), None
     while frame is not None and _is_internal(frame):
         if _library(frame):
@@ -119,12 +121,19 @@ def library_call() -> str | None:
         frame = frame.f_back
     if outer is None:
         return None
+    module, name = outer.f_globals.get("__name__", "") or "", outer.f_code.co_name
+    if "<locals>" in outer.f_code.co_qualname:
+        for free in outer.f_code.co_freevars:
+            wrapped = outer.f_locals.get(free)
+            if isinstance(wrapped, types.FunctionType) and (wrapped.__module__ or "").split(".")[0] in _LIBRARIES:
+                module, name = wrapped.__module__, wrapped.__name__
+                break
     parts = []
-    for part in (outer.f_globals.get("__name__", "") or "").split("."):
+    for part in module.split("."):
         if part.startswith("_"):
             break
         parts.append(part)
-    return ".".join(parts + [outer.f_code.co_name])
+    return ".".join(parts + [name])
 
 
 def numpy_call() -> str | None:

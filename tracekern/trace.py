@@ -670,6 +670,17 @@ class Tracer(ArrayOps, Value):
     def __index__(self):
         raise self._concrete_error("the index value")
 
+    def __round__(self, ndigits=None):
+        # round(x, n) of a NumPy scalar (what indexing a 0-d element gives) is np.round(x, n); round(x) is a Python
+        # int (its value); NumPy's arrays of any other rank have no __round__
+        if self.shape:
+            raise TypeError(with_location(
+                f"round() of a traced array ({self.aval}): NumPy arrays have no __round__ (type numpy.ndarray doesn't "
+                "define __round__ method); use np.round(x, decimals)"))
+        if ndigits is None:
+            raise self._concrete_error("the integer value (round(x))")
+        return ArrayOps.numpy.round(self, ndigits)
+
     def item(self, *args):
         raise self._concrete_error("the Python value (x.item())")
 
@@ -703,8 +714,9 @@ class Tracer(ArrayOps, Value):
         raise TypeError(with_location(
             f"a traced array ({self.aval}) cannot be converted to a NumPy array while tracing "
             "(np.asarray / np.array / float() on a traced value). Keep it as an array expression; "
-            "to build an array from traced values use np.stack([...]) or np.concatenate([...]), and to "
-            "write into one, tk.at(z)[i].set(value).", location))
+            "to build an array from traced values use np.stack([...]) or np.concatenate([...]), to write "
+            "into one, tk.at(z)[i].set(value), and to change its dtype (np.float32(x), np.asarray(x, dtype)), "
+            "x.astype(dtype).", location))
 
     def __len__(self) -> int:
         if not self.shape:
