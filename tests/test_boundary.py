@@ -4,6 +4,7 @@ fractional memory budgets, and errors that name the user's file and line and the
 from __future__ import annotations
 
 import functools
+import math
 
 import numpy as np
 import pytest
@@ -397,3 +398,31 @@ def test_arithmetic_of_python_number_arguments_stays_weak():
         for g, w in zip(got, want):
             assert g.dtype == w.dtype and g.shape == w.shape, (backend, g.dtype, w.dtype)
             np.testing.assert_allclose(g, w, rtol=1e-6)
+
+
+def test_python_number_arguments_follow_pythons_own_rules():
+    """A Python bool, int, float or complex argument stands for a Python number through every Python operator
+    and attribute: `b + b` of a Python bool is 2 (it was True, NumPy's bool + bool, so x * (b + b) was x),
+    `(n > 0) + 1`, `n << 1`, `n & 1`, `~n`, `divmod(s, .2)`, `z.real`, `b * 2.5` stay weak (they were strong
+    int64/float64, widening int32 and float32 arrays), `-b` is -1 (it raised NumPy's bool negative error),
+    round/math.trunc/floor/ceil of s are Python's (round raised "Tracer doesn't define __round__"), and
+    np.dot(x32, s) reads s as a float64 array, as NumPy's dot does (it stayed float32)."""
+    def f(x, xi, s, n, b, z):
+        return (x * (b + b), xi * (b + 1), xi * -b, x * (b * 2.5), xi * ((n > 0) + 1), xi * (n << 1),
+                xi * (n & 1), xi * (n | 4), xi * (n ^ 4), xi * ~n, x * divmod(s, 0.2)[1], x * round(s), x * round(s, 1),
+                x * math.trunc(-s), x * math.floor(-s), x * math.ceil(s), x * z.real, x * z.imag, x * z.conjugate(),
+                np.dot(x, s))
+
+    x, xi = np.linspace(0.5, 2.0, 3).astype(np.float32), np.arange(1, 4, dtype=np.int32)
+    args = (x, xi, 1.56, 3, True, 1 + 2j)
+    want = f(*args)
+    assert [w.dtype for w in want] == [np.float32] + [np.int32] * 2 + [np.float32] + [np.int32] * 6 + \
+        [np.float32] * 8 + [np.complex64, np.float64]
+    for backend in ("interpret", "cpu"):
+        got = tk.jit(f, backend=backend)(*args)
+        assert tk.tree_flatten(got)[1] == tk.tree_flatten(want)[1]
+        for i, (g, w) in enumerate(zip(got, want)):
+            assert g.dtype == w.dtype and g.shape == w.shape, (backend, i, g.dtype, w.dtype)
+            np.testing.assert_allclose(g, w, rtol=1e-6)
+    with pytest.raises(TypeError, match=r"round\(\) of a traced array \(f32\[3\]\).*np.round\(x\)"):
+        tk.jit(lambda x: round(x), backend="interpret")(x)

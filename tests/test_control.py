@@ -181,6 +181,54 @@ def test_fori_loop_index_promotes_as_jaxs():
     assert ref(tk.vmap(lambda x: tk.fori_loop(1, 3, lambda i, c: c * i, x)))(x32).dtype == np.float32
 
 
+
+def _python_number_carries(x, s):
+    c, ys = tk.scan(lambda c, xi: (c * s + xi * xi, c), 0.0, x)
+    w = tk.while_loop(lambda c: c[0] < 3, lambda c: (c[0] + 1, c[1] * s + x[c[0]]), (0, 1.0))
+    k = tk.fori_loop(0, 3, lambda i, c: c + x[i] * i, 0)
+    q = tk.cond(s > 0, lambda: s * 2, lambda: s + 1)
+    return c, ys, w, k, x * q
+
+
+def _python_number_carries_numpy(x, s):
+    c, ys = 0.0, []
+    for xi in x:
+        ys.append(c)
+        c = c * s + xi * xi
+    i, w = 0, 1.0
+    while i < 3:
+        i, w = i + 1, w * s + x[i]
+    k = 0
+    for j in range(3):
+        k = k + x[j] * j
+    return c, np.array(ys, x.dtype), (i, w), k, x * (s * 2 if s > 0 else s + 1)   # (ys: the carry's dtype, as JAX's)
+
+
+def test_carries_and_branches_of_python_numbers_are_weak_as_jaxs(backend):
+    """A scan, while or fori carry that starts as a Python number takes the body's dtype (JAX's weak carry; a
+    NumPy loop's `c = 0.0; c = c + x32[i]` is float32): it was float64. A cond whose branches both return Python
+    numbers returns one (weak): `x32 * cond(p, lambda: s * 2, ...)` was float64. Gradients unchanged."""
+    x = np.linspace(0.5, 2.0, 3).astype(np.float32)
+    got, want = on(backend, _python_number_carries)(x, 0.5), _python_number_carries_numpy(x, 0.5)
+    assert tk.tree_flatten(got)[1] == tk.tree_flatten(want)[1]
+    for g, w in zip(tk.tree_flatten(got)[0], tk.tree_flatten(want)[0]):
+        assert np.asarray(g).dtype == np.asarray(w).dtype, (g, w)
+        close(g, w, tol=1e-6)
+
+    def loss(x, s):
+        c, ys, w, k, q = _python_number_carries(x, s)
+        return c + np.sum(ys) + w[1] + k + np.sum(q)
+
+    def loss_numpy(x, s):
+        c, ys, w, k, q = _python_number_carries_numpy(x, s)
+        return c + np.sum(ys) + w[1] + k + np.sum(q)
+
+    gx, gs = on(backend, tk.grad(loss, argnums=(0, 1)))(x, 0.5)
+    assert gx.dtype == np.float32 and np.asarray(gs).dtype == np.float64
+    x64, h = x.astype(np.float64), 1e-6
+    close(gx, np.array([(loss_numpy(x64 + h * e, 0.5) - loss_numpy(x64 - h * e, 0.5)) / (2 * h) for e in np.eye(3)]), tol=1e-5)
+    close(gs, (loss_numpy(x64, 0.5 + h) - loss_numpy(x64, 0.5 - h)) / (2 * h), tol=1e-5)
+
 def _simulate(x, v):
     """A falling mass with drag, integrated until it reaches the ground: a data-dependent trip count."""
     def step(s):

@@ -204,7 +204,7 @@ def test_flatten_args_is_the_one_flattening_of_positional_arguments():
     flat = flatten_args(({"b": 2.0, "a": np.ones(3)}, [v, 1], True))
     assert flat.owner == (0, 0, 1, 1, 2)
     assert [a.shape for a in flat.avals] == [(3,), (), (2,), (), ()]
-    assert flat.weak == (False, True, False, True, False)     # Python numbers promote like scalars; bools do not
+    assert flat.weak == (False, True, False, True, True)   # Python numbers (bools too: True + True is 2) are weak
     assert flat.leaves[2] is v._value                          # a Variable reads as its value outside a trace
     back = flat.unflatten(list(flat.leaves))
     assert set(back[0]) == {"a", "b"} and back[1][1] == 1 and back[2] is True

@@ -75,7 +75,7 @@ def device_view(x: Any) -> Any:
 
 
 def leaf_to_array(fun: Callable, x: Any, where: str | Callable[[], str], device: bool = False) -> tuple[Any, bool]:
-    """A concrete argument leaf as (array, weak): weak marks Python int/float (promote like scalars).
+    """A concrete argument leaf as (array, weak): weak marks Python bool/int/float/complex (promote like scalars).
     GPU arrays stay on the device for a device backend (device=True), else are copied to the host.
     `where` names the leaf in errors (a function making the name: only an error pays for it)."""
     def named() -> str:
@@ -91,8 +91,8 @@ def leaf_to_array(fun: Callable, x: Any, where: str | Callable[[], str], device:
             arr = arr.copy_to_host()
     elif isinstance(x, np.generic):
         arr, weak = np.asarray(x), False
-    elif isinstance(x, bool):
-        arr, weak = np.asarray(x), False
+    elif isinstance(x, bool):   # (weak too: Python's arithmetic of bools is an int's, True + True is 2)
+        arr, weak = np.asarray(x), True
     elif isinstance(x, int):
         if not np.iinfo(np.int64).min <= x <= np.iinfo(np.int64).max:
             raise OverflowError(f"{named()} is the Python integer {x}, out of bounds for int64 (as in "

@@ -15,22 +15,58 @@ from .ir import Aval, Graph, Var
 from .primitives import control as C
 from .primitives.shape import const
 from .pytree import leaf_paths, tree_flatten, tree_unflatten
-from .trace import Tracer, _read, aval_of, bind, current_builder, flatten_args, trace_to_graph
+from .trace import Tracer, _read, aval_of, bind, current_builder, flatten_args, trace_to_graph, weak_flag
 
 
 def _leaves(tree, what: str):
-    """The leaves of one pytree (traced values, or constants as arrays) and its structure."""
+    """The leaves of one pytree (traced values, or constants as arrays), its structure, and which leaves are
+    Python numbers (weak: a literal, or a weak traced value)."""
     def leaf(x, arg, path):
         x = _read(x)
+        weak = x.weak if isinstance(x, Tracer) else weak_flag(x)
         if not isinstance(x, Tracer):
             try:
                 x = np.asarray(x)
             except Exception:  # noqa: BLE001
                 raise TypeError(with_location(f"{what}: {type(x).__name__} is not an array")) from None
-        return x, aval_of(x), False
+        return x, aval_of(x), weak
 
     flat = flatten_args((tree,), leaf)
-    return list(flat.leaves), flat.treedefs[0]
+    return list(flat.leaves), flat.treedefs[0], list(flat.weak)
+
+
+class _WeakCarry(Exception):   # noqa: N818 (not an error: the carry's dtypes to trace the body again with)
+    def __init__(self, dtypes):
+        super().__init__("a weak carry takes the body's dtype")
+        self.dtypes = dtypes
+
+
+def _weak_carry(weak, avals_in, avals_out) -> None:
+    """JAX's rule for a loop carry that starts as a Python number (weak): where the body returns another dtype
+    (of the same shape) for it, the carry starts as NumPy's promotion of the number and that dtype, and the body
+    is traced again: a 0.0 summing float32 values is a float32 carry, as `c = 0.0; for v in x32: c = c + v` in
+    NumPy, where it was float64 (raises _WeakCarry with the new dtypes)."""
+    if len(avals_in) != len(avals_out):
+        return
+    dtypes = [np.result_type(a.dtype.type(0).item(), b.dtype) if w and a.shape == b.shape else a.dtype
+              for w, a, b in zip(weak, avals_in, avals_out)]
+    if any(d != a.dtype for d, a in zip(dtypes, avals_in)):
+        raise _WeakCarry(dtypes)
+
+
+def _promoted(leaves, weak, dtypes):
+    """The carry's leaves cast to `dtypes` (those cast are no longer weak) and their weak flags."""
+    out, flags = [], []
+    for x, w, d in zip(leaves, weak, dtypes):
+        same = aval_of(x).dtype == d
+        out.append(x if same else (tnp.astype(x, d) if isinstance(x, Tracer) else np.asarray(x, d)))
+        flags.append(w if same else False)
+    return out, flags
+
+
+def _mark_weak(outs, weak):
+    """A loop's or cond's results that are Python numbers (weak) stay weak: `x32 * fori_loop(.., s)` is float32."""
+    return [Tracer(o.builder, o.ir_var, w) if w and isinstance(o, Tracer) else o for o, w in zip(outs, weak)]
 
 
 _UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10, "mib": 2**20, "gib": 2**30}
@@ -82,10 +118,10 @@ def _checkpoint(checkpoint, carry_bytes: int, steps: int | None, what: str):
     return None if steps is not None and k >= steps else k
 
 
-def _trace(fn: Callable, avals, what: str):
-    """fn traced on avals; returns (graph with non-scalar constants lifted to inputs, out treedef,
-    extra operands: the captured values and the lifted constants)."""
-    graph, out_td, captured = trace_to_graph(fn, avals)
+def _trace(fn: Callable, avals, what: str, weak=None):
+    """fn traced on avals (weak: which are Python numbers); returns (graph with non-scalar constants lifted to
+    inputs, out treedef, extra operands: the captured values and the lifted constants)."""
+    graph, out_td, captured = trace_to_graph(fn, avals, weak)
     return _lift_consts(graph, list(captured)) + (out_td,)
 
 
@@ -125,21 +161,26 @@ def cond(pred, true_fn: Callable, false_fn: Callable, *operands):
         pred = pred != 0
     if pred.shape != ():
         raise TypeError(with_location(f"tk.cond: the predicate must be a scalar, got shape {pred.shape}"))
-    leaves, in_td = _leaves(list(operands), "tk.cond operands")
+    leaves, in_td, in_weak = _leaves(list(operands), "tk.cond operands")
     avals = [aval_of(x) for x in leaves]
+    out_weak = {}
 
-    def branch(fn):
-        return lambda *xs: fn(*tree_unflatten(in_td, list(xs)))
+    def branch(fn, name):
+        def traced(*xs):
+            out_leaves, out_td, out_weak[name] = _leaves(fn(*tree_unflatten(in_td, list(xs))), "tk.cond result")
+            return tree_unflatten(out_td, out_leaves)
+        return traced
 
-    gt, ct, td_t = _trace(branch(true_fn), avals, "tk.cond")
-    gf, cf, td_f = _trace(branch(false_fn), avals, "tk.cond")
+    gt, ct, td_t = _trace(branch(true_fn, "true"), avals, "tk.cond", in_weak)
+    gf, cf, td_f = _trace(branch(false_fn, "false"), avals, "tk.cond", in_weak)
     _check_same("tk.cond: the branches return different results", td_t, td_f,
                 [v.aval for v in gt.outputs], [v.aval for v in gf.outputs], ("true_fn", "false_fn"))
     # each branch gets both branches' extra operands (its own first), so the two graphs match
     gt = _extend(gt, len(leaves) + len(ct), [aval_of(c) for c in cf], after=True)
     gf = _extend(gf, len(leaves), [aval_of(c) for c in ct], after=False)
     outs = bind(C.cond, pred, *leaves, *ct, *cf, true=gt, false=gf)
-    return tree_unflatten(td_t, list(outs))
+    # (a result that is a Python number in both branches is one: weak, as in `x32 * (s if p else s + 1)`)
+    return tree_unflatten(td_t, _mark_weak(outs, [bool(a and b) for a, b in zip(out_weak["true"], out_weak["false"])]))
 
 
 def _extend(g: Graph, at: int, avals, after: bool) -> Graph:
@@ -170,8 +211,8 @@ def scan(f: Callable, init, xs=None, length: int | None = None, *, reverse: bool
     _unroll(unroll, "tk.scan")
     if checkpoint is not None and not isinstance(checkpoint, str):
         _checkpoint(checkpoint, 1, None, "tk.scan")   # (checks it before tracing)
-    init_leaves, carry_td = _leaves(init, "tk.scan init")
-    x_leaves, x_td = _leaves(xs, "tk.scan xs") if xs is not None else ([], tree_flatten(None)[1])
+    init_leaves, carry_td, carry_weak = _leaves(init, "tk.scan init")
+    x_leaves, x_td, _ = _leaves(xs, "tk.scan xs") if xs is not None else ([], tree_flatten(None)[1], [])
     lengths = {int(aval_of(x).shape[0]) if aval_of(x).shape else -1 for x in x_leaves}
     if -1 in lengths:
         raise TypeError(with_location("tk.scan: every leaf of xs needs an axis 0 to scan over"))
@@ -191,14 +232,21 @@ def scan(f: Callable, init, xs=None, length: int | None = None, *, reverse: bool
         if not (isinstance(out, tuple) and len(out) == 2):
             raise TypeError(with_location(f"tk.scan: {getattr(f, '__name__', 'f')} must return (carry, y)"))
         new_carry, y = out
-        c_leaves, c_td = _leaves(new_carry, "tk.scan carry")
+        c_leaves, c_td, out_td_box["weak"] = _leaves(new_carry, "tk.scan carry")
+        if c_td == carry_td:
+            _weak_carry(carry_weak, carry_avals, [aval_of(c) for c in c_leaves])
         _check_same("tk.scan: the carry changed", carry_td, c_td, carry_avals, [aval_of(c) for c in c_leaves],
                     ("init", "f's result"))
-        y_leaves, y_td = _leaves(y, "tk.scan y")
+        y_leaves, y_td, _ = _leaves(y, "tk.scan y")
         out_td_box["y"] = y_td
         return c_leaves + y_leaves
 
-    g, extra, _ = _trace(body, carry_avals + x_avals, "tk.scan")
+    try:
+        g, extra, _ = _trace(body, carry_avals + x_avals, "tk.scan", carry_weak + [False] * len(x_avals))
+    except _WeakCarry as e:
+        init_leaves, carry_weak = _promoted(init_leaves, carry_weak, e.dtypes)
+        carry_avals = [aval_of(x) for x in init_leaves]
+        g, extra, _ = _trace(body, carry_avals + x_avals, "tk.scan", carry_weak + [False] * len(x_avals))
     g = _consts_first(g, len(extra))
     # (k >= n stores every carry: the plain backward does that without re-running steps). The
     # forward records no carries: reverse mode makes the scan record them when it needs them
@@ -207,7 +255,8 @@ def scan(f: Callable, init, xs=None, length: int | None = None, *, reverse: bool
                 length=n, reverse=bool(reverse), record=False, checkpoint=ck)
     nk = len(init_leaves)
     n_y = len(g.outputs) - nk
-    return tree_unflatten(carry_td, list(outs[:nk])), tree_unflatten(out_td_box["y"], list(outs[nk:nk + n_y]))
+    carry = _mark_weak(outs[:nk], [bool(a and b) for a, b in zip(carry_weak, out_td_box["weak"])])
+    return tree_unflatten(carry_td, carry), tree_unflatten(out_td_box["y"], list(outs[nk:nk + n_y]))
 
 
 def _consts_first(g: Graph, n_extra: int) -> Graph:
@@ -270,12 +319,15 @@ def while_loop(cond_fn: Callable, body_fn: Callable, init, *, checkpoint: int | 
         while bool(np.asarray(cond_fn(val))):
             val = body_fn(val)
         return val
-    leaves, td = _leaves(init, "tk.while_loop init")
+    leaves, td, weak = _leaves(init, "tk.while_loop init")
     avals = [aval_of(x) for x in leaves]
+    out_weak = {}
 
     def body(*a):
         out = body_fn(tree_unflatten(td, list(a)))
-        o_leaves, o_td = _leaves(out, "tk.while_loop body result")
+        o_leaves, o_td, out_weak["body"] = _leaves(out, "tk.while_loop body result")
+        if o_td == td:
+            _weak_carry(weak, avals, [aval_of(x) for x in o_leaves])
         _check_same("tk.while_loop: the carry changed", td, o_td, avals, [aval_of(x) for x in o_leaves],
                     ("init", "body_fn's result"))
         return o_leaves
@@ -287,11 +339,16 @@ def while_loop(cond_fn: Callable, body_fn: Callable, init, *, checkpoint: int | 
             raise TypeError(with_location(f"tk.while_loop: cond_fn must return a scalar, got shape {aval_of(c).shape}"))
         return tnp.astype(c, np.bool_) if aval_of(c).dtype != np.bool_ else c
 
-    gb, eb, _ = _trace(body, avals, "tk.while_loop")
-    gc, ec, _ = _trace(test, avals, "tk.while_loop")
+    try:
+        gb, eb, _ = _trace(body, avals, "tk.while_loop", weak)
+    except _WeakCarry as e:
+        leaves, weak = _promoted(leaves, weak, e.dtypes)
+        avals = [aval_of(x) for x in leaves]
+        gb, eb, _ = _trace(body, avals, "tk.while_loop", weak)
+    gc, ec, _ = _trace(test, avals, "tk.while_loop", weak)
     extra = eb + ec
     gb = _consts_first(_extend(gb, len(avals) + len(eb), [aval_of(c) for c in ec], after=True), len(extra))
     gc = _consts_first(_extend(gc, len(avals), [aval_of(c) for c in eb], after=False), len(extra))
     outs = bind(C.while_, *extra, *leaves, cond=gc, body=gb, num_consts=len(extra),
                 checkpoint=_checkpoint(checkpoint, sum(a.nbytes for a in avals), None, "tk.while_loop"))
-    return tree_unflatten(td, list(outs[:-1]))
+    return tree_unflatten(td, _mark_weak(outs[:-1], [bool(a and b) for a, b in zip(weak, out_weak["body"])]))

@@ -223,7 +223,7 @@ def weak_flag(x: Any) -> bool | str:
     """How a Python number argument promotes: True (weak, as NumPy 2's Python scalars), WIDE for an
     int outside int32's range (combined with an int32 array, NumPy raises OverflowError, and so does
     tracing), False for anything else."""
-    if isinstance(x, bool) or not isinstance(x, (int, float, complex)):
+    if not isinstance(x, (int, float, complex)) or isinstance(x, np.generic):
         return False
     if isinstance(x, int) and not INT32_RANGE[0] <= x <= INT32_RANGE[1]:
         return WIDE
@@ -426,16 +426,59 @@ def _read_only(a: np.ndarray) -> np.ndarray:
     return view
 
 
-def _scalar_op(fn, *operands):
-    """An arithmetic operator of traced values: a result of Python numbers only (weak traced ones, the scalar
-    arguments, and literals) is weak too, as in NumPy, where `s + 1` of a Python float s is a Python float,
-    so `x32 * (1 - s)` stays float32; NumPy's functions (np.add(s, 1)) give a strong float64, as NumPy's do."""
-    out = fn(*map(_read, operands))
-    if isinstance(out, Tracer) and not out.weak and any(isinstance(o, Tracer) for o in operands) and \
-            all((isinstance(o, Tracer) and o.weak and not o.aval.shape) or type(o) in (int, float, complex)
-                for o in operands):
-        out.weak = True
-    return out
+def _python_number(o) -> bool:
+    """A Python number as tracing sees one: a literal, or a weak 0-d traced value (a Python-number argument,
+    a loop index over Python-int bounds, or Python arithmetic of them)."""
+    return (isinstance(o, Tracer) and bool(o.weak) and not o.aval.shape) or type(o) in (bool, int, float, complex)
+
+
+def _weak(out):
+    """out (a traced value, or a tuple of them) marked weak: it stands for a Python number."""
+    if isinstance(out, tuple):
+        return tuple(map(_weak, out))
+    return Tracer(out.builder, out.ir_var, True) if isinstance(out, Tracer) and not out.weak else out
+
+
+def _as_int(o):
+    """Python's arithmetic reads a bool as an int (True + True is 2, -True is -1), NumPy's bool + bool is True."""
+    if type(o) is bool:
+        return int(o)
+    if isinstance(o, Tracer) and o.dtype == np.bool_:
+        return ArrayOps.numpy.astype(o, np.int64)
+    return o
+
+
+def _scalar_op(fn, *operands, bools_as_ints: bool = True):
+    """An operator of traced values: a result of Python numbers only (weak traced ones, the scalar arguments,
+    and literals) is a Python number too, weak, with Python's rules for bools, as in NumPy, where `s + 1` of a
+    Python float s is a Python float, so `x32 * (1 - s)` stays float32, and `b + b` of a Python bool is 2;
+    NumPy's functions (np.add(s, 1)) give a strong float64, as NumPy's do. `bools_as_ints=False` for the
+    comparisons and &, |, ^, where Python's bools stay bools."""
+    if any(isinstance(o, Tracer) for o in operands) and all(map(_python_number, operands)):
+        if bools_as_ints:
+            operands = tuple(map(_as_int, operands))
+        return _weak(fn(*operands))
+    return fn(*map(_read, operands))
+
+
+def _python_rounding(x, how: str, ndigits=None):
+    """round(s), math.trunc/floor/ceil(s) of a Python-number argument s: Python's (an int, weak; round(s, n) a
+    float). NumPy's arrays define none of them but floor and ceil of a 0-d array (through float())."""
+    if not _python_number(x):
+        if how in ("floor", "ceil") and not x.aval.shape:
+            x.__float__()    # (raises: the value is not known while tracing)
+        raise TypeError(with_location(
+            f"{how}() of a traced array ({x.aval}): NumPy's arrays do not define it (only Python numbers do); "
+            f"use np.{'round' if how == 'round' else how}(x)"))
+    if x.dtype.kind == "c":
+        raise TypeError(with_location(f"{how}() of a complex number is not defined (Python raises too)"))
+    tnp = ArrayOps.numpy
+    if how == "round" and ndigits is not None:
+        return _weak(tnp.round(_as_int(x), ndigits))
+    if x.dtype.kind in "biu":
+        return _weak(_as_int(x))
+    y = {"round": tnp.rint, "trunc": tnp.trunc, "floor": tnp.floor, "ceil": tnp.ceil}[how](x)
+    return _weak(tnp.astype(y, np.int64))
 
 
 def _read(x):
@@ -490,31 +533,31 @@ class ArrayOps:
     def __matmul__(self, o): return ArrayOps.numpy.matmul(_read(self), _read(o))
     def __rmatmul__(self, o): return ArrayOps.numpy.matmul(_read(o), _read(self))
     def __neg__(self): return _scalar_op(ArrayOps.numpy.negative, self)
-    def __pos__(self): return _read(self)
+    def __pos__(self): return _scalar_op(_read, self)   # (+True is 1)
     def __abs__(self): return _scalar_op(ArrayOps.numpy.absolute, self)
-    def __lt__(self, o): return ArrayOps.numpy.less(_read(self), _read(o))
-    def __le__(self, o): return ArrayOps.numpy.less_equal(_read(self), _read(o))
-    def __gt__(self, o): return ArrayOps.numpy.greater(_read(self), _read(o))
-    def __ge__(self, o): return ArrayOps.numpy.greater_equal(_read(self), _read(o))
-    def __eq__(self, o): return ArrayOps.numpy.equal(_read(self), _read(o))  # noqa: E704
-    def __ne__(self, o): return ArrayOps.numpy.not_equal(_read(self), _read(o))
-    def __and__(self, o): return ArrayOps.numpy.bitwise_and(_read(self), _read(o))
-    def __rand__(self, o): return ArrayOps.numpy.bitwise_and(_read(o), _read(self))
-    def __or__(self, o): return ArrayOps.numpy.bitwise_or(_read(self), _read(o))
-    def __ror__(self, o): return ArrayOps.numpy.bitwise_or(_read(o), _read(self))
-    def __xor__(self, o): return ArrayOps.numpy.bitwise_xor(_read(self), _read(o))
-    def __rxor__(self, o): return ArrayOps.numpy.bitwise_xor(_read(o), _read(self))
-    def __invert__(self): return ArrayOps.numpy.invert(_read(self))
+    def __lt__(self, o): return _scalar_op(ArrayOps.numpy.less, self, o, bools_as_ints=False)
+    def __le__(self, o): return _scalar_op(ArrayOps.numpy.less_equal, self, o, bools_as_ints=False)
+    def __gt__(self, o): return _scalar_op(ArrayOps.numpy.greater, self, o, bools_as_ints=False)
+    def __ge__(self, o): return _scalar_op(ArrayOps.numpy.greater_equal, self, o, bools_as_ints=False)
+    def __eq__(self, o): return _scalar_op(ArrayOps.numpy.equal, self, o, bools_as_ints=False)  # noqa: E704
+    def __ne__(self, o): return _scalar_op(ArrayOps.numpy.not_equal, self, o, bools_as_ints=False)
+    def __and__(self, o): return _scalar_op(ArrayOps.numpy.bitwise_and, self, o, bools_as_ints=False)
+    def __rand__(self, o): return _scalar_op(ArrayOps.numpy.bitwise_and, o, self, bools_as_ints=False)
+    def __or__(self, o): return _scalar_op(ArrayOps.numpy.bitwise_or, self, o, bools_as_ints=False)
+    def __ror__(self, o): return _scalar_op(ArrayOps.numpy.bitwise_or, o, self, bools_as_ints=False)
+    def __xor__(self, o): return _scalar_op(ArrayOps.numpy.bitwise_xor, self, o, bools_as_ints=False)
+    def __rxor__(self, o): return _scalar_op(ArrayOps.numpy.bitwise_xor, o, self, bools_as_ints=False)
+    def __invert__(self): return _scalar_op(ArrayOps.numpy.invert, self)
     def __floordiv__(self, o): return _scalar_op(ArrayOps.numpy.floor_divide, self, o)
     def __rfloordiv__(self, o): return _scalar_op(ArrayOps.numpy.floor_divide, o, self)
     def __mod__(self, o): return _scalar_op(ArrayOps.numpy.remainder, self, o)
     def __rmod__(self, o): return _scalar_op(ArrayOps.numpy.remainder, o, self)
-    def __divmod__(self, o): return ArrayOps.numpy.divmod(_read(self), _read(o))
-    def __rdivmod__(self, o): return ArrayOps.numpy.divmod(_read(o), _read(self))
-    def __lshift__(self, o): return ArrayOps.numpy.left_shift(_read(self), _read(o))
-    def __rlshift__(self, o): return ArrayOps.numpy.left_shift(_read(o), _read(self))
-    def __rshift__(self, o): return ArrayOps.numpy.right_shift(_read(self), _read(o))
-    def __rrshift__(self, o): return ArrayOps.numpy.right_shift(_read(o), _read(self))
+    def __divmod__(self, o): return _scalar_op(ArrayOps.numpy.divmod, self, o)
+    def __rdivmod__(self, o): return _scalar_op(ArrayOps.numpy.divmod, o, self)
+    def __lshift__(self, o): return _scalar_op(ArrayOps.numpy.left_shift, self, o)
+    def __rlshift__(self, o): return _scalar_op(ArrayOps.numpy.left_shift, o, self)
+    def __rshift__(self, o): return _scalar_op(ArrayOps.numpy.right_shift, self, o)
+    def __rrshift__(self, o): return _scalar_op(ArrayOps.numpy.right_shift, o, self)
     def __getitem__(self, idx): return ArrayOps.numpy.getitem(_read(self), _read(idx))
 
     # in place (x += y): NumPy writes into x, so the result keeps x's shape and dtype (the name is rebound: a traced
@@ -569,8 +612,8 @@ class ArrayOps:
 
     # (issue 19: the rest of ndarray's methods that return values)
     mT = property(lambda self: ArrayOps.numpy.matrix_transpose(_read(self)))
-    real = property(lambda self: ArrayOps.numpy.real(_read(self)))
-    imag = property(lambda self: ArrayOps.numpy.imag(_read(self)))
+    real = property(lambda self: _scalar_op(ArrayOps.numpy.real, self))   # (of a Python number: a Python number)
+    imag = property(lambda self: _scalar_op(ArrayOps.numpy.imag, self))
     def argmax(self, *args, **kw): return ArrayOps.numpy.argmax(_read(self), *args, **kw)
     def argmin(self, *args, **kw): return ArrayOps.numpy.argmin(_read(self), *args, **kw)
     def cumsum(self, *args, **kw): return ArrayOps.numpy.cumsum(_read(self), *args, **kw)
@@ -582,7 +625,7 @@ class ArrayOps:
     def take(self, indices, *args, **kw): return ArrayOps.numpy.take(_read(self), _read(indices), *args, **kw)
     def round(self, *args, **kw): return ArrayOps.numpy.round(_read(self), *args, **kw)
     def conj(self): return ArrayOps.numpy.conj(_read(self))
-    def conjugate(self): return ArrayOps.numpy.conj(_read(self))
+    def conjugate(self): return _scalar_op(ArrayOps.numpy.conj, self)
     def std(self, *args, **kw): return ArrayOps.numpy.std(_read(self), *args, **kw)
     def var(self, *args, **kw): return ArrayOps.numpy.var(_read(self), *args, **kw)
     def diagonal(self, *args, **kw): return ArrayOps.numpy.diagonal(_read(self), *args, **kw)
@@ -671,6 +714,8 @@ class Tracer(ArrayOps, Value):
         raise self._concrete_error("the index value")
 
     def __round__(self, ndigits=None):
+        if _python_number(self):   # (Python's, for a Python-number argument: round(s) an int, round(s, 2) a float)
+            return _python_rounding(self, "round", ndigits)
         # round(x, n) of a NumPy scalar (what indexing a 0-d element gives) is np.round(x, n); round(x) is a Python
         # int (its value); NumPy's arrays of any other rank have no __round__
         if self.shape:
@@ -680,6 +725,10 @@ class Tracer(ArrayOps, Value):
         if ndigits is None:
             raise self._concrete_error("the integer value (round(x))")
         return ArrayOps.numpy.round(self, ndigits)
+
+    def __trunc__(self): return _python_rounding(self, "trunc")
+    def __floor__(self): return _python_rounding(self, "floor")
+    def __ceil__(self): return _python_rounding(self, "ceil")
 
     def item(self, *args):
         raise self._concrete_error("the Python value (x.item())")

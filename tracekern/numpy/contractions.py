@@ -14,7 +14,22 @@ import string
 
 import numpy as np
 
-from ._core import P, ShapeError, _array, _axis, _cast, _check_dtype, _dtype, _promote, _reject, _result_dtype, _shape, bind, with_location
+from ._core import (
+    P,
+    ShapeError,
+    Tracer,
+    _array,
+    _axis,
+    _cast,
+    _check_dtype,
+    _dtype,
+    _promote,
+    _reject,
+    _result_dtype,
+    _shape,
+    bind,
+    with_location,
+)
 from .reductions import sum as _sum
 from .shapes import broadcast_to, diagonal, moveaxis, ravel, reshape, stack, transpose
 from .ufuncs import conj, multiply, subtract
@@ -48,7 +63,10 @@ def matmul(a, b, /, out=None, **kwargs):
 
 
 def _not_weak(x):
-    """np.dot, inner and vdot read a Python number as an array (float64), not as a weak scalar."""
+    """np.dot, inner and vdot read a Python number as an array (float64), not as a weak scalar: a literal, and
+    a Python-number argument (weak while traced: np.dot(x32, s) is float64, as NumPy's)."""
+    if isinstance(x, Tracer) and x.weak:
+        return Tracer(x.builder, x.ir_var, False)
     return np.asarray(x) if isinstance(x, (int, float, complex)) and not isinstance(x, bool) else x
 
 
