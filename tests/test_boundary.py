@@ -424,5 +424,5 @@ def test_python_number_arguments_follow_pythons_own_rules():
         for i, (g, w) in enumerate(zip(got, want)):
             assert g.dtype == w.dtype and g.shape == w.shape, (backend, i, g.dtype, w.dtype)
             np.testing.assert_allclose(g, w, rtol=1e-6)
-    with pytest.raises(TypeError, match=r"round\(\) of a traced array \(f32\[3\]\).*np.round\(x\)"):
+    with pytest.raises(TypeError, match=r"round\(\) of a traced array \(f32\[3\]\).*np.round\(x"):
         tk.jit(lambda x: round(x), backend="interpret")(x)
