@@ -396,3 +396,35 @@ def test_inverse_and_hyperbolic_functions_at_their_domain_edges():
     assert np.isnan(grads[0]) and np.isfinite(grads[1]) and np.isinf(grads[2])   # 2 * 0.5 = 1: arctanh's pole
     np.testing.assert_allclose(tk.grad(lambda x: np.sum(np.arcsin(x) + np.arccos(x)))(np.array([-0.3, 0.7])), [0, 0],
                                atol=1e-15)   # arcsin + arccos = pi / 2
+
+
+# ----------------------------------------------------------------------------- NumPy's own roundings (issue s8g)
+
+
+def test_float32_angle_conversions_are_numpys_bit_for_bit():
+    """np.rad2deg of float32 multiplies by NumPy's float32 factor 180.0f / NPY_PIf (57.295776), not by 180 / pi
+    rounded (57.29578): 80% of the values were 1 to 2 ulp off NumPy's, which fails assert_allclose's default
+    rtol=1e-7. deg2rad and float64 too, every backend."""
+    x = np.random.default_rng(0).uniform(-7, 7, 64)
+    for dtype in (np.float32, np.float64):
+        xd = x.astype(dtype)
+        for backend in ("interpret", "cpu"):
+            got = tk.jit(lambda v: (np.rad2deg(v), np.deg2rad(v), np.degrees(v)), backend=backend)(xd)
+            for g, w in zip(got, (np.rad2deg(xd), np.deg2rad(xd), np.degrees(xd))):
+                assert g.dtype == w.dtype == dtype
+                np.testing.assert_array_equal(g, w, err_msg=backend)
+
+
+def test_float32_dot_of_a_reversed_view_is_as_accurate_as_numpys():
+    """np.dot(x, x[::-1]) traces to a matmul of a reversed view; NumPy's matmul of such an operand skips BLAS and adds
+    float32 products one by one (1e-5 relative error at this size), where the user's np.dot calls BLAS. The
+    interpreter (the cpu backend's first tier) gives BLAS an operand it takes; the cpu backend does too."""
+    x = np.random.default_rng(1).uniform(0, 1, 2**17).astype(np.float32)
+    want = np.dot(x, x[::-1])
+    exact = np.dot(x.astype(np.float64), x[::-1].astype(np.float64))
+    assert abs(want - exact) / exact < 1e-6
+    for backend in ("interpret", "cpu"):
+        got = tk.jit(lambda v: (np.dot(v, v[::-1]), v[None, ::2] @ v[::-2, None]), backend=backend)(x)
+        assert got[0].dtype == np.float32 and got[1].shape == (1, 1)
+        np.testing.assert_allclose(got[0], want, rtol=1e-6, err_msg=backend)
+        np.testing.assert_allclose(got[1][0, 0], np.dot(x[::2], x[::-2]), rtol=1e-6, err_msg=backend)

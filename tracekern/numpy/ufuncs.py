@@ -201,14 +201,21 @@ def heaviside(x1, x2):
     return _pick(isnan(x1), x1, step)
 
 
+def _angle_factor(x, num, den):
+    """NumPy's factor num / den, computed in x's own dtype (its float32 loop multiplies by 180.0f / NPY_PIf, which
+    is 57.295776, one float32 ulp below 180 / pi rounded: rad2deg differed from NumPy's by 1 to 2 ulp)."""
+    dtype = _dtype(x)
+    return float(dtype.type(num) / dtype.type(den))
+
+
 def deg2rad(x):
     x = x if is_float(_dtype(x)) else _cast(x, np.float64)
-    return multiply(x, math.pi / 180)
+    return multiply(x, _angle_factor(x, math.pi, 180))
 
 
 def rad2deg(x):
     x = x if is_float(_dtype(x)) else _cast(x, np.float64)
-    return multiply(x, 180 / math.pi)
+    return multiply(x, _angle_factor(x, 180, math.pi))
 
 
 radians, degrees = deg2rad, rad2deg
