@@ -275,6 +275,32 @@ def test_linalg_factorizations_are_numpys_own_results():
                 np.testing.assert_allclose(g, w, rtol=tol, atol=tol, err_msg=f"{backend} {dtype.__name__} leaf {k}")
 
 
+def test_eigenvalue_and_singular_value_gradients_are_finite_at_ties_and_zeros():
+    """The gradient of a function of the eigenvalues alone (eigvalsh, eigh(a)[0]) at repeated eigenvalues, and of
+    the singular values alone (their sum, the nuclear norm) at repeated or zero ones, was NaN: the eigenvector
+    terms, 1 / (w_j - w_i) times an unused output's zero cotangent, were 0 * inf. Unused outputs now get no
+    cotangent (a symbolic zero, as JAX's). np.linalg.svd(w)[1] of a non-square w (full_matrices=True, NumPy's
+    default) raised NotImplementedError for its gradient though only s was used. Batched, on interpret and cpu,
+    against the exact gradients (a symmetric matrix's eigenvalues' squares: 2a, read from the lower triangle;
+    the nuclear norm: u vh; the singular values' sum: u[:, :k] vh[:k])."""
+    tall = np.stack([np.eye(3, 2), np.zeros((3, 2))])        # s = (1, 1) and (0, 0)
+    sym = np.stack([np.eye(3), np.zeros((3, 3))])             # w = (1, 1, 1) and (0, 0, 0)
+    wide = np.random.default_rng(3).standard_normal((2, 3))
+
+    def f(a, t, w):
+        return (np.sum(np.linalg.eigvalsh(a) ** 2) + np.sum(np.linalg.eigh(a)[0]) + np.linalg.norm(t, "nuc", axis=(1, 2)).sum()
+                + np.linalg.svd(t, compute_uv=False).sum() + np.linalg.svd(w)[1].sum())
+
+    u, _, vh = np.linalg.svd(tall, full_matrices=False)
+    uw, _, vhw = np.linalg.svd(wide, full_matrices=False)
+    want = (np.tril(2 * sym + 2 * np.swapaxes(sym, 1, 2), -1) + 2 * sym * np.eye(3) + np.eye(3), 2 * u @ vh, uw @ vhw)
+    for backend in ("interpret", "cpu"):
+        got = tk.jit(tk.grad(f, argnums=(0, 1, 2)), backend=backend)(sym, tall, wide)
+        for g, w in zip(got, want):
+            assert np.shape(g) == np.shape(w)
+            np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12, err_msg=backend)
+
+
 def test_integer_dtype_statistics_are_numpys():
     """np.mean/var(dtype=<an integer dtype>) truncate as NumPy does (they were float64); np.std of one is an integer
     when its result is 0-d and raises otherwise (NumPy's sqrt cannot cast back); nanmean/nanvar of integer arrays are

@@ -379,10 +379,16 @@ class Eigh(Primitive):
         w, v = np.linalg.eigh(a, UPLO=uplo)
         return w, v
 
+    sparse_cotangents = True
+
     def vjp(self, cts, ins, outs, active, *, uplo):
+        """A(bar) = v (diag(wbar) + F o v^T vbar) v^T. Without vbar (eigenvalues only, a symbolic zero)
+        its term is left out: finite at repeated eigenvalues (0 * inf there was NaN)."""
         (wbar, vbar), (w, v) = cts, outs
         vt = ops.swap_last(v)
-        inner = ops.add(_diag_matrix(wbar), ops.mul(_inverse_gaps(w), ops.matmul(vt, vbar)))
+        inner = _diag_matrix(wbar if wbar is not None else ops.zeros_like(w))
+        if vbar is not None:
+            inner = ops.add(inner, ops.mul(_inverse_gaps(w), ops.matmul(vt, vbar)))
         return [_triangle_read(ops.matmul(ops.matmul(v, inner), vt), uplo)]
 
     def jvp(self, tangents, ins, outs, *, uplo):
@@ -415,15 +421,26 @@ class SVD(Primitive):
         u, s, vh = np.linalg.svd(a, full_matrices=full_matrices)
         return u, s, vh
 
+    sparse_cotangents = True
+
     def vjp(self, cts, ins, outs, active, *, full_matrices):
         """Townsend (2016), "Differentiating the singular value decomposition": exact for distinct,
-        nonzero singular values."""
+        nonzero singular values; with u and vh unused (symbolic zeros), u diag(sbar) vh, exact at ties
+        and zeros too."""
+        (ubar, sbar, vhbar), (a,), (u, s, vh) = cts, ins, outs
+        if ubar is None and vhbar is None:   # the singular values alone: u diag(sbar) vh, finite at ties and zeros
+            m, n = a.shape[-2:]
+            k, lead = min(m, n), tuple((0, d, 1) for d in a.shape[:-2])
+            u = ops.slice_(u, index=lead + ((0, m, 1), (0, k, 1))) if u.shape[-1] != k else u
+            vh = ops.slice_(vh, index=lead + ((0, k, 1), (0, n, 1))) if vh.shape[-2] != k else vh
+            return [ops.matmul(ops.mul(u, _rows(sbar, u.shape)), vh)]
         if full_matrices and ins[0].shape[-1] != ins[0].shape[-2]:
             raise NotImplementedError("the gradient of np.linalg.svd(a, full_matrices=True) of a non-square matrix is "
                                       "not defined (the extra singular vectors are arbitrary); use full_matrices=False")
-        (ubar, sbar, vhbar), (a,), (u, s, vh) = cts, ins, outs
+        ubar = ubar if ubar is not None else ops.zeros_like(u)
+        sbar = sbar if sbar is not None else ops.zeros_like(s)
         m, n = a.shape[-2:]
-        v, vbar = ops.swap_last(vh), ops.swap_last(vhbar)
+        v, vbar = ops.swap_last(vh), ops.swap_last(vhbar if vhbar is not None else ops.zeros_like(vh))
         ut, vt = ops.swap_last(u), vh
         f = _inverse_gaps(s, squared=True)
         j = ops.mul(f, ops.sub(ops.matmul(ut, ubar), ops.matmul(ops.swap_last(ubar), u)))
