@@ -234,6 +234,12 @@ def np_slogdet(a):
 
 
 @njit(**INLINE)
+def np_det(a):   # (NumPy's det: sign * exp(log|det|))
+    sign, logdet = np.linalg.slogdet(a)
+    return sign * np.exp(logdet)
+
+
+@njit(**INLINE)
 def np_cholesky(a):
     return np.linalg.cholesky(a)
 

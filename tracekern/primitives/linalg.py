@@ -265,6 +265,50 @@ class Slogdet(Primitive):
         return [None, ops.reduce_sum(ops.mul(ops.swap_last(ops.inv(a)), t), axes=(a.ndim - 2, a.ndim - 1))]
 
 
+class Det(Primitive):
+    """The determinant of each matrix, NumPy's: sign * exp(log|det|) of an LU factorization. Its own primitive,
+    not slogdet's composition, for the gradient at a singular matrix: the cofactor matrix (finite; JAX's),
+    where det * inv(a).T raised LinAlgError."""
+
+    batch = _stack_of_matrices
+
+    def abstract_eval(self, a: Aval):
+        _square("det", a)
+        return (Aval(a.shape[:-2], a.dtype),)
+
+    def impl(self, a):
+        return np.asarray(np.linalg.det(a), a.dtype)
+
+    def vjp(self, cts, ins, outs, active):
+        (a,) = ins
+        return [ops.mul(_cols(_cols(cts[0], a.shape[:-1]), a.shape), _cofactors(a, outs[0]))]
+
+    def jvp(self, tangents, ins, outs):
+        """d det a = sum(cofactors(a) * d a)."""
+        (t,), (a,) = tangents, ins
+        return [ops.reduce_sum(ops.mul(_cofactors(a, outs[0]), t), axes=(a.ndim - 2, a.ndim - 1))]
+
+
+def _cofactors(a, det):
+    """The gradient of det: det * inv(a).T where a is invertible; where it is singular (slogdet's sign 0),
+    det(u) det(vh) u diag(g) vh from the SVD a = u diag(s) vh, g_i the product of the other singular values
+    (the transposed adjugate: 0 for a rank below n - 1). Each branch sees a stand-in where the other is taken
+    (the identity, diag(1..n): invertible, distinct singular values), so neither raises nor gives NaN."""
+    n = a.shape[-1]
+    shape = tuple(a.shape)
+    sign, _ = ops.slogdet(a)
+    singular = _cols(_cols(ops.eq(sign, ops.zeros_like(sign)), shape[:-1]), shape)
+    safe = ops.select(singular, ops.broadcast_to(_eye(a, n), shape=shape), a)
+    invertible = ops.mul(_cols(_cols(det, shape[:-1]), shape), ops.swap_last(ops.inv(safe)))
+    stand_in = ops.broadcast_to(ops.constant(a, np.diag(np.arange(1, n + 1)).astype(a.dtype)), shape=shape)
+    u, s, vh = ops.svd(ops.select(singular, a, stand_in), full_matrices=False)
+    others = ops.select(_mask(a, np.eye(n, dtype=bool)), ops.full_like(a, 1), _rows(s, shape))
+    g = ops.reduce_prod(others, axes=(a.ndim - 1,))
+    orient = ops.mul(ops.slogdet(u)[0], ops.slogdet(vh)[0])
+    adj_t = ops.mul(_cols(_cols(orient, shape[:-1]), shape), ops.matmul(ops.mul(u, _rows(g, shape)), vh))
+    return ops.select(singular, adj_t, invertible)
+
+
 class Cholesky(Primitive):
     """The lower factor L of a = L @ L.T (reads a's lower triangle)."""
 
@@ -486,6 +530,7 @@ class SVD(Primitive):
 solve = Solve("solve")
 inv = Inv("inv")
 slogdet = Slogdet("slogdet")
+det = Det("det")
 cholesky = Cholesky("cholesky")
 qr = QR("qr")
 eigh = Eigh("eigh")
