@@ -263,7 +263,7 @@ def pinv(a, rcond=None, hermitian=False, *, rtol=np._NoValue):
     elif rtol is not np._NoValue:
         raise ValueError(with_location("pinv: `rtol` and `rcond` can't be both set"))
     u, s, vh = svd(a, full_matrices=False, hermitian=hermitian)
-    cutoff = multiply(_max(s, axis=-1, keepdims=True), _column(rcond))
+    cutoff = multiply(_max(s, axis=-1, keepdims=True, initial=0), _column(rcond))   # (NumPy's initial=0: empty matrices)
     large = greater(s, cutoff)
     inv_s = where(large, divide(1, where(large, s, 1)), 0)
     return matmul(matrix_transpose(vh), multiply(reshape(inv_s, _shape(inv_s) + (1,)), matrix_transpose(u)))
