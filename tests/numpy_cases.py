@@ -611,6 +611,8 @@ LINALG = _rows("linalg", [
                     np.linalg.norm(a, "fro"), np.linalg.norm(a, 1), np.linalg.norm(a, -np.inf), np.linalg.norm(a, axis=1),
                     np.linalg.vector_norm(a, ord=1), np.linalg.matrix_norm(a[None], keepdims=True)),
       F("nz", 3, 4), F("nz", 4)),
+    C("pinv_empty", "np.linalg.pinv", lambda a: (np.linalg.pinv(a[:, :0]), np.linalg.pinv(a[:0]), np.linalg.pinv(a[None, :0, :0])),
+      F("any", 3, 2), grad=False, cuda=False, note="empty matrices (the largest singular value of none is 0, as NumPy's)"),
     C("norm_edges", "np.linalg.norm np.linalg.vector_norm np.linalg.matrix_norm",
       lambda v, a: (np.linalg.norm(v, 0), np.linalg.vector_norm(v, ord=0), np.linalg.norm(a, "f"), np.linalg.norm(a, "f", axis=(1, 0)),
                     np.linalg.norm(a[:0], 1), np.linalg.norm(a[:0], np.inf), np.linalg.norm(a[:0, 0], np.inf),

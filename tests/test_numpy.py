@@ -275,6 +275,47 @@ def test_linalg_factorizations_are_numpys_own_results():
                 np.testing.assert_allclose(g, w, rtol=tol, atol=tol, err_msg=f"{backend} {dtype.__name__} leaf {k}")
 
 
+def test_eigenvalue_and_singular_value_gradients_are_finite_at_ties_and_zeros():
+    """The gradient of a function of the eigenvalues alone (eigvalsh, eigh(a)[0]) at repeated eigenvalues, and of
+    the singular values alone (their sum, the nuclear norm) at repeated or zero ones, was NaN: the eigenvector
+    terms, 1 / (w_j - w_i) times an unused output's zero cotangent, were 0 * inf. Unused outputs now get no
+    cotangent (a symbolic zero, as JAX's). np.linalg.svd(w)[1] of a non-square w (full_matrices=True, NumPy's
+    default) raised NotImplementedError for its gradient though only s was used. Batched, on interpret and cpu,
+    against the exact gradients (a symmetric matrix's eigenvalues' squares: 2a, read from the lower triangle;
+    the nuclear norm: u vh; the singular values' sum: u[:, :k] vh[:k])."""
+    tall = np.stack([np.eye(3, 2), np.zeros((3, 2))])        # s = (1, 1) and (0, 0)
+    sym = np.stack([np.eye(3), np.zeros((3, 3))])             # w = (1, 1, 1) and (0, 0, 0)
+    wide = np.random.default_rng(3).standard_normal((2, 3))
+
+    def f(a, t, w):
+        return (np.sum(np.linalg.eigvalsh(a) ** 2) + np.sum(np.linalg.eigh(a)[0]) + np.linalg.norm(t, "nuc", axis=(1, 2)).sum()
+                + np.linalg.svd(t, compute_uv=False).sum() + np.linalg.svd(w)[1].sum())
+
+    u, _, vh = np.linalg.svd(tall, full_matrices=False)
+    uw, _, vhw = np.linalg.svd(wide, full_matrices=False)
+    want = (np.tril(2 * sym + 2 * np.swapaxes(sym, 1, 2), -1) + 2 * sym * np.eye(3) + np.eye(3), 2 * u @ vh, uw @ vhw)
+    for backend in ("interpret", "cpu"):
+        got = tk.jit(tk.grad(f, argnums=(0, 1, 2)), backend=backend)(sym, tall, wide)
+        for g, w in zip(got, want):
+            assert np.shape(g) == np.shape(w)
+            np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12, err_msg=backend)
+
+
+def test_det_gradient_at_singular_matrices_is_the_cofactor_matrix():
+    """The gradient of np.linalg.det at a singular matrix raised LinAlgError (det * inv(a).T, through slogdet); det
+    is a polynomial, its gradient the cofactor matrix (JAX's). Batched (singular of rank n - 1 and n - 2, invertible
+    with a negative determinant) on interpret and cpu, against the cofactors from the minors."""
+    a = np.stack([np.outer([1.0, 2, 3], [1.0, 0, 1]) + np.diag([0.0, 0, 1]), np.outer([1.0, 2, 3], [2.0, 1, 1]),
+                  np.array([[0.0, 1, 0], [1, 0, 0], [0, 0, 2]])])
+    minors = lambda m, i, j: np.linalg.det(np.delete(np.delete(m, i, 0), j, 1))   # noqa: E731
+    want = np.array([[[(-1) ** (i + j) * minors(m, i, j) for j in range(3)] for i in range(3)] for m in a])
+    assert np.abs(want[0]).max() > 0.5 and np.linalg.det(a[0]) == 0   # (a nonzero cofactor matrix of a singular matrix)
+    for backend in ("interpret", "cpu"):
+        value, got = tk.jit(tk.value_and_grad(lambda m: np.linalg.det(m).sum()), backend=backend)(a)
+        assert value == np.linalg.det(a).sum()
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12, err_msg=backend)
+
+
 def test_integer_dtype_statistics_are_numpys():
     """np.mean/var(dtype=<an integer dtype>) truncate as NumPy does (they were float64); np.std of one is an integer
     when its result is 0-d and raises otherwise (NumPy's sqrt cannot cast back); nanmean/nanvar of integer arrays are
@@ -441,7 +482,7 @@ def test_insert_and_delete_at_traced_positions_name_the_line(fn):
 def test_linalg_factorizations_raise_on_cuda_naming_the_function():
     a = np.eye(3) * 2.0
     for fn, name in ((np.linalg.solve, "np.linalg.solve"), (np.linalg.inv, "np.linalg.inv"),
-                     (np.linalg.det, "np.linalg.slogdet / det"), (np.linalg.cholesky, "np.linalg.cholesky"),
+                     (np.linalg.det, "np.linalg.det"), (np.linalg.cholesky, "np.linalg.cholesky"),
                      (np.linalg.qr, "np.linalg.qr"), (np.linalg.eigh, "np.linalg.eigh"), (np.linalg.svd, "np.linalg.svd")):
         args = (a, a) if fn is np.linalg.solve else (a,)
         with pytest.raises(TracekernError, match=rf"{name}.*no kernel on the cuda backend.*'cpu' and 'interpret'"):

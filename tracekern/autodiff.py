@@ -93,7 +93,7 @@ class ForwardPass:
         rule = RULES.get(e.primitive)
         with self.builder.at(e.source):
             outs = [self.value(v) for v in e.outputs]
-            sparse = rule is not None and rule.sparse_cotangents
+            sparse = rule.sparse_cotangents if rule is not None else e.primitive.sparse_cotangents
             ct_out = [cts[v] if v in cts else (None if sparse else ops.zeros_like(o)) for v, o in zip(e.outputs, outs)]
             ins = [self.value(v) for v in e.inputs]
             if rule is None:

@@ -185,7 +185,7 @@ def _eig(t, k, ops, dsts) -> None:
 
 # The call on one float64 matrix of the batch, per primitive ({0}, {1}: the operands; then the params): Numba's
 # np.linalg, or cpu_math's eigh_f64, which calls LAPACK on the triangle asked for, as NumPy does
-LINALG_CALLS = {"solve": "np_solve({0}, {1})", "inv": "np_inv({0})", "slogdet": "np_slogdet({0})",
+LINALG_CALLS = {"solve": "np_solve({0}, {1})", "inv": "np_inv({0})", "slogdet": "np_slogdet({0})", "det": "np_det({0})",
                 "cholesky": "np_cholesky({0})", "qr": "np_qr({0})", "eigh": "eigh_f64({0}, {upper})",
                 "svd": "np_svd_{svd}({0})"}
 

@@ -234,6 +234,12 @@ def np_slogdet(a):
 
 
 @njit(**INLINE)
+def np_det(a):   # (NumPy's det: sign * exp(log|det|))
+    sign, logdet = np.linalg.slogdet(a)
+    return sign * np.exp(logdet)
+
+
+@njit(**INLINE)
 def np_cholesky(a):
     return np.linalg.cholesky(a)
 
@@ -244,13 +250,20 @@ def np_qr(a):
 
 
 @njit(**INLINE)
-def np_svd_full(a):
-    return np.linalg.svd(a, full_matrices=True)
+def np_svd_full(a):   # (Numba's raises for an empty matrix; NumPy's gives identities)
+    if a.size == 0:
+        return np.eye(a.shape[0]), np.zeros(0), np.eye(a.shape[1])
+    u, s, vh = np.linalg.svd(a, full_matrices=True)
+    return np.ascontiguousarray(u), s, np.ascontiguousarray(vh)
 
 
 @njit(**INLINE)
-def np_svd_reduced(a):
-    return np.linalg.svd(a, full_matrices=False)
+def np_svd_reduced(a):   # (Numba's raises for an empty matrix)
+    if a.size == 0:
+        k = min(a.shape[0], a.shape[1])
+        return np.zeros((a.shape[0], k)), np.zeros(k), np.zeros((k, a.shape[1]))
+    u, s, vh = np.linalg.svd(a, full_matrices=False)
+    return np.ascontiguousarray(u), s, np.ascontiguousarray(vh)
 
 
 @njit(**INLINE)

@@ -317,7 +317,7 @@ def _fft(r, k, ops, dsts) -> None:
               f"{out.aval} on cuFFT", eqn=e)
 
 
-LINALG = {"solve": "np.linalg.solve", "inv": "np.linalg.inv", "slogdet": "np.linalg.slogdet / det",
+LINALG = {"solve": "np.linalg.solve", "inv": "np.linalg.inv", "slogdet": "np.linalg.slogdet", "det": "np.linalg.det",
           "cholesky": "np.linalg.cholesky", "qr": "np.linalg.qr", "eigh": "np.linalg.eigh / eigvalsh",
           "svd": "np.linalg.svd / norm(ord=2, 'nuc') / pinv", "eig": "np.linalg.eig / eigvals"}
 

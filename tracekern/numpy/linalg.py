@@ -1,5 +1,5 @@
-"""tk.numpy.linalg: np.linalg on traced arrays. solve, inv, slogdet, cholesky, qr, eigh, svd and eig are
-primitives (LAPACK on cpu, the standard reverse-mode rules); det, norm, pinv, matrix_power,
+"""tk.numpy.linalg: np.linalg on traced arrays. solve, inv, slogdet, det, cholesky, qr, eigh, svd and eig are
+primitives (LAPACK on cpu, the standard reverse-mode rules); norm, pinv, matrix_power,
 multi_dot, matrix_rank, cond and the array-API names are built from them. Results are NumPy's
 own named tuples (EighResult, SVDResult, ...). Stacks of matrices (..., m, n) work throughout."""
 from __future__ import annotations
@@ -31,7 +31,6 @@ from .ufuncs import (
     copysign,
     divide,
     equal,
-    exp,
     greater,
     imag,
     isnan,
@@ -90,9 +89,8 @@ def slogdet(a):
 
 
 def det(a):
-    """sign * exp(log|det|): how NumPy computes it too."""
-    sign, logabsdet = bind(P.slogdet, _matrices(a, "det"))
-    return multiply(sign, exp(logabsdet))
+    """sign * exp(log|det|), as NumPy computes it; its gradient at a singular matrix is the cofactor matrix."""
+    return bind(P.det, _matrices(a, "det"))
 
 
 def cholesky(a, /, *, upper=False):
@@ -265,7 +263,7 @@ def pinv(a, rcond=None, hermitian=False, *, rtol=np._NoValue):
     elif rtol is not np._NoValue:
         raise ValueError(with_location("pinv: `rtol` and `rcond` can't be both set"))
     u, s, vh = svd(a, full_matrices=False, hermitian=hermitian)
-    cutoff = multiply(_max(s, axis=-1, keepdims=True), _column(rcond))
+    cutoff = multiply(_max(s, axis=-1, keepdims=True, initial=0), _column(rcond))   # (NumPy's initial=0: empty matrices)
     large = greater(s, cutoff)
     inv_s = where(large, divide(1, where(large, s, 1)), 0)
     return matmul(matrix_transpose(vh), multiply(reshape(inv_s, _shape(inv_s) + (1,)), matrix_transpose(u)))

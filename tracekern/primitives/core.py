@@ -45,6 +45,10 @@ class Primitive:
     # True for a primitive that is linear in its float operands (reshape, slice, sum...): forward mode
     # applies it to the tangents (Primitive.jvp); its other operands (indices) are taken as they are
     linear = False
+    # True for a multiple-result primitive whose vjp takes None for an output that gets no cotangent (a
+    # symbolic zero, as JAX's), instead of an array of zeros: an unused output's term is left out, not
+    # multiplied by a zero (eigh's and svd's eigenvectors at a tie: 0 * inf, NaN)
+    sparse_cotangents = False
 
     def __init__(self, name: str):
         if name in REGISTRY:

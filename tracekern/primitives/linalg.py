@@ -280,6 +280,50 @@ class Slogdet(Primitive):
         return [None, ops.reduce_sum(ops.mul(ops.swap_last(ops.inv(a)), t), axes=(a.ndim - 2, a.ndim - 1))]
 
 
+class Det(Primitive):
+    """The determinant of each matrix, NumPy's: sign * exp(log|det|) of an LU factorization. Its own primitive,
+    not slogdet's composition, for the gradient at a singular matrix: the cofactor matrix (finite; JAX's),
+    where det * inv(a).T raised LinAlgError."""
+
+    batch = _stack_of_matrices
+
+    def abstract_eval(self, a: Aval):
+        _square("det", a)
+        return (Aval(a.shape[:-2], a.dtype),)
+
+    def impl(self, a):
+        return np.asarray(np.linalg.det(a), a.dtype)
+
+    def vjp(self, cts, ins, outs, active):
+        (a,) = ins
+        return [ops.mul(_cols(_cols(cts[0], a.shape[:-1]), a.shape), _cofactors(a, outs[0]))]
+
+    def jvp(self, tangents, ins, outs):
+        """d det a = sum(cofactors(a) * d a)."""
+        (t,), (a,) = tangents, ins
+        return [ops.reduce_sum(ops.mul(_cofactors(a, outs[0]), t), axes=(a.ndim - 2, a.ndim - 1))]
+
+
+def _cofactors(a, det):
+    """The gradient of det: det * inv(a).T where a is invertible; where it is singular (slogdet's sign 0),
+    det(u) det(vh) u diag(g) vh from the SVD a = u diag(s) vh, g_i the product of the other singular values
+    (the transposed adjugate: 0 for a rank below n - 1). Each branch sees a stand-in where the other is taken
+    (the identity, diag(1..n): invertible, distinct singular values), so neither raises nor gives NaN."""
+    n = a.shape[-1]
+    shape = tuple(a.shape)
+    sign, _ = ops.slogdet(a)
+    singular = _cols(_cols(ops.eq(sign, ops.zeros_like(sign)), shape[:-1]), shape)
+    safe = ops.select(singular, ops.broadcast_to(_eye(a, n), shape=shape), a)
+    invertible = ops.mul(_cols(_cols(det, shape[:-1]), shape), ops.swap_last(ops.inv(safe)))
+    stand_in = ops.broadcast_to(ops.constant(a, np.diag(np.arange(1, n + 1)).astype(a.dtype)), shape=shape)
+    u, s, vh = ops.svd(ops.select(singular, a, stand_in), full_matrices=False)
+    others = ops.select(_mask(a, np.eye(n, dtype=bool)), ops.full_like(a, 1), _rows(s, shape))
+    g = ops.reduce_prod(others, axes=(a.ndim - 1,))
+    orient = ops.mul(ops.slogdet(u)[0], ops.slogdet(vh)[0])
+    adj_t = ops.mul(_cols(_cols(orient, shape[:-1]), shape), ops.matmul(ops.mul(u, _rows(g, shape)), vh))
+    return ops.select(singular, adj_t, invertible)
+
+
 class Cholesky(Primitive):
     """The lower factor L of a = L @ L.T (reads a's lower triangle)."""
 
@@ -394,10 +438,16 @@ class Eigh(Primitive):
         w, v = np.linalg.eigh(a, UPLO=uplo)
         return w, v
 
+    sparse_cotangents = True
+
     def vjp(self, cts, ins, outs, active, *, uplo):
+        """A(bar) = v (diag(wbar) + F o v^T vbar) v^T. Without vbar (eigenvalues only, a symbolic zero)
+        its term is left out: finite at repeated eigenvalues (0 * inf there was NaN)."""
         (wbar, vbar), (w, v) = cts, outs
         vt = ops.swap_last(v)
-        inner = ops.add(_diag_matrix(wbar), ops.mul(_inverse_gaps(w), ops.matmul(vt, vbar)))
+        inner = _diag_matrix(wbar if wbar is not None else ops.zeros_like(w))
+        if vbar is not None:
+            inner = ops.add(inner, ops.mul(_inverse_gaps(w), ops.matmul(vt, vbar)))
         return [_triangle_read(ops.matmul(ops.matmul(v, inner), vt), uplo)]
 
     def jvp(self, tangents, ins, outs, *, uplo):
@@ -430,15 +480,26 @@ class SVD(Primitive):
         u, s, vh = np.linalg.svd(a, full_matrices=full_matrices)
         return u, s, vh
 
+    sparse_cotangents = True
+
     def vjp(self, cts, ins, outs, active, *, full_matrices):
         """Townsend (2016), "Differentiating the singular value decomposition": exact for distinct,
-        nonzero singular values."""
+        nonzero singular values; with u and vh unused (symbolic zeros), u diag(sbar) vh, exact at ties
+        and zeros too."""
+        (ubar, sbar, vhbar), (a,), (u, s, vh) = cts, ins, outs
+        if ubar is None and vhbar is None:   # the singular values alone: u diag(sbar) vh, finite at ties and zeros
+            m, n = a.shape[-2:]
+            k, lead = min(m, n), tuple((0, d, 1) for d in a.shape[:-2])
+            u = ops.slice_(u, index=lead + ((0, m, 1), (0, k, 1))) if u.shape[-1] != k else u
+            vh = ops.slice_(vh, index=lead + ((0, k, 1), (0, n, 1))) if vh.shape[-2] != k else vh
+            return [ops.matmul(ops.mul(u, _rows(sbar, u.shape)), vh)]
         if full_matrices and ins[0].shape[-1] != ins[0].shape[-2]:
             raise NotImplementedError("the gradient of np.linalg.svd(a, full_matrices=True) of a non-square matrix is "
                                       "not defined (the extra singular vectors are arbitrary); use full_matrices=False")
-        (ubar, sbar, vhbar), (a,), (u, s, vh) = cts, ins, outs
+        ubar = ubar if ubar is not None else ops.zeros_like(u)
+        sbar = sbar if sbar is not None else ops.zeros_like(s)
         m, n = a.shape[-2:]
-        v, vbar = ops.swap_last(vh), ops.swap_last(vhbar)
+        v, vbar = ops.swap_last(vh), ops.swap_last(vhbar if vhbar is not None else ops.zeros_like(vh))
         ut, vt = ops.swap_last(u), vh
         f = _inverse_gaps(s, squared=True)
         j = ops.mul(f, ops.sub(ops.matmul(ut, ubar), ops.matmul(ops.swap_last(ubar), u)))
@@ -484,6 +545,7 @@ class SVD(Primitive):
 solve = Solve("solve")
 inv = Inv("inv")
 slogdet = Slogdet("slogdet")
+det = Det("det")
 cholesky = Cholesky("cholesky")
 qr = QR("qr")
 eigh = Eigh("eigh")
