@@ -1025,17 +1025,22 @@ print(json.dumps(dict(units.compiled(), out=out, jitted=[straight_step.jitted fo
 """
 
 
+def _program_in(cache_dir, program: str) -> dict:
+    """The JSON on the last line a fresh process running `program` prints, with this private cache directory."""
+    env = dict(os.environ, TRACEKERN_CACHE_DIR=str(cache_dir))
+    env.pop("TRACEKERN_CACHE_SHARED", None)
+    out = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 @posix_only
 def test_kernels_load_without_their_bitcode_and_link_when_a_driver_needs_them(tmp_path):
     """cache.LIBRARY_FORMAT: a kernel's machine code loads without parsing the bitcode Numba keeps
     for linking, which is parsed when an njit driver compiled afterwards links the kernel. Cold, warm,
     and warm kernels linked into a driver compiled again: the same bits, nothing compiled but that driver."""
     def run():
-        env = dict(os.environ, TRACEKERN_CACHE_DIR=str(tmp_path))
-        env.pop("TRACEKERN_CACHE_SHARED", None)
-        out = subprocess.run([sys.executable, "-c", _LINKED], env=env, capture_output=True, text=True, timeout=300)
-        assert out.returncode == 0, out.stderr
-        return json.loads(out.stdout.strip().splitlines()[-1])
+        return _program_in(tmp_path, _LINKED)
 
     cold = run()
     assert cold["jitted"] == [False, True] and cold["kernels"] >= 2 and cold["drivers"] == 1
@@ -1149,11 +1154,7 @@ def test_a_step_loads_its_machine_code_from_one_bundle(tmp_path):
     written again; one writable by others is not read (one CacheWarning) and is replaced; where Numba's
     cache lacks a function's machine code the bundle is not used and that function is compiled again."""
     def run():
-        env = dict(os.environ, TRACEKERN_CACHE_DIR=str(tmp_path))
-        env.pop("TRACEKERN_CACHE_SHARED", None)
-        out = subprocess.run([sys.executable, "-c", _BUNDLED], env=env, capture_output=True, text=True, timeout=300)
-        assert out.returncode == 0, out.stderr
-        return json.loads(out.stdout.strip().splitlines()[-1])
+        return _program_in(tmp_path, _BUNDLED)
 
     cold = run()
     assert cold["jitted"] == [False, True] and cold["kernels"] >= 3 and not cold["warnings"]
