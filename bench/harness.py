@@ -217,13 +217,32 @@ def in_process(module: str, *args: str, env: dict | None = None) -> object:
     cmd = [sys.executable, "-m", module, *args]
     # the repository first; a PYTHONPATH already set (a peer installed by hand) stays after it
     path = os.pathsep.join([ROOT] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != ROOT])
-    env = dict(os.environ, PYTHONPATH=path, TF_CPP_MIN_LOG_LEVEL="2", **(env or {}))
+    env = {**os.environ, "PYTHONPATH": path, "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})}   # (env= may set them too)
     start = time.perf_counter()
-    out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
-    PROCESSES.append({"args": [module, *args], "wall_s": round(time.perf_counter() - start, 3)})
+    out, cpu_s = _run(cmd, env)
+    PROCESSES.append({"args": [module, *args], "wall_s": round(time.perf_counter() - start, 3), "cpu_s": cpu_s})
     if out.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd[2:])} failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _run(cmd: list[str], env: dict) -> tuple[subprocess.CompletedProcess, float]:
+    """subprocess.run(cmd) capturing its output, and the CPU seconds (user and system) of the process and of
+    the processes it waited for (its compile workers): os.wait4's account of it."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
+    got = {}
+    readers = [threading.Thread(target=lambda k=k, f=f: got.__setitem__(k, f.read())) for k, f in
+               (("out", proc.stdout), ("err", proc.stderr))]
+    for r in readers:
+        r.start()
+    for r in readers:
+        r.join()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    proc.stdout.close()
+    proc.stderr.close()
+    return (subprocess.CompletedProcess(cmd, proc.returncode, got["out"], got["err"]),
+            round(usage.ru_utime + usage.ru_stime, 3))
 
 
 def peer_tools() -> tuple[list[str], list[str]]:

@@ -5,6 +5,7 @@ Every strategy of a workload is the same function: its value and gradient must e
 unannotated version's (on the interpreter, and on cpu for the cheaper ones), and so must every
 peer's version of it (JAX, TensorFlow, PyTorch: each where installed)."""
 import json
+import os
 
 import numpy as np
 import pytest
@@ -264,4 +265,29 @@ def test_the_main_job_keeps_each_process_it_ran_and_its_time(tmp_path):
     saved = json.loads((tmp_path / "r.json").read_text())
     assert saved["sections"]["probe"]["rows"] == [{"a": 1}]
     ran = [p for p in saved["processes"] if p["args"] == ["json.tool", "--compact", str(probe)]]
-    assert len(ran) == 1 and ran[0]["wall_s"] > 0, saved["processes"]
+    assert len(ran) == 1 and ran[0]["wall_s"] > 0 and ran[0]["cpu_s"] >= 0, saved["processes"]
+
+
+def test_a_measuring_process_s_cpu_time_counts_the_processes_it_waited_for(tmp_path):
+    """in_process gives each process's CPU seconds with those of the children it waited for (a step's compile
+    workers): a process that spins 0.3 s of CPU itself and 0.3 s in a child it waits for counts about 0.6 s."""
+    (tmp_path / "tk_burn.py").write_text(
+        "import json, subprocess, sys, time\n"
+        "def spin(s):\n"
+        "    end = time.process_time() + s\n"
+        "    while time.process_time() < end:\n"
+        "        pass\n"
+        "if sys.argv[1:] == ['child']:\n"
+        "    spin(0.3)\n"
+        "else:\n"
+        "    subprocess.run([sys.executable, __file__, 'child'], check=True)\n"
+        "    spin(0.3)\n"
+        "    print(json.dumps({'ok': True}))\n")
+    before = len(harness.PROCESSES)
+    got = harness.in_process("tk_burn", env={"PYTHONPATH": os.pathsep.join([str(tmp_path), harness.ROOT])})
+    assert got == {"ok": True}
+    ran = harness.PROCESSES[before:]
+    assert [p["args"] for p in ran] == [["tk_burn"]]
+    assert 0.55 <= ran[0]["cpu_s"] < ran[0]["wall_s"] + 5, ran
+    with pytest.raises(RuntimeError, match="tk_burn"):   # (a failing process still raises with its output)
+        harness.in_process("tk_burn", "x", "y", env={"PYTHONPATH": "/nonexistent"})
