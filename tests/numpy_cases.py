@@ -774,7 +774,7 @@ SPECIAL = _rows("special", [
     C("sp_python_numbers", "scipy.special.xlogy scipy.special.xlog1py scipy.special.betaln tk.scipy.special.logsumexp",
       lambda x: (sp.xlogy(2, x), sp.xlog1py(x, 1.5), sp.betaln(x, 3), tk.scipy.special.logsumexp(x, b=2)),
       F("pos", 3, 4), ref=lambda x: (sp.xlogy(2, x), sp.xlog1py(x, 1.5), sp.betaln(x, 3), sp.logsumexp(x, b=2)),
-      grad=False, note="a Python number makes SciPy's ufuncs float64, logsumexp's b= is weak"),
+      grad=False, note="a Python number: the installed SciPy's dtype (float64 to 1.17's ufuncs, weak to 1.18's), logsumexp's b= is weak"),
     C("sp_logsumexp_empty", "tk.scipy.special.logsumexp",
       lambda x: (tk.scipy.special.logsumexp(x[:, :0], axis=1, return_sign=True), tk.scipy.special.logsumexp(x[0, :0])),
       F("any", 3, 4), ref=lambda x: (sp.logsumexp(x[:, :0], axis=1, return_sign=True), sp.logsumexp(x[0, :0])),

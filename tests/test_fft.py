@@ -15,6 +15,7 @@ import pytest
 
 import tracekern as tk
 from tests.conftest import to_host
+from tracekern.backends import cuda as tkcuda
 from tracekern.backends import cufft
 from tracekern.errors import TracekernError
 
@@ -93,9 +94,45 @@ class FakeCufft:
         self._exec(h, i, o, None, "exec_z2d")
 
 
+class RecordingCufft(FakeCufft):
+    """On a GPU: the real nvmath.bindings.cufft, each call recorded as FakeCufft records it (the stand-in reads
+    host memory: on a GPU its pointers are device pointers, and reading them there is a segfault)."""
+
+    def __init__(self, real):
+        super().__init__()
+        self.real, self.Type = real, real.Type
+
+    def create(self):
+        return self.real.create()
+
+    def make_plan_many64(self, h, rank, n, inembed, istride, idist, onembed, ostride, odist, typ, batch):
+        self.calls.append(("plan", rank, tuple(n), istride, idist, ostride, odist, typ, batch))
+        return self.real.make_plan_many64(h, rank, n, inembed, istride, idist, onembed, ostride, odist, typ, batch)
+
+    def set_stream(self, h, stream):
+        self.calls.append(("stream", h))
+        return self.real.set_stream(h, stream)
+
+    def _exec(self, h, i, o, direction, name):
+        self.calls.append((name, h, direction))
+        return getattr(self.real, name)(h, i, o, *(() if direction is None else (direction,)))
+
+
+def _on_simulator() -> bool:
+    return tkcuda.launch_config().simulator
+
+
 @pytest.fixture
 def fake():
-    lib = FakeCufft()
+    """cuFFT's calls on the stand-in (on the simulator: cuFFT cannot run there), or on a GPU on the real
+    cuFFT with its calls recorded."""
+    if _on_simulator():
+        lib = FakeCufft()
+    else:
+        real = cufft.library()
+        if real is None:
+            pytest.skip("a GPU without nvmath-python: no cuFFT to record")
+        lib = RecordingCufft(real)
     cufft.use_library(lib)
     yield lib
     cufft.use_library(None)
@@ -136,6 +173,26 @@ def test_gradients_through_cufft_equal_the_interpreter(fake):
         np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-10)
 
 
+def test_the_recording_wrapper_passes_every_call_to_the_library():
+    """RecordingCufft, the fixture's library on a GPU, run here around the stand-in as its library: NumPy's values,
+    and every call recorded as the stand-in records it (the arguments reach the library as given)."""
+    if not _on_simulator():
+        pytest.skip("the stand-in reads host memory: on a GPU the fixture's tests run RecordingCufft on cuFFT")
+    inner = FakeCufft()
+    lib = RecordingCufft(inner)
+    cufft.use_library(lib)
+    try:
+        rng = np.random.default_rng(2)
+        x = rng.standard_normal((3, 8))
+        z = x + 1j * rng.standard_normal((3, 8))
+        for g, w in zip(to_host(tk.jit(_program, backend="cuda")(x, z)), _program(x, z)):
+            np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12)
+    finally:
+        cufft.use_library(None)
+    assert lib.calls == inner.calls
+    assert {c[0] for c in lib.calls} >= {"plan", "stream", "exec_z2z", "exec_d2z", "exec_z2d"}
+
+
 def test_plans_are_made_once_per_layout_and_thread(fake):
     f = tk.jit(lambda z: np.fft.fft(z) * 2, backend="cuda")
     z = np.ones((4, 8), np.complex128)
@@ -149,6 +206,8 @@ def test_plans_are_made_once_per_layout_and_thread(fake):
 
 
 def test_the_simulator_refuses_cufft_naming_what_runs_it():
+    if not _on_simulator():
+        pytest.skip("a GPU runs cuFFT: the simulator's refusal is checked where the simulator runs")
     with pytest.raises(TracekernError, match=r"cuFFT through nvmath-python.*simulator cannot run it.*backend='cpu'") as err:
         tk.jit(lambda x: np.fft.rfft(x), backend="cuda")(np.ones(8))
     assert __file__ in str(err.value)

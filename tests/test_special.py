@@ -106,6 +106,29 @@ def test_scipy_dtypes():
                                                                             np.float32, np.float64]
 
 
+def test_a_python_numbers_dtype_is_the_installed_scipys(monkeypatch):
+    """SciPy 1.17's ufuncs make xlogy(2, float32) float64; SciPy 1.18's (the one on the GPU machine of 2026-11-27)
+    float32, as NumPy's own ufuncs treat a Python number (weak): tracekern asks the SciPy installed."""
+    from tracekern.numpy import special
+
+    x32, i32 = np.linspace(0.5, 2.0, 4, dtype=np.float32), np.arange(1, 5, dtype=np.int32)
+
+    def traced(x):
+        return (sp.xlogy(2, x), sp.xlog1py(x, 1.5), sp.betaln(x, 3), sp.gammaln(x), sp.xlogy(True, x), sp.gammaln(i32), sp.expit(2.0))
+    got = [g.dtype for g in tk.jit(traced, backend="interpret")(x32)]
+    assert got == [np.asarray(w).dtype for w in traced(x32)]
+    special._scipy_dtype.cache_clear()
+    for name in ("xlogy", "xlog1py", "betaln"):   # (NumPy's own binary ufunc resolves as 1.18's special ones do)
+        monkeypatch.setattr(sp, name, np.add)
+    try:
+        got = [g.dtype for g in tk.jit(lambda x: (tk.scipy.special.xlogy(2, x), tk.scipy.special.xlog1py(x, 1.5),
+                                                  tk.scipy.special.betaln(x, 3), tk.scipy.special.xlogy(2, i32)), backend="interpret")(x32)]
+        assert got == [np.float32, np.float32, np.float32, np.float64]
+    finally:
+        monkeypatch.undo()
+        special._scipy_dtype.cache_clear()
+
+
 def test_scipys_python_functions_point_to_tk_scipy_special():
     for fn, name in ((sp.logsumexp, "logsumexp"), (sp.softmax, "softmax"), (sp.log_softmax, "log_softmax"),
                      (lambda x: sp.polygamma(1, x), "polygamma"), (lambda x: sp.multigammaln(x, 2), "multigammaln")):

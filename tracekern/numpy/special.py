@@ -8,6 +8,7 @@ SciPy's Python functions convert their arguments with np.asarray, which a traced
 they are called as tk.scipy.special.<name> (the error for the SciPy one says so)."""
 from __future__ import annotations
 
+import functools
 import math
 import sys
 
@@ -50,10 +51,39 @@ def _float(fname: str, *xs):
         if is_complex(_dtype(x)):
             raise TypeError(with_location(f"scipy.special.{fname} of complex numbers ({_dtype(x).name}) is not traced; "
                                           "tracekern traces its real form"))
-    # (SciPy's ufuncs resolve a Python number as float64, not weakly as NumPy's own: xlogy(2, float32) is float64)
-    dtype = np.result_type(*[np.float64 if _python_number(x) else _dtype(x) for x in xs])
-    dtype = dtype if is_float(dtype) else np.dtype(np.float64)
+    dtype = _scipy_dtype(fname, tuple(_kind(x) for x in xs))
     return [_cast(x, dtype) for x in xs]
+
+
+def _kind(x):
+    """An operand as SciPy's type resolution sees it: a Python number's type (bool, int or float; a traced one's
+    by its dtype), else the array's dtype."""
+    if not _python_number(x):
+        return np.dtype(_dtype(x))
+    if isinstance(x, Tracer):
+        return {"b": bool, "f": float}.get(np.dtype(_dtype(x)).kind, int)
+    return bool if isinstance(x, bool) else int if isinstance(x, int) else float
+
+
+@functools.cache
+def _scipy_dtype(fname: str, kinds: tuple) -> np.dtype:
+    """The dtype SciPy's ufunc `fname` computes in for operands of these kinds, asked of the SciPy installed: a
+    Python number is float64 to SciPy 1.17's ufuncs (xlogy(2, float32) is float64) and weak to 1.18's, as to
+    NumPy's own ufuncs (float32). Where SciPy cannot be asked (a Python function, no loop), its old rule: a common
+    float dtype, a Python number float64, integers float64."""
+    import scipy.special  # (a dependency; loaded when a scipy.special function is first traced)
+
+    fn = getattr(scipy.special, fname, None)
+    if isinstance(fn, np.ufunc):
+        try:
+            with np.errstate(all="ignore"):
+                got = np.asarray(fn(*[k(1) if isinstance(k, type) else np.ones(1, k) for k in kinds])).dtype
+            if is_float(got):
+                return got
+        except TypeError:
+            pass
+    dtype = np.result_type(*[np.float64 if isinstance(k, type) else k for k in kinds])
+    return dtype if is_float(dtype) else np.dtype(np.float64)
 
 
 def _python_number(x) -> bool:
