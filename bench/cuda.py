@@ -3,7 +3,7 @@ W1 (the 16-layer elementwise chain, 2**26 float32), W2 (the 8 x 1024 MLP, batch 
 4-block transformer of kernels/ (sequence 256, width 256) and the 1000-step RNN of kernels/ (2**16
 units; every step kept, and checkpoint=32).
 
-    python -m bench.cuda [--quick] [--json PATH]
+    python -m bench.cuda [--quick] [--json PATH] [--only W1 W2 transformer rnn]
 
 Matmuls in float32 ("highest") and with TF32 tensor cores allowed ("tf32") are separate rows, for
 every tool that has the switch: tracekern's matmul_precision, PyTorch's
@@ -13,7 +13,9 @@ input. tracekern's cold compile on the GPU (a fresh process, an empty cache) is 
 workload. Targets (issue 16, on an H100): W2 at most 1.1x PyTorch eager in float32 and at most 1.1x
 JAX with TF32; W1 and the transformer no slower than torch.compile; the RNN within 1.5x of JAX.
 Times are medians of interleaved rounds with their min-max, every ratio from this one run. Under
-NUMBA_ENABLE_CUDASIM=1 it runs with --quick, but its times mean nothing."""
+NUMBA_ENABLE_CUDASIM=1 it runs with --quick, but its times mean nothing. Each row goes to stderr as
+soon as it is measured, and the JSON is rewritten after each group of rows with "partial": true until the end
+(a run cut by a time limit keeps what it measured)."""
 from __future__ import annotations
 
 import contextlib
@@ -25,7 +27,7 @@ import numpy as np
 
 import kernels
 import tracekern as tk
-from bench.harness import in_process, interleaved, script
+from bench.harness import in_process, interleaved, machine, save, script
 
 WORKLOADS = {   # name -> (kernels module, inputs at full size, at quick size, whether it has matmuls)
     "W1": ("chain", (1 << 26,), (1 << 10,), False),
@@ -162,6 +164,8 @@ def run(args) -> dict:
         notes.append("cuBLAS (nvmath-python) is not installed or not usable here: matmuls run on the tiled kernel")
     rows = []
     for label, (name, full, small, matmuls) in WORKLOADS.items():
+        if args.only and label not in args.only:
+            continue
         sizes = small if quick else full
         host = _inputs(name, sizes)
         dev = _device(host)
@@ -189,18 +193,24 @@ def run(args) -> dict:
                     rows.append({"workload": label, "strategy": strategy, "precision": precision, "tool": tool,
                                  **t.as_dict(), "ratio_to_tracekern": t.median / base,
                                  "compile_s": compile_s if tool == "tracekern" else None})
-    return {"device": gpu, "quick": quick, "launch": str(launch), "rows": rows, "notes": notes}
+                    print(_line(rows[-1]), file=sys.stderr, flush=True)
+                save(dict(machine(), device=gpu, quick=quick, launch=str(launch), rows=rows, notes=notes, partial=True),
+                     args.json)
+    return {"device": gpu, "quick": quick, "launch": str(launch), "rows": rows, "notes": notes, "partial": False}
+
+
+def _line(x: dict) -> str:
+    spread = f"{x['time_min_s'] * 1e3:.3f}-{x['time_max_s'] * 1e3:.3f}"
+    comp = "-" if x["compile_s"] is None else f"{x['compile_s']:.1f}"
+    return (f"{x['workload']:12s} {x['strategy']:13s} {x['precision']:8s} {LABEL_TOOL.get(x['tool'], x['tool']):16s} "
+            f"{x['time_s'] * 1e3:10.3f} {spread:>17s} {x['ratio_to_tracekern']:11.2f} {comp:>9s}")
 
 
 def report(r: dict) -> str:
     lines = [f"device: {r['device']} ({r['launch']})",
              f"{'workload':12s} {'strategy':13s} {'matmul':8s} {'tool':16s} {'median ms':>10s} {'min-max ms':>17s} "
              f"{'/ tracekern':>11s} {'compile s':>9s}"]
-    for x in r["rows"]:
-        spread = f"{x['time_min_s'] * 1e3:.3f}-{x['time_max_s'] * 1e3:.3f}"
-        comp = "-" if x["compile_s"] is None else f"{x['compile_s']:.1f}"
-        lines.append(f"{x['workload']:12s} {x['strategy']:13s} {x['precision']:8s} {LABEL_TOOL.get(x['tool'], x['tool']):16s} "
-                     f"{x['time_s'] * 1e3:10.3f} {spread:>17s} {x['ratio_to_tracekern']:11.2f} {comp:>9s}")
+    lines += [_line(x) for x in r["rows"]]
     return "\n".join(lines)
 
 
@@ -209,7 +219,10 @@ def main(argv=None) -> dict | None:
     if argv[:1] == ["--compile"]:
         print(json.dumps(compile_child(argv[1], tuple(json.loads(argv[2])), argv[3], argv[4])))
         return None
-    return script("python -m bench.cuda", __doc__, run, report, "cuda.json", argv)
+    return script("python -m bench.cuda", __doc__, run, report, "cuda.json", argv,
+                  options=lambda ap: ap.add_argument("--only", nargs="+", choices=list(WORKLOADS), metavar="NAME",
+                                                     help="workloads to run, in the order W1 W2 transformer rnn "
+                                                          "(default: all)"))
 
 
 if __name__ == "__main__":
