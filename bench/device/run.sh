@@ -1,6 +1,6 @@
 #!/bin/bash
 # tracekern: the suite's cuda/cublas/cufft cases on a real GPU, then bench.cuda --quick if time remains.
-# Run from the repository root: bash .gpu/run.sh   (wheels in .whl/, optional ones in .whl/opt/)
+# Run from the repository root: bash bench/device/run.sh   (wheels in .whl/, optional ones in .whl/opt/: bench/device/wheels.txt)
 T0=$(date +%s)
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 PY=${PY:-python3}; export WHL=${WHL:-.whl}; SITE=${SITE:-/tmp/site}   # (overridable for a dry run elsewhere)
