@@ -547,10 +547,12 @@ def test_the_tables_cuda_kernels_compile_to_ptx():
     lambda x: np.ediff1d(x > 1),                 # NumPy cannot subtract bools (it gave their !=)
     lambda x: np.ediff1d(x.astype(np.int64), to_begin=2.5),   # not same_kind (it was cast to 2)
     lambda x: np.max(x.astype(np.int32), initial=-np.inf),    # inf into int32 (it gave a float64 result)
+    lambda x: np.vsplit(x, 5),                   # a 1-D array (it was split along axis 0)
+    lambda x: np.reshape(x, 5, order="K"),       # 'K' is ravel's order, not reshape's (it was read as 'C')
 ], ids=["digitize_unordered_bins", "partition_kth_out_of_bounds", "argpartition_negative_kth", "partition_float_kth",
         "einsum_ellipsis_not_in_output", "einsum_unsafe_dtype", "einsum_casting_no",
         "einsum_repeated_label_of_two_sizes", "ediff1d_of_bools", "ediff1d_to_begin_not_same_kind",
-        "max_initial_inf_of_ints"])
+        "max_initial_inf_of_ints", "vsplit_of_1d", "reshape_order_k"])
 def test_calls_numpy_rejects_raise_its_error(fn):
     """A call NumPy rejects raises its error class while tracing (it was silently accepted), naming the user's line."""
     x = np.linspace(0.0, 4.0, 5)
@@ -559,3 +561,18 @@ def test_calls_numpy_rejects_raise_its_error(fn):
     with pytest.raises(want.type) as got:
         tk.jit(fn, backend="interpret")(x)
     assert "test_numpy.py" in str(got.value), got.value
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: x.T.ravel("K"), lambda x: np.ravel(x.T, order="A"), lambda x: x.T.flatten("A"),
+    lambda x: np.reshape(x.T, (4, 6), order="A"), lambda x: x.reshape(6, 4, order="A"),
+], ids=["ravel_k", "ravel_a", "flatten_a", "reshape_a", "method_reshape_a"])
+def test_memory_order_a_and_k_raise_where_the_layout_decides(fn):
+    """order='A' and ravel's 'K' read an array in its memory order: NumPy's x.T.ravel('K') is x.ravel() (Fortran
+    order of x.T). A traced value has no layout: it was read in C order (a silent x.T.ravel()); now a clear error
+    naming the line and the orders to write. Where C's and Fortran's readings agree they are C's (the table)."""
+    x = np.arange(24.0).reshape(2, 3, 4)
+    with pytest.raises(NotImplementedError, match="order='C'.*order='F'") as got:
+        tk.jit(fn, backend="interpret")(x)
+    assert "test_numpy.py" in str(got.value) and "memory order" in str(got.value), got.value
+    assert np.array_equal(tk.jit(lambda x: x[:, :1, :1].T.ravel("K"), backend="interpret")(x), x[:, :1, :1].T.ravel("K"))

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import builtins
 import math
+import warnings
 from collections.abc import Callable
 
 import numpy as np
 
+from ..trace import ArrayOps
 from ._core import (
     P,
     ShapeError,
@@ -30,18 +32,33 @@ from ._core import (
     bind,
     with_location,
 )
-from .creation import full, zeros_like
+from .creation import full, linspace, zeros_like
 from .ufuncs import astype, where
+from .ufuncs import round as round_
 
 
 def reshape(a, shape=None, order="C", *, newshape=None, copy=None):
-    if order not in ("C", "F", "A", "K"):
-        raise ValueError(with_location(f"reshape: order must be one of 'C', 'F', 'A', 'K', got {order!r}"))
+    if order not in ("C", "F", "A"):
+        if order == "K":   # (NumPy's own rule: 'K' is ravel's, not reshape's)
+            raise ValueError(with_location("reshape: order 'K' is not permitted for reshaping (NumPy's rule); "
+                                           "write order='C' or order='F'"))
+        raise ValueError(with_location(f"reshape: order must be one of 'C', 'F', 'A', got {order!r}"))
     a = _array(a, "reshape")
     shape = newshape if shape is None else shape
     shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
-    if order == "F":   # Fortran order: the first index varies fastest (a traced array is C-ordered: "A" and "K" are "C")
+    if order == "A":
+        shape = _reshape_shape(a, shape)
+        _layout_free(a, "reshape", "A", shape)
+    if order == "F":   # Fortran order: the first index varies fastest
         return transpose(reshape(transpose(a), tuple(reversed(shape))))
+    shape = _reshape_shape(a, shape)
+    if shape == _shape(a):
+        return a
+    return bind(P.reshape, a, new_shape=shape)
+
+
+def _reshape_shape(a, shape: tuple) -> tuple:
+    """The target shape with its -1 resolved (NumPy's checks)."""
     size = math.prod(_shape(a))
     if shape.count(-1) > 1:
         raise ShapeError(with_location(f"reshape: can only specify one unknown dimension, got {shape}"))
@@ -50,12 +67,30 @@ def reshape(a, shape=None, order="C", *, newshape=None, copy=None):
         if known == 0 or size % known:
             raise ShapeError(with_location(f"reshape: cannot reshape an array of shape {_shape(a)} into shape {shape}"))
         shape = tuple(size // known if s == -1 else s for s in shape)
-    if shape == _shape(a):
-        return a
-    return bind(P.reshape, a, new_shape=shape)
+    return shape
+
+
+def _layout_free(a, fname: str, order: str, shape: tuple = ()) -> None:
+    """order='A' (and ravel's 'K') read the array in its memory order: Fortran's for a Fortran-contiguous
+    array (x.T of a C array, np.asfortranarray(x), a ufunc of either), C's otherwise. A traced value has no
+    memory layout, so these orders are traced only where C's and Fortran's readings agree: an array (and,
+    for reshape, a target shape) with at most one axis longer than 1. Elsewhere a clear error, never C's
+    reading where NumPy's may be Fortran's."""
+    def line(s):
+        return builtins.sum(1 for n in s if n != 1) <= 1 or 0 in s
+    if line(_shape(a)) and line(shape):
+        return
+    raise NotImplementedError(with_location(
+        f"np.{fname}(order={order!r}) of an array of shape {_shape(a)}: NumPy reads the array in its memory order "
+        "(Fortran's for x.T of a C array or np.asfortranarray(x), C's for a C-contiguous array), and a traced value "
+        "has no memory layout. Write order='C' (NumPy's result for a C-contiguous array) or order='F'"))
 
 
 def ravel(a, order="C"):
+    if order in ("A", "K"):
+        a = _array(a, "ravel")
+        _layout_free(a, "ravel", order)
+        order = "C"
     return reshape(a, -1, order)
 
 
@@ -160,6 +195,8 @@ def expand_dims(a, axis):
 def squeeze(a, axis=None):
     a = _array(a, "squeeze")
     shape = _shape(a)
+    if not shape and axis is not None and not isinstance(axis, (tuple, list)) and axis in (0, -1):
+        return a   # (NumPy's: squeeze(0-d, axis=0) or axis=-1 is the 0-d array itself)
     axes = tuple(i for i, s in enumerate(shape) if s == 1) if axis is None else _axes(axis, len(shape), "squeeze")
     for i in axes:
         if shape[i] != 1:
@@ -312,16 +349,25 @@ def split(ary, indices_or_sections, axis=0):
     return array_split(ary, indices_or_sections, axis)
 
 
+def _least_ndim(ary, n: int, fname: str):
+    ary = _array(ary, fname)
+    if len(_shape(ary)) < n:
+        raise ShapeError(with_location(f"np.{fname} only works on arrays of {n} or more dimensions (NumPy's rule), "
+                                       f"got shape {_shape(ary)}"))
+    return ary
+
+
 def hsplit(ary, indices_or_sections):
+    ary = _least_ndim(ary, 1, "hsplit")
     return split(ary, indices_or_sections, axis=1 if len(_shape(ary)) > 1 else 0)
 
 
 def vsplit(ary, indices_or_sections):
-    return split(ary, indices_or_sections, axis=0)
+    return split(_least_ndim(ary, 2, "vsplit"), indices_or_sections, axis=0)
 
 
 def dsplit(ary, indices_or_sections):
-    return split(ary, indices_or_sections, axis=2)
+    return split(_least_ndim(ary, 3, "dsplit"), indices_or_sections, axis=2)
 
 
 def unstack(x, /, *, axis=0):
@@ -341,11 +387,11 @@ def flip(m, axis=None):
 
 
 def fliplr(m):
-    return flip(m, 1)
+    return flip(_least_ndim(m, 2, "fliplr"), 1)
 
 
 def flipud(m):
-    return flip(m, 0)
+    return flip(_least_ndim(m, 1, "flipud"), 0)
 
 
 def rot90(m, k=1, axes=(0, 1)):
@@ -411,6 +457,8 @@ def repeat(a, repeats, axis=None):
     if isinstance(repeats, Tracer):
         raise TypeError(with_location("np.repeat: repeats must be static (its output's length would depend on the data)"))
     reps = np.asarray(repeats)
+    if reps.size and reps.min() < 0:
+        raise ValueError(with_location(f"np.repeat: repeats may not be negative, got {repeats!r}"))
     if reps.ndim == 0 or reps.size == 1:
         r = int(reps.reshape(-1)[0])
         x = reshape(a, shape[:axis + 1] + (1,) + shape[axis + 1:])
@@ -470,25 +518,134 @@ def delete(arr, obj, axis=None):
 
 
 def pad(array, pad_width, mode="constant", **kwargs):
-    """np.pad's constant, edge, wrap, reflect, symmetric and empty modes (a constant table of
-    positions, NumPy's own np.pad of the element numbers)."""
+    """np.pad. The constant, edge, wrap, reflect, symmetric and empty modes are a constant table of
+    positions (NumPy's own np.pad of the element numbers); reflect_type='odd', linear_ramp, the
+    statistics (maximum, minimum, mean, median) and traced constant_values follow NumPy's algorithm
+    on traced slices: axis by axis, each axis's pad computed from the array already padded along the
+    axes before it (so the corners are NumPy's)."""
     array = _array(array, "pad")
-    if callable(mode) or mode not in ("constant", "empty", "edge", "wrap", "reflect", "symmetric"):
+    if callable(mode) or mode not in _PAD_MODES:
         raise NotImplementedError(with_location(
-            f"np.pad: mode {mode!r} is not supported while tracing; supported: constant, empty, edge, wrap, reflect, "
-            "symmetric"))
+            f"np.pad: mode {mode!r} is not supported while tracing; supported: {', '.join(_PAD_MODES)} "
+            "(a callable mode runs Python on each 1-D slice's values)"))
+    values = {k: v for k, v in kwargs.items() if k in ("constant_values", "end_values")}
+    # NumPy's checks (pad_width, unsupported keywords, an empty axis, stat_length 0), on a stand-in of zeros
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        probe = np.pad(np.zeros(_shape(array), np.float64), pad_width, mode=mode,
+                       **{**kwargs, **{k: 0 for k in values}})
+    if mode in ("constant", "empty") and _has_tracer(values.get("constant_values", 0)):
+        return _pad_by_axis(array, pad_width, probe.shape,
+                            lambda x, axis, widths, pair: [_fill(pair[0], x, axis, widths[0]),
+                                                           _fill(pair[1], x, axis, widths[1])],
+                            _as_pairs(values["constant_values"], len(_shape(array))))
     if mode in ("constant", "empty"):
         cv = kwargs.get("constant_values", 0)
-        if isinstance(cv, Tracer) or (isinstance(cv, (tuple, list)) and any(isinstance(v, Tracer) for v in np.ravel(
-                np.asarray(cv, dtype=object)))):
-            raise TypeError(with_location("np.pad: constant_values must be static"))
         fill = np.pad(np.zeros(_shape(array), _dtype(array)), pad_width, mode="constant", constant_values=cv)
         return _rearrange(array, lambda labels: np.pad(labels, pad_width, mode="constant", constant_values=-1), "pad",
                           fill=fill)
+    if not math.prod(_shape(array)):   # (NumPy's: only an axis that is not empty was padded: nothing to read)
+        return full(probe.shape, 0, _dtype(array))
     if mode in ("reflect", "symmetric") and kwargs.get("reflect_type", "even") == "odd":
-        np.pad(np.zeros(_shape(array), np.int8), pad_width, mode=mode, **kwargs)   # NumPy's checks (an empty axis)
         return _pad_odd(array, pad_width, include_edge=mode == "symmetric")
+    if mode == "linear_ramp":
+        return _pad_by_axis(array, pad_width, probe.shape, _linear_ramps,
+                            _as_pairs(kwargs.get("end_values", 0), len(_shape(array))))
+    if mode in ("maximum", "minimum", "mean", "median"):
+        lengths = kwargs.get("stat_length")   # (NumPy's _as_pairs(as_index=True): rounded to integers)
+        lengths = _as_pairs(None if lengths is None else np.round(lengths).astype(np.intp), len(_shape(array)))
+        return _pad_by_axis(array, pad_width, probe.shape,
+                            lambda x, axis, widths, pair: _stats(x, axis, widths, pair, mode), lengths)
     return _rearrange(array, lambda labels: np.pad(labels, pad_width, mode=mode, **kwargs), "pad")
+
+
+_PAD_MODES = ("constant", "empty", "edge", "wrap", "reflect", "symmetric", "linear_ramp", "maximum", "minimum",
+              "mean", "median")
+
+
+def _has_tracer(v) -> bool:
+    if isinstance(v, Tracer):
+        return True
+    return isinstance(v, (tuple, list)) and builtins.any(_has_tracer(e) for e in v)
+
+
+def _as_pairs(x, ndim: int):
+    """NumPy's _as_pairs: a (before, after) pair of values per axis, from a scalar, a pair, or one pair per
+    axis; traced values (or lists holding them) are indexed, not converted."""
+    if x is None:
+        return ((None, None),) * ndim
+    if _has_tracer(x) and not isinstance(x, Tracer):
+        x = stack([_array(e, "pad") if not isinstance(e, (tuple, list)) else stack([_array(f, "pad") for f in e])
+                   for e in x])
+    traced_ = isinstance(x, Tracer)
+    if not traced_:
+        x = np.asarray(x)
+    shape = _shape(x)
+    size = math.prod(shape)
+    if len(shape) < 3 and size in (1, 2) and shape != (2, 1):
+        x = reshape(x, (size,)) if traced_ else x.reshape(size)
+        return ((x[0], x[-1]),) * ndim
+    x = broadcast_to(x, (ndim, 2)) if traced_ else np.broadcast_to(x, (ndim, 2))
+    return tuple((x[i, 0], x[i, 1]) for i in range(ndim))
+
+
+def _pad_by_axis(x, pad_width, out_shape: tuple, sides: Callable, pairs):
+    """Pads axis after axis as NumPy does: `sides(x, axis, (left, right), pairs[axis])` gives the two pieces
+    to put on either side of x, the array padded along the axes before `axis`."""
+    nd = len(_shape(x))
+    probe = np.pad(np.zeros((1,) * nd), pad_width, mode="constant", constant_values=1)
+    lefts = [int(i) for i in np.argwhere(probe == 0)[0]] if nd else []
+    dtype = _dtype(x)
+    for axis in range(nd):
+        widths = (lefts[axis], out_shape[axis] - _shape(x)[axis] - lefts[axis])
+        if not builtins.any(widths):
+            continue
+        left, right = sides(x, axis, widths, pairs[axis])
+        x = concatenate([_cast(left, dtype), x, _cast(right, dtype)], axis=axis)
+    return x
+
+
+def _fill(value, x, axis: int, width: int):
+    """`value` (a scalar, traced or not) over the pad area of `width` along `axis`."""
+    shape = _shape(x)[:axis] + (width,) + _shape(x)[axis + 1:]
+    v = _array(value, "pad")
+    if isinstance(value, Tracer) and _dtype(v) != _dtype(x):
+        v = astype(v, _dtype(x))
+    return broadcast_to(v, shape)
+
+
+def _linear_ramps(x, axis: int, widths: tuple, pair):
+    """NumPy's _get_linear_ramps: np.linspace from each end value to the edge, endpoint excluded, in x's dtype."""
+    n = _shape(x)[axis]
+    ramps = []
+    for side, (end, width) in enumerate(zip(pair, widths)):
+        index = tuple((slice(0, 1) if side == 0 else slice(n - 1, n)) if d == axis else slice(None)
+                      for d in range(len(_shape(x))))
+        edge = squeeze(x[index], axis)
+        ramps.append(linspace(end, edge, width, endpoint=False, dtype=_dtype(x), axis=axis))
+    return ramps[0], flip(ramps[1], axis)
+
+
+def _stats(x, axis: int, widths: tuple, lengths, mode: str):
+    """NumPy's _get_stats: the statistic of the stat_length values nearest each side (all of them by
+    default), rounded where x's dtype is an integer; repeated over the pad area."""
+    tnp = ArrayOps.numpy   # (tk.numpy: its reductions and median import this module)
+    func = {"maximum": tnp.max, "minimum": tnp.min, "mean": tnp.mean, "median": tnp.median}[mode]
+    n = _shape(x)[axis]
+    out = []
+    for side, (length, width) in enumerate(zip(lengths, widths)):
+        length = n if length is None or int(length) > n else int(length)
+        lo, hi = (0, length) if side == 0 else (n - length, n)
+        chunk = x[tuple(slice(lo, hi) if d == axis else slice(None) for d in range(len(_shape(x))))]
+        if length == 0:   # (mean and median of no values: NaN, as NumPy's; maximum and minimum raised above)
+            stat = full(_shape(chunk)[:axis] + (1,) + _shape(chunk)[axis + 1:], np.nan, _dtype(tnp.mean(chunk)))
+        else:
+            stat = func(chunk, axis=axis, keepdims=True)
+        if np.issubdtype(_dtype(x), np.integer):
+            stat = round_(stat)
+        shape = _shape(x)[:axis] + (width,) + _shape(x)[axis + 1:]
+        out.append(broadcast_to(stat, shape))
+    return out
 
 
 def _pad_odd(x, pad_width, include_edge: bool):
