@@ -549,10 +549,14 @@ def test_the_tables_cuda_kernels_compile_to_ptx():
     lambda x: np.max(x.astype(np.int32), initial=-np.inf),    # inf into int32 (it gave a float64 result)
     lambda x: np.vsplit(x, 5),                   # a 1-D array (it was split along axis 0)
     lambda x: np.reshape(x, 5, order="K"),       # 'K' is ravel's order, not reshape's (it was read as 'C')
+    lambda x: np.concatenate([x, x], dtype=np.int32),   # float64 to int32 is not 'same_kind' (it was cast)
+    lambda x: np.hstack([x, x], dtype=np.float32, casting="no"),   # (casting= was ignored)
+    lambda x: np.concatenate([x, x.astype(np.int32)], casting="equiv"),   # int32 to float64 is not 'equiv'
 ], ids=["digitize_unordered_bins", "partition_kth_out_of_bounds", "argpartition_negative_kth", "partition_float_kth",
         "einsum_ellipsis_not_in_output", "einsum_unsafe_dtype", "einsum_casting_no",
         "einsum_repeated_label_of_two_sizes", "ediff1d_of_bools", "ediff1d_to_begin_not_same_kind",
-        "max_initial_inf_of_ints", "vsplit_of_1d", "reshape_order_k"])
+        "max_initial_inf_of_ints", "vsplit_of_1d", "reshape_order_k",
+        "concatenate_dtype_not_same_kind", "hstack_casting_no", "concatenate_casting_equiv"])
 def test_calls_numpy_rejects_raise_its_error(fn):
     """A call NumPy rejects raises its error class while tracing (it was silently accepted), naming the user's line."""
     x = np.linspace(0.0, 4.0, 5)

@@ -230,13 +230,14 @@ def atleast_3d(*arys):
     return _atleast(3, arys)
 
 
-def concatenate(arrays, axis=0, out=None, dtype=None, casting=None):
-    _reject("concatenate", out=out, casting=casting)
+def concatenate(arrays, axis=0, out=None, dtype=None, casting="same_kind"):
+    _reject("concatenate", out=out)
     arrays = [_array(x, "concatenate") for x in arrays]
     if not arrays:
         raise ValueError(with_location("concatenate: needs at least one array"))
     if axis is None:
         arrays, axis = [ravel(x) for x in arrays], 0
+    _check_casting(arrays, dtype, casting)
     if dtype is not None:
         arrays = [astype(x, dtype) for x in arrays]
     arrays = _promote("concatenate", *arrays)
@@ -255,17 +256,30 @@ def concatenate(arrays, axis=0, out=None, dtype=None, casting=None):
 concat = concatenate
 
 
-def stack(arrays, axis=0, out=None, dtype=None, casting=None):
-    _reject("stack", out=out, casting=casting)
+def _check_casting(arrays: list, dtype, casting: str) -> None:
+    """NumPy's casting= of the joins: each array must cast to the result's dtype (dtype=, or the arrays'
+    common one) under the rule; NumPy's TypeError otherwise (float64 into dtype=int32 under 'same_kind')."""
+    if casting not in ("no", "equiv", "safe", "same_kind", "unsafe"):
+        raise ValueError(with_location(f"casting must be one of 'no', 'equiv', 'safe', 'same_kind', 'unsafe' "
+                                       f"(got {casting!r})"))
+    target = np.dtype(dtype) if dtype is not None else _dtype(_promote("concatenate", *arrays)[0])
+    for x in arrays:
+        if not np.can_cast(_dtype(x), target, casting):
+            raise TypeError(with_location(f"Cannot cast array data from dtype('{_dtype(x)}') to dtype('{target}') "
+                                          f"according to the rule '{casting}'"))
+
+
+def stack(arrays, axis=0, out=None, dtype=None, casting="same_kind"):
+    _reject("stack", out=out)
     arrays = [_array(x, "stack") for x in arrays]
     shapes = {_shape(x) for x in arrays}
     if len(shapes) != 1:
         raise ShapeError(with_location(f"stack: all arrays must have the same shape, got {sorted(shapes)}"))
-    return concatenate([expand_dims(x, axis) for x in arrays], axis=axis, dtype=dtype)
+    return concatenate([expand_dims(x, axis) for x in arrays], axis=axis, dtype=dtype, casting=casting)
 
 
 def vstack(tup, *, dtype=None, casting="same_kind"):
-    return concatenate([atleast_2d(x) for x in tup], axis=0, dtype=dtype)
+    return concatenate([atleast_2d(x) for x in tup], axis=0, dtype=dtype, casting=casting)
 
 
 row_stack = vstack
@@ -273,7 +287,7 @@ row_stack = vstack
 
 def hstack(tup, *, dtype=None, casting="same_kind"):
     arrs = [atleast_1d(x) for x in tup]
-    return concatenate(arrs, axis=0 if arrs and len(_shape(arrs[0])) == 1 else 1, dtype=dtype)
+    return concatenate(arrs, axis=0 if arrs and len(_shape(arrs[0])) == 1 else 1, dtype=dtype, casting=casting)
 
 
 def dstack(tup):
