@@ -580,3 +580,12 @@ def test_memory_order_a_and_k_raise_where_the_layout_decides(fn):
         tk.jit(fn, backend="interpret")(x)
     assert "test_numpy.py" in str(got.value) and "memory order" in str(got.value), got.value
     assert np.array_equal(tk.jit(lambda x: x[:, :1, :1].T.ravel("K"), backend="interpret")(x), x[:, :1, :1].T.ravel("K"))
+
+
+@pytest.mark.parametrize("fn", [lambda x: np.tile(x, (2, -1)), lambda x: np.repeat(x, -1)], ids=["tile", "repeat"])
+def test_negative_repeats_say_so(fn):
+    """np.tile(x, (2, -1)) and np.repeat(x, -1) raised a reshape error about an internal shape (1, 2, 1, -1, 5) of
+    size -10, which the user never wrote; NumPy's ValueError is about negative dimensions."""
+    with pytest.raises(ValueError, match="negative") as got:
+        tk.jit(fn, backend="interpret")(np.ones(5))
+    assert "reshape" not in str(got.value) and "test_numpy.py" in str(got.value), got.value

@@ -752,8 +752,15 @@ class Tracer(ArrayOps, Value):
                 f"({self.aval}) has none while tracing, so {library} cannot be traced. Write it with NumPy "
                 "functions on the arrays (tk.numpy has logsumexp, softmax, log_softmax, sigmoid), or call it "
                 "outside the traced function and pass its result in", location))
-        if numpy_call() == "full":
+        caller = numpy_call()
+        if caller == "full":
             raise traced_fill_error(self.aval)
+        if caller and not caller.startswith("_"):
+            raise TypeError(with_location(
+                f"np.{caller} converts a traced array ({self.aval}) to a NumPy array, which needs its values: NumPy "
+                "hands a call to tracekern only when a traced array is passed to it directly, not inside a list or "
+                f"tuple (np.{caller}([a, b]), a nested list) or through an argument it converts first. Pass one array: "
+                f"np.{caller}(np.stack([a, b]), ...)", location))
         if _ITEM_ASSIGNMENT.match(_source_line(location)):
             raise TypeError(with_location(
                 f"a traced value ({self.aval}) was assigned into a NumPy array (z[i] = value): an array made with "

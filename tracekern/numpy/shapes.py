@@ -337,11 +337,23 @@ def _pieces(ary, bounds: list[int], axis: int) -> list:
     return out
 
 
+def _sections(indices_or_sections) -> bool:
+    """NumPy's test: a number of sections is what has no len() (2, 2.0, np.array(2)), and is int()'d;
+    anything with a len() is a list of split points."""
+    if isinstance(indices_or_sections, Tracer):
+        raise TypeError(with_location("np.split: indices_or_sections must be static (the pieces' shapes depend on it)"))
+    try:
+        len(indices_or_sections)
+    except TypeError:
+        return True
+    return False
+
+
 def array_split(ary, indices_or_sections, axis=0):
     ary = _array(ary, "array_split")
     axis = _axis(axis, len(_shape(ary)), "array_split")
     n = _shape(ary)[axis]
-    if isinstance(indices_or_sections, (int, np.integer)):
+    if _sections(indices_or_sections):
         sections = int(indices_or_sections)
         if sections <= 0:
             raise ValueError(with_location("array_split: number of sections must be larger than 0"))
@@ -355,9 +367,9 @@ def array_split(ary, indices_or_sections, axis=0):
 
 def split(ary, indices_or_sections, axis=0):
     ary = _array(ary, "split")
-    if isinstance(indices_or_sections, (int, np.integer)):
+    if _sections(indices_or_sections):
         n = _shape(ary)[_axis(axis, len(_shape(ary)), "split")]
-        if n % int(indices_or_sections):
+        if n % indices_or_sections:
             raise ValueError(with_location(f"split: an axis of {n} does not divide into {indices_or_sections} equal "
                                            "sections; use np.array_split"))
     return array_split(ary, indices_or_sections, axis)
@@ -454,6 +466,8 @@ def tile(A, reps):
     """Index arithmetic: A broadcast along new interleaved axes and reshaped (a view)."""
     A = _array(A, "tile")
     reps = (int(reps),) if isinstance(reps, (int, np.integer)) else tuple(int(r) for r in reps)
+    if builtins.any(r < 0 for r in reps):
+        raise ValueError(with_location(f"np.tile: negative dimensions are not allowed (NumPy's rule), got reps {reps}"))
     d = builtins.max(len(_shape(A)), len(reps))
     shape = (1,) * (d - len(_shape(A))) + _shape(A)
     reps = (1,) * (d - len(reps)) + reps
