@@ -304,16 +304,32 @@ def column_stack(tup):
 
 
 def block(arrays):
-    """np.block: nested lists, concatenated along the last axes first."""
-    def depth(x):
-        return 1 + depth(x[0]) if isinstance(x, list) else 0
+    """np.block: nested lists, concatenated along the last axes first. NumPy's checks (the depth of every
+    list the same), and NumPy's rank: every array is raised to the largest of the nesting depth and
+    the arrays' own ranks before any concatenation."""
+    leaves = []
 
-    d = depth(arrays)
+    def depth(x, index):
+        if isinstance(x, list):
+            if not x:
+                raise ValueError(with_location(f"List at arrays{''.join(f'[{i}]' for i in index)} cannot be empty"))
+            depths = [depth(p, index + [i]) for i, p in enumerate(x)]
+            for d, at in depths:
+                if d != depths[0][0]:
+                    raise ValueError(with_location(
+                        f"List depths are mismatched. First element was at depth {depths[0][0]}, but there is an "
+                        f"element at depth {d} (arrays{''.join(f'[{j}]' for j in at)})"))
+            return depths[0]
+        leaves.append(_array(x, "block"))
+        return len(index), index
+
+    d = depth(arrays, [])[0]
+    nd = builtins.max([d] + [len(_shape(x)) for x in leaves])
+    it = iter(leaves)
 
     def build(x, level):
         if not isinstance(x, list):
-            x = _array(x, "block")
-            nd = builtins.max(len(_shape(x)), d)
+            x = next(it)
             return reshape(x, (1,) * (nd - len(_shape(x))) + _shape(x)) if len(_shape(x)) < nd else x
         parts = [build(p, level + 1) for p in x]
         return concatenate(parts, axis=-(d - level))
@@ -441,18 +457,17 @@ def roll(a, shift, axis=None):
     a = _array(a, "roll")
     if axis is None:
         return reshape(roll(ravel(a), shift, 0), _shape(a))
-    shifts = shift if isinstance(shift, (tuple, list)) else (shift,)
-    axes = axis if isinstance(axis, (tuple, list)) else (axis,)
-    if len(shifts) == 1:
-        shifts = shifts * len(axes)
-    if len(axes) == 1 and len(shifts) > 1:
-        axes = axes * len(shifts)
-    if len(shifts) != len(axes):
-        raise ValueError(with_location("roll: shift and axis must have the same length"))
+    if _has_tracer(shift) or _has_tracer(axis):
+        raise TypeError(with_location("np.roll: the shift and axis must be static (Python ints or NumPy arrays)"))
+    try:   # (NumPy's rule: shift and axis broadcast against each other)
+        pairs = np.broadcast(shift, axis)
+    except ValueError:
+        raise ValueError(with_location(f"np.roll: shift {shift!r} and axis {axis!r} cannot be broadcast together "
+                                       "(NumPy's rule)")) from None
+    if pairs.ndim > 1:
+        raise ValueError(with_location("np.roll: 'shift' and 'axis' should be scalars or 1D sequences"))
     total: dict[int, int] = {}
-    for s, ax in zip(shifts, axes):
-        if isinstance(s, Tracer):
-            raise TypeError(with_location("np.roll: the shift must be static (a Python int)"))
+    for s, ax in pairs:
         ax = _axis(ax, len(_shape(a)), "roll")
         total[ax] = total.get(ax, 0) + int(s)
     for ax, s in total.items():
@@ -485,6 +500,8 @@ def repeat(a, repeats, axis=None):
     if isinstance(repeats, Tracer):
         raise TypeError(with_location("np.repeat: repeats must be static (its output's length would depend on the data)"))
     reps = np.asarray(repeats)
+    if not reps.size:   # (np.repeat(x, [], axis) of an empty axis: a list of no counts, integers)
+        reps = reps.astype(np.intp)
     if reps.size and reps.min() < 0:
         raise ValueError(with_location(f"np.repeat: repeats may not be negative, got {repeats!r}"))
     if reps.ndim == 0 or reps.size == 1:
