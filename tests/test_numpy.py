@@ -582,6 +582,10 @@ def test_memory_order_a_and_k_raise_where_the_layout_decides(fn):
         tk.jit(fn, backend="interpret")(x)
     assert "test_numpy.py" in str(got.value) and "memory order" in str(got.value), got.value
     assert np.array_equal(tk.jit(lambda x: x[:, :1, :1].T.ravel("K"), backend="interpret")(x), x[:, :1, :1].T.ravel("K"))
+    # tk.numpy called on NumPy arrays outside a trace knows their layout: NumPy's own reading
+    for order in "AK":
+        assert np.array_equal(tnp.ravel(x.T, order), np.ravel(x.T, order))
+    assert np.array_equal(tnp.reshape(x.T, (4, 6), order="A"), np.reshape(x.T, (4, 6), order="A"))
 
 
 @pytest.mark.parametrize("fn", [lambda x: np.tile(x, (2, -1)), lambda x: np.repeat(x, -1)], ids=["tile", "repeat"])

@@ -43,9 +43,11 @@ def reshape(a, shape=None, order="C", *, newshape=None, copy=None):
             raise ValueError(with_location("reshape: order 'K' is not permitted for reshaping (NumPy's rule); "
                                            "write order='C' or order='F'"))
         raise ValueError(with_location(f"reshape: order must be one of 'C', 'F', 'A', got {order!r}"))
-    a = _array(a, "reshape")
+    original, a = a, _array(a, "reshape")
     shape = newshape if shape is None else shape
     shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
+    if order == "A" and isinstance(original, np.ndarray):   # (tk.numpy on a NumPy array: its layout is known)
+        order = "F" if original.flags.f_contiguous and not original.flags.c_contiguous else "C"
     if order == "A":
         shape = _reshape_shape(a, shape)
         _layout_free(a, "reshape", "A", shape)
@@ -87,6 +89,8 @@ def _layout_free(a, fname: str, order: str, shape: tuple = ()) -> None:
 
 
 def ravel(a, order="C"):
+    if order in ("A", "K") and isinstance(a, np.ndarray):   # (tk.numpy on a NumPy array: NumPy's own reading)
+        a, order = np.ravel(a, order), "C"
     if order in ("A", "K"):
         a = _array(a, "ravel")
         _layout_free(a, "ravel", order)
