@@ -553,12 +553,13 @@ def test_the_tables_cuda_kernels_compile_to_ptx():
     lambda x: np.hstack([x, x], dtype=np.float32, casting="no"),   # (casting= was ignored)
     lambda x: np.concatenate([x, x.astype(np.int32)], casting="equiv"),   # int32 to float64 is not 'equiv'
     lambda x: np.block([[x], x]),                # list depths mismatched (it concatenated them)
+    lambda x: np.squeeze(x[None], [0]),          # a list of axes (NumPy: an int or a tuple; it was accepted)
 ], ids=["digitize_unordered_bins", "partition_kth_out_of_bounds", "argpartition_negative_kth", "partition_float_kth",
         "einsum_ellipsis_not_in_output", "einsum_unsafe_dtype", "einsum_casting_no",
         "einsum_repeated_label_of_two_sizes", "ediff1d_of_bools", "ediff1d_to_begin_not_same_kind",
         "max_initial_inf_of_ints", "vsplit_of_1d", "reshape_order_k",
         "concatenate_dtype_not_same_kind", "hstack_casting_no", "concatenate_casting_equiv",
-        "block_depths_mismatched"])
+        "block_depths_mismatched", "squeeze_axis_list"])
 def test_calls_numpy_rejects_raise_its_error(fn):
     """A call NumPy rejects raises its error class while tracing (it was silently accepted), naming the user's line."""
     x = np.linspace(0.0, 4.0, 5)

@@ -129,8 +129,15 @@ def matrix_transpose(x, /):
 
 def moveaxis(a, source, destination):
     ndim = len(_shape(a))
-    src = [_axis(s, ndim, "moveaxis") for s in (source if isinstance(source, (tuple, list)) else (source,))]
-    dst = [_axis(d, ndim, "moveaxis") for d in (destination if isinstance(destination, (tuple, list)) else (destination,))]
+
+    def axes(x, name):   # (NumPy's normalize_axis_tuple: an int, or a sequence of them, a NumPy array too)
+        x = x.tolist() if isinstance(x, np.ndarray) else x
+        out = [_axis(i, ndim, "moveaxis") for i in (x if isinstance(x, (tuple, list)) else (x,))]
+        if len(set(out)) != len(out):
+            raise ShapeError(with_location(f"moveaxis: repeated axis in `{name}` argument {x}"))
+        return out
+
+    src, dst = axes(source, "source"), axes(destination, "destination")
     if len(src) != len(dst):
         raise ShapeError(with_location("moveaxis: source and destination must have the same number of elements"))
     order = [i for i in range(ndim) if i not in src]
@@ -199,7 +206,10 @@ def expand_dims(a, axis):
 def squeeze(a, axis=None):
     a = _array(a, "squeeze")
     shape = _shape(a)
-    if not shape and axis is not None and not isinstance(axis, (tuple, list)) and axis in (0, -1):
+    if isinstance(axis, list):   # (NumPy's squeeze takes an int or a tuple)
+        raise TypeError(with_location(f"np.squeeze: axis must be an int or a tuple of ints (NumPy's rule), got the "
+                                      f"list {axis}; write tuple(axis)"))
+    if not shape and axis is not None and not isinstance(axis, tuple) and axis in (0, -1):
         return a   # (NumPy's: squeeze(0-d, axis=0) or axis=-1 is the 0-d array itself)
     axes = tuple(i for i, s in enumerate(shape) if s == 1) if axis is None else _axes(axis, len(shape), "squeeze")
     for i in axes:
