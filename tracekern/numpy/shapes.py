@@ -436,7 +436,7 @@ def flip(m, axis=None):
     """Reversed along the axes: a view (a slice with step -1)."""
     m = _array(m, "flip")
     nd = len(_shape(m))
-    axes = _axes(axis, nd, "flip")
+    axes = _axes(axis.tolist() if isinstance(axis, np.ndarray) else axis, nd, "flip")   # (NumPy's: an array of axes)
     if not axes:
         return m
     return m[tuple(slice(None, None, -1) if i in axes else slice(None) for i in range(nd))]
