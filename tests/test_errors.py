@@ -42,6 +42,33 @@ def test_np_asarray_of_tracer_raises():
         tk.jit(lambda x: np.asarray(x))(np.ones(2))
 
 
+@pytest.mark.parametrize("call", ["transpose", "reshape", "diag", "flip"])
+def test_a_list_of_traced_values_names_the_numpy_function_and_np_stack(call):
+    """np.transpose([a, b]) of traced rows: NumPy dispatches on the arrays passed directly, so it converts the list
+    itself; the error said np.asarray / np.array, which the user never wrote. It names the call and np.stack."""
+    fns = {"transpose": lambda x: np.transpose([x[0], x[1]]),  # list here
+           "reshape": lambda x: np.reshape([x[0], x[1]], -1),  # list here
+           "diag": lambda x: np.diag([x[0, 0], x[1, 1]]),  # list here
+           "flip": lambda x: np.flip([x[0], x[1]], 0)}  # list here
+    with pytest.raises(TypeError) as info:
+        tk.jit(fns[call], backend="interpret")(np.ones((2, 3)))
+    msg = str(info.value)
+    assert f"np.{call} converts a traced array" in msg and f"np.{call}(np.stack([a, b])" in msg, msg
+    assert f"{THIS_FILE}:{_line_of(fns[call], 'list here')}" in msg
+
+
+def test_a_numpy_function_without_dispatch_says_so():
+    """np.require(x) of a traced x: NumPy converts it without dispatching; the error named np.asarray / np.array."""
+    def f(x):
+        return np.require(x, requirements="F")  # require here
+
+    with pytest.raises(TypeError) as info:
+        tk.jit(f, backend="interpret")(np.ones((2, 3)))
+    msg = str(info.value)
+    assert "np.require converts its arguments" in msg and "does not dispatch" in msg, msg
+    assert f"{THIS_FILE}:{_line_of(f, 'require here')}" in msg
+
+
 @pytest.mark.parametrize("dtype", [None, np.float32])
 def test_np_full_of_a_traced_value_names_np_full_and_what_to_write(dtype):
     """np.full(shape, traced) converts (or, with dtype=, copies) its fill value before any dispatch: the error said

@@ -547,10 +547,19 @@ def test_the_tables_cuda_kernels_compile_to_ptx():
     lambda x: np.ediff1d(x > 1),                 # NumPy cannot subtract bools (it gave their !=)
     lambda x: np.ediff1d(x.astype(np.int64), to_begin=2.5),   # not same_kind (it was cast to 2)
     lambda x: np.max(x.astype(np.int32), initial=-np.inf),    # inf into int32 (it gave a float64 result)
+    lambda x: np.vsplit(x, 5),                   # a 1-D array (it was split along axis 0)
+    lambda x: np.reshape(x, 5, order="K"),       # 'K' is ravel's order, not reshape's (it was read as 'C')
+    lambda x: np.concatenate([x, x], dtype=np.int32),   # float64 to int32 is not 'same_kind' (it was cast)
+    lambda x: np.hstack([x, x], dtype=np.float32, casting="no"),   # (casting= was ignored)
+    lambda x: np.concatenate([x, x.astype(np.int32)], casting="equiv"),   # int32 to float64 is not 'equiv'
+    lambda x: np.block([[x], x]),                # list depths mismatched (it concatenated them)
+    lambda x: np.squeeze(x[None], [0]),          # a list of axes (NumPy: an int or a tuple; it was accepted)
 ], ids=["digitize_unordered_bins", "partition_kth_out_of_bounds", "argpartition_negative_kth", "partition_float_kth",
         "einsum_ellipsis_not_in_output", "einsum_unsafe_dtype", "einsum_casting_no",
         "einsum_repeated_label_of_two_sizes", "ediff1d_of_bools", "ediff1d_to_begin_not_same_kind",
-        "max_initial_inf_of_ints"])
+        "max_initial_inf_of_ints", "vsplit_of_1d", "reshape_order_k",
+        "concatenate_dtype_not_same_kind", "hstack_casting_no", "concatenate_casting_equiv",
+        "block_depths_mismatched", "squeeze_axis_list"])
 def test_calls_numpy_rejects_raise_its_error(fn):
     """A call NumPy rejects raises its error class while tracing (it was silently accepted), naming the user's line."""
     x = np.linspace(0.0, 4.0, 5)
@@ -559,3 +568,31 @@ def test_calls_numpy_rejects_raise_its_error(fn):
     with pytest.raises(want.type) as got:
         tk.jit(fn, backend="interpret")(x)
     assert "test_numpy.py" in str(got.value), got.value
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: x.T.ravel("K"), lambda x: np.ravel(x.T, order="A"), lambda x: x.T.flatten("A"),
+    lambda x: np.reshape(x.T, (4, 6), order="A"), lambda x: x.reshape(6, 4, order="A"),
+], ids=["ravel_k", "ravel_a", "flatten_a", "reshape_a", "method_reshape_a"])
+def test_memory_order_a_and_k_raise_where_the_layout_decides(fn):
+    """order='A' and ravel's 'K' read an array in its memory order: NumPy's x.T.ravel('K') is x.ravel() (Fortran
+    order of x.T). A traced value has no layout: it was read in C order (a silent x.T.ravel()); now a clear error
+    naming the line and the orders to write. Where C's and Fortran's readings agree they are C's (the table)."""
+    x = np.arange(24.0).reshape(2, 3, 4)
+    with pytest.raises(NotImplementedError, match="order='C'.*order='F'") as got:
+        tk.jit(fn, backend="interpret")(x)
+    assert "test_numpy.py" in str(got.value) and "memory order" in str(got.value), got.value
+    assert np.array_equal(tk.jit(lambda x: x[:, :1, :1].T.ravel("K"), backend="interpret")(x), x[:, :1, :1].T.ravel("K"))
+    # tk.numpy called on NumPy arrays outside a trace knows their layout: NumPy's own reading
+    for order in "AK":
+        assert np.array_equal(tnp.ravel(x.T, order), np.ravel(x.T, order))
+    assert np.array_equal(tnp.reshape(x.T, (4, 6), order="A"), np.reshape(x.T, (4, 6), order="A"))
+
+
+@pytest.mark.parametrize("fn", [lambda x: np.tile(x, (2, -1)), lambda x: np.repeat(x, -1)], ids=["tile", "repeat"])
+def test_negative_repeats_say_so(fn):
+    """np.tile(x, (2, -1)) and np.repeat(x, -1) raised a reshape error about an internal shape (1, 2, 1, -1, 5) of
+    size -10, which the user never wrote; NumPy's ValueError is about negative dimensions."""
+    with pytest.raises(ValueError, match="negative") as got:
+        tk.jit(fn, backend="interpret")(np.ones(5))
+    assert "reshape" not in str(got.value) and "test_numpy.py" in str(got.value), got.value

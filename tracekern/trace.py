@@ -752,8 +752,21 @@ class Tracer(ArrayOps, Value):
                 f"({self.aval}) has none while tracing, so {library} cannot be traced. Write it with NumPy "
                 "functions on the arrays (tk.numpy has logsumexp, softmax, log_softmax, sigmoid), or call it "
                 "outside the traced function and pass its result in", location))
-        if numpy_call() == "full":
+        caller = numpy_call()
+        if caller == "full":
             raise traced_fill_error(self.aval)
+        if caller and not caller.startswith("_"):
+            if hasattr(getattr(np, caller, None), "_implementation"):   # (a function NumPy dispatches)
+                raise TypeError(with_location(
+                    f"np.{caller} converts a traced array ({self.aval}) to a NumPy array, which needs its values: "
+                    "NumPy hands a call to tracekern only when a traced array is passed to it directly, not inside "
+                    f"a list or tuple (np.{caller}([a, b]), a nested list) or through an argument it converts first. "
+                    f"Pass one array: np.{caller}(np.stack([a, b]), ...)", location))
+            raise TypeError(with_location(
+                f"np.{caller} converts its arguments to NumPy arrays without handing the call to tracekern (NumPy "
+                f"does not dispatch it), and a traced array ({self.aval}) has no values while tracing. A traced "
+                "value is already an array with no memory layout: drop the call, or write x.astype(dtype) for a "
+                "dtype", location))
         if _ITEM_ASSIGNMENT.match(_source_line(location)):
             raise TypeError(with_location(
                 f"a traced value ({self.aval}) was assigned into a NumPy array (z[i] = value): an array made with "

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import builtins
 import math
+import warnings
 from collections.abc import Callable
 
 import numpy as np
 
+from ..trace import ArrayOps
 from ._core import (
     P,
     ShapeError,
@@ -30,18 +32,35 @@ from ._core import (
     bind,
     with_location,
 )
-from .creation import full, zeros_like
+from .creation import full, linspace, zeros_like
 from .ufuncs import astype, where
+from .ufuncs import round as round_
 
 
 def reshape(a, shape=None, order="C", *, newshape=None, copy=None):
-    if order not in ("C", "F", "A", "K"):
-        raise ValueError(with_location(f"reshape: order must be one of 'C', 'F', 'A', 'K', got {order!r}"))
-    a = _array(a, "reshape")
+    if order not in ("C", "F", "A"):
+        if order == "K":   # (NumPy's own rule: 'K' is ravel's, not reshape's)
+            raise ValueError(with_location("reshape: order 'K' is not permitted for reshaping (NumPy's rule); "
+                                           "write order='C' or order='F'"))
+        raise ValueError(with_location(f"reshape: order must be one of 'C', 'F', 'A', got {order!r}"))
+    original, a = a, _array(a, "reshape")
     shape = newshape if shape is None else shape
     shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
-    if order == "F":   # Fortran order: the first index varies fastest (a traced array is C-ordered: "A" and "K" are "C")
+    if order == "A" and isinstance(original, np.ndarray):   # (tk.numpy on a NumPy array: its layout is known)
+        order = "F" if original.flags.f_contiguous and not original.flags.c_contiguous else "C"
+    if order == "A":
+        shape = _reshape_shape(a, shape)
+        _layout_free(a, "reshape", "A", shape)
+    if order == "F":   # Fortran order: the first index varies fastest
         return transpose(reshape(transpose(a), tuple(reversed(shape))))
+    shape = _reshape_shape(a, shape)
+    if shape == _shape(a):
+        return a
+    return bind(P.reshape, a, new_shape=shape)
+
+
+def _reshape_shape(a, shape: tuple) -> tuple:
+    """The target shape with its -1 resolved (NumPy's checks)."""
     size = math.prod(_shape(a))
     if shape.count(-1) > 1:
         raise ShapeError(with_location(f"reshape: can only specify one unknown dimension, got {shape}"))
@@ -50,12 +69,32 @@ def reshape(a, shape=None, order="C", *, newshape=None, copy=None):
         if known == 0 or size % known:
             raise ShapeError(with_location(f"reshape: cannot reshape an array of shape {_shape(a)} into shape {shape}"))
         shape = tuple(size // known if s == -1 else s for s in shape)
-    if shape == _shape(a):
-        return a
-    return bind(P.reshape, a, new_shape=shape)
+    return shape
+
+
+def _layout_free(a, fname: str, order: str, shape: tuple = ()) -> None:
+    """order='A' (and ravel's 'K') read the array in its memory order: Fortran's for a Fortran-contiguous
+    array (x.T of a C array, np.asfortranarray(x), a ufunc of either), C's otherwise. A traced value has no
+    memory layout, so these orders are traced only where C's and Fortran's readings agree: an array (and,
+    for reshape, a target shape) with at most one axis longer than 1. Elsewhere a clear error, never C's
+    reading where NumPy's may be Fortran's."""
+    def line(s):
+        return builtins.sum(1 for n in s if n != 1) <= 1 or 0 in s
+    if line(_shape(a)) and line(shape):
+        return
+    raise NotImplementedError(with_location(
+        f"np.{fname}(order={order!r}) of an array of shape {_shape(a)}: NumPy reads the array in its memory order "
+        "(Fortran's for x.T of a C array or np.asfortranarray(x), C's for a C-contiguous array), and a traced value "
+        "has no memory layout. Write order='C' (NumPy's result for a C-contiguous array) or order='F'"))
 
 
 def ravel(a, order="C"):
+    if order in ("A", "K") and isinstance(a, np.ndarray):   # (tk.numpy on a NumPy array: NumPy's own reading)
+        a, order = np.ravel(a, order), "C"
+    if order in ("A", "K"):
+        a = _array(a, "ravel")
+        _layout_free(a, "ravel", order)
+        order = "C"
     return reshape(a, -1, order)
 
 
@@ -90,8 +129,15 @@ def matrix_transpose(x, /):
 
 def moveaxis(a, source, destination):
     ndim = len(_shape(a))
-    src = [_axis(s, ndim, "moveaxis") for s in (source if isinstance(source, (tuple, list)) else (source,))]
-    dst = [_axis(d, ndim, "moveaxis") for d in (destination if isinstance(destination, (tuple, list)) else (destination,))]
+
+    def axes(x, name):   # (NumPy's normalize_axis_tuple: an int, or a sequence of them, a NumPy array too)
+        x = x.tolist() if isinstance(x, np.ndarray) else x
+        out = [_axis(i, ndim, "moveaxis") for i in (x if isinstance(x, (tuple, list)) else (x,))]
+        if len(set(out)) != len(out):
+            raise ShapeError(with_location(f"moveaxis: repeated axis in `{name}` argument {x}"))
+        return out
+
+    src, dst = axes(source, "source"), axes(destination, "destination")
     if len(src) != len(dst):
         raise ShapeError(with_location("moveaxis: source and destination must have the same number of elements"))
     order = [i for i in range(ndim) if i not in src]
@@ -160,6 +206,11 @@ def expand_dims(a, axis):
 def squeeze(a, axis=None):
     a = _array(a, "squeeze")
     shape = _shape(a)
+    if isinstance(axis, list):   # (NumPy's squeeze takes an int or a tuple)
+        raise TypeError(with_location(f"np.squeeze: axis must be an int or a tuple of ints (NumPy's rule), got the "
+                                      f"list {axis}; write tuple(axis)"))
+    if not shape and axis is not None and not isinstance(axis, tuple) and axis in (0, -1):
+        return a   # (NumPy's: squeeze(0-d, axis=0) or axis=-1 is the 0-d array itself)
     axes = tuple(i for i, s in enumerate(shape) if s == 1) if axis is None else _axes(axis, len(shape), "squeeze")
     for i in axes:
         if shape[i] != 1:
@@ -193,13 +244,14 @@ def atleast_3d(*arys):
     return _atleast(3, arys)
 
 
-def concatenate(arrays, axis=0, out=None, dtype=None, casting=None):
-    _reject("concatenate", out=out, casting=casting)
+def concatenate(arrays, axis=0, out=None, dtype=None, casting="same_kind"):
+    _reject("concatenate", out=out)
     arrays = [_array(x, "concatenate") for x in arrays]
     if not arrays:
         raise ValueError(with_location("concatenate: needs at least one array"))
     if axis is None:
         arrays, axis = [ravel(x) for x in arrays], 0
+    _check_casting(arrays, dtype, casting)
     if dtype is not None:
         arrays = [astype(x, dtype) for x in arrays]
     arrays = _promote("concatenate", *arrays)
@@ -218,17 +270,30 @@ def concatenate(arrays, axis=0, out=None, dtype=None, casting=None):
 concat = concatenate
 
 
-def stack(arrays, axis=0, out=None, dtype=None, casting=None):
-    _reject("stack", out=out, casting=casting)
+def _check_casting(arrays: list, dtype, casting: str) -> None:
+    """NumPy's casting= of the joins: each array must cast to the result's dtype (dtype=, or the arrays'
+    common one) under the rule; NumPy's TypeError otherwise (float64 into dtype=int32 under 'same_kind')."""
+    if casting not in ("no", "equiv", "safe", "same_kind", "unsafe"):
+        raise ValueError(with_location(f"casting must be one of 'no', 'equiv', 'safe', 'same_kind', 'unsafe' "
+                                       f"(got {casting!r})"))
+    target = np.dtype(dtype) if dtype is not None else _dtype(_promote("concatenate", *arrays)[0])
+    for x in arrays:
+        if not np.can_cast(_dtype(x), target, casting):
+            raise TypeError(with_location(f"Cannot cast array data from dtype('{_dtype(x)}') to dtype('{target}') "
+                                          f"according to the rule '{casting}'"))
+
+
+def stack(arrays, axis=0, out=None, dtype=None, casting="same_kind"):
+    _reject("stack", out=out)
     arrays = [_array(x, "stack") for x in arrays]
     shapes = {_shape(x) for x in arrays}
     if len(shapes) != 1:
         raise ShapeError(with_location(f"stack: all arrays must have the same shape, got {sorted(shapes)}"))
-    return concatenate([expand_dims(x, axis) for x in arrays], axis=axis, dtype=dtype)
+    return concatenate([expand_dims(x, axis) for x in arrays], axis=axis, dtype=dtype, casting=casting)
 
 
 def vstack(tup, *, dtype=None, casting="same_kind"):
-    return concatenate([atleast_2d(x) for x in tup], axis=0, dtype=dtype)
+    return concatenate([atleast_2d(x) for x in tup], axis=0, dtype=dtype, casting=casting)
 
 
 row_stack = vstack
@@ -236,7 +301,7 @@ row_stack = vstack
 
 def hstack(tup, *, dtype=None, casting="same_kind"):
     arrs = [atleast_1d(x) for x in tup]
-    return concatenate(arrs, axis=0 if arrs and len(_shape(arrs[0])) == 1 else 1, dtype=dtype)
+    return concatenate(arrs, axis=0 if arrs and len(_shape(arrs[0])) == 1 else 1, dtype=dtype, casting=casting)
 
 
 def dstack(tup):
@@ -253,16 +318,32 @@ def column_stack(tup):
 
 
 def block(arrays):
-    """np.block: nested lists, concatenated along the last axes first."""
-    def depth(x):
-        return 1 + depth(x[0]) if isinstance(x, list) else 0
+    """np.block: nested lists, concatenated along the last axes first. NumPy's checks (the depth of every
+    list the same), and NumPy's rank: every array is raised to the largest of the nesting depth and
+    the arrays' own ranks before any concatenation."""
+    leaves = []
 
-    d = depth(arrays)
+    def depth(x, index):
+        if isinstance(x, list):
+            if not x:
+                raise ValueError(with_location(f"List at arrays{''.join(f'[{i}]' for i in index)} cannot be empty"))
+            depths = [depth(p, index + [i]) for i, p in enumerate(x)]
+            for d, at in depths:
+                if d != depths[0][0]:
+                    raise ValueError(with_location(
+                        f"List depths are mismatched. First element was at depth {depths[0][0]}, but there is an "
+                        f"element at depth {d} (arrays{''.join(f'[{j}]' for j in at)})"))
+            return depths[0]
+        leaves.append(_array(x, "block"))
+        return len(index), index
+
+    d = depth(arrays, [])[0]
+    nd = builtins.max([d] + [len(_shape(x)) for x in leaves])
+    it = iter(leaves)
 
     def build(x, level):
         if not isinstance(x, list):
-            x = _array(x, "block")
-            nd = builtins.max(len(_shape(x)), d)
+            x = next(it)
             return reshape(x, (1,) * (nd - len(_shape(x))) + _shape(x)) if len(_shape(x)) < nd else x
         parts = [build(p, level + 1) for p in x]
         return concatenate(parts, axis=-(d - level))
@@ -286,11 +367,23 @@ def _pieces(ary, bounds: list[int], axis: int) -> list:
     return out
 
 
+def _sections(indices_or_sections) -> bool:
+    """NumPy's test: a number of sections is what has no len() (2, 2.0, np.array(2)), and is int()'d;
+    anything with a len() is a list of split points."""
+    if isinstance(indices_or_sections, Tracer):
+        raise TypeError(with_location("np.split: indices_or_sections must be static (the pieces' shapes depend on it)"))
+    try:
+        len(indices_or_sections)
+    except TypeError:
+        return True
+    return False
+
+
 def array_split(ary, indices_or_sections, axis=0):
     ary = _array(ary, "array_split")
     axis = _axis(axis, len(_shape(ary)), "array_split")
     n = _shape(ary)[axis]
-    if isinstance(indices_or_sections, (int, np.integer)):
+    if _sections(indices_or_sections):
         sections = int(indices_or_sections)
         if sections <= 0:
             raise ValueError(with_location("array_split: number of sections must be larger than 0"))
@@ -304,24 +397,33 @@ def array_split(ary, indices_or_sections, axis=0):
 
 def split(ary, indices_or_sections, axis=0):
     ary = _array(ary, "split")
-    if isinstance(indices_or_sections, (int, np.integer)):
+    if _sections(indices_or_sections):
         n = _shape(ary)[_axis(axis, len(_shape(ary)), "split")]
-        if n % int(indices_or_sections):
+        if n % indices_or_sections:
             raise ValueError(with_location(f"split: an axis of {n} does not divide into {indices_or_sections} equal "
                                            "sections; use np.array_split"))
     return array_split(ary, indices_or_sections, axis)
 
 
+def _least_ndim(ary, n: int, fname: str):
+    ary = _array(ary, fname)
+    if len(_shape(ary)) < n:
+        raise ShapeError(with_location(f"np.{fname} only works on arrays of {n} or more dimensions (NumPy's rule), "
+                                       f"got shape {_shape(ary)}"))
+    return ary
+
+
 def hsplit(ary, indices_or_sections):
+    ary = _least_ndim(ary, 1, "hsplit")
     return split(ary, indices_or_sections, axis=1 if len(_shape(ary)) > 1 else 0)
 
 
 def vsplit(ary, indices_or_sections):
-    return split(ary, indices_or_sections, axis=0)
+    return split(_least_ndim(ary, 2, "vsplit"), indices_or_sections, axis=0)
 
 
 def dsplit(ary, indices_or_sections):
-    return split(ary, indices_or_sections, axis=2)
+    return split(_least_ndim(ary, 3, "dsplit"), indices_or_sections, axis=2)
 
 
 def unstack(x, /, *, axis=0):
@@ -334,18 +436,18 @@ def flip(m, axis=None):
     """Reversed along the axes: a view (a slice with step -1)."""
     m = _array(m, "flip")
     nd = len(_shape(m))
-    axes = _axes(axis, nd, "flip")
+    axes = _axes(axis.tolist() if isinstance(axis, np.ndarray) else axis, nd, "flip")   # (NumPy's: an array of axes)
     if not axes:
         return m
     return m[tuple(slice(None, None, -1) if i in axes else slice(None) for i in range(nd))]
 
 
 def fliplr(m):
-    return flip(m, 1)
+    return flip(_least_ndim(m, 2, "fliplr"), 1)
 
 
 def flipud(m):
-    return flip(m, 0)
+    return flip(_least_ndim(m, 1, "flipud"), 0)
 
 
 def rot90(m, k=1, axes=(0, 1)):
@@ -369,18 +471,17 @@ def roll(a, shift, axis=None):
     a = _array(a, "roll")
     if axis is None:
         return reshape(roll(ravel(a), shift, 0), _shape(a))
-    shifts = shift if isinstance(shift, (tuple, list)) else (shift,)
-    axes = axis if isinstance(axis, (tuple, list)) else (axis,)
-    if len(shifts) == 1:
-        shifts = shifts * len(axes)
-    if len(axes) == 1 and len(shifts) > 1:
-        axes = axes * len(shifts)
-    if len(shifts) != len(axes):
-        raise ValueError(with_location("roll: shift and axis must have the same length"))
+    if _has_tracer(shift) or _has_tracer(axis):
+        raise TypeError(with_location("np.roll: the shift and axis must be static (Python ints or NumPy arrays)"))
+    try:   # (NumPy's rule: shift and axis broadcast against each other)
+        pairs = np.broadcast(shift, axis)
+    except ValueError:
+        raise ValueError(with_location(f"np.roll: shift {shift!r} and axis {axis!r} cannot be broadcast together "
+                                       "(NumPy's rule)")) from None
+    if pairs.ndim > 1:
+        raise ValueError(with_location("np.roll: 'shift' and 'axis' should be scalars or 1D sequences"))
     total: dict[int, int] = {}
-    for s, ax in zip(shifts, axes):
-        if isinstance(s, Tracer):
-            raise TypeError(with_location("np.roll: the shift must be static (a Python int)"))
+    for s, ax in pairs:
         ax = _axis(ax, len(_shape(a)), "roll")
         total[ax] = total.get(ax, 0) + int(s)
     for ax, s in total.items():
@@ -394,6 +495,8 @@ def tile(A, reps):
     """Index arithmetic: A broadcast along new interleaved axes and reshaped (a view)."""
     A = _array(A, "tile")
     reps = (int(reps),) if isinstance(reps, (int, np.integer)) else tuple(int(r) for r in reps)
+    if builtins.any(r < 0 for r in reps):
+        raise ValueError(with_location(f"np.tile: negative dimensions are not allowed (NumPy's rule), got reps {reps}"))
     d = builtins.max(len(_shape(A)), len(reps))
     shape = (1,) * (d - len(_shape(A))) + _shape(A)
     reps = (1,) * (d - len(reps)) + reps
@@ -411,6 +514,10 @@ def repeat(a, repeats, axis=None):
     if isinstance(repeats, Tracer):
         raise TypeError(with_location("np.repeat: repeats must be static (its output's length would depend on the data)"))
     reps = np.asarray(repeats)
+    if not reps.size:   # (np.repeat(x, [], axis) of an empty axis: a list of no counts, integers)
+        reps = reps.astype(np.intp)
+    if reps.size and reps.min() < 0:
+        raise ValueError(with_location(f"np.repeat: repeats may not be negative, got {repeats!r}"))
     if reps.ndim == 0 or reps.size == 1:
         r = int(reps.reshape(-1)[0])
         x = reshape(a, shape[:axis + 1] + (1,) + shape[axis + 1:])
@@ -470,25 +577,134 @@ def delete(arr, obj, axis=None):
 
 
 def pad(array, pad_width, mode="constant", **kwargs):
-    """np.pad's constant, edge, wrap, reflect, symmetric and empty modes (a constant table of
-    positions, NumPy's own np.pad of the element numbers)."""
+    """np.pad. The constant, edge, wrap, reflect, symmetric and empty modes are a constant table of
+    positions (NumPy's own np.pad of the element numbers); reflect_type='odd', linear_ramp, the
+    statistics (maximum, minimum, mean, median) and traced constant_values follow NumPy's algorithm
+    on traced slices: axis by axis, each axis's pad computed from the array already padded along the
+    axes before it (so the corners are NumPy's)."""
     array = _array(array, "pad")
-    if callable(mode) or mode not in ("constant", "empty", "edge", "wrap", "reflect", "symmetric"):
+    if callable(mode) or mode not in _PAD_MODES:
         raise NotImplementedError(with_location(
-            f"np.pad: mode {mode!r} is not supported while tracing; supported: constant, empty, edge, wrap, reflect, "
-            "symmetric"))
+            f"np.pad: mode {mode!r} is not supported while tracing; supported: {', '.join(_PAD_MODES)} "
+            "(a callable mode runs Python on each 1-D slice's values)"))
+    values = {k: v for k, v in kwargs.items() if k in ("constant_values", "end_values")}
+    # NumPy's checks (pad_width, unsupported keywords, an empty axis, stat_length 0), on a stand-in of zeros
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        probe = np.pad(np.zeros(_shape(array), np.float64), pad_width, mode=mode,
+                       **{**kwargs, **{k: 0 for k in values}})
+    if mode in ("constant", "empty") and _has_tracer(values.get("constant_values", 0)):
+        return _pad_by_axis(array, pad_width, probe.shape,
+                            lambda x, axis, widths, pair: [_fill(pair[0], x, axis, widths[0]),
+                                                           _fill(pair[1], x, axis, widths[1])],
+                            _as_pairs(values["constant_values"], len(_shape(array))))
     if mode in ("constant", "empty"):
         cv = kwargs.get("constant_values", 0)
-        if isinstance(cv, Tracer) or (isinstance(cv, (tuple, list)) and any(isinstance(v, Tracer) for v in np.ravel(
-                np.asarray(cv, dtype=object)))):
-            raise TypeError(with_location("np.pad: constant_values must be static"))
         fill = np.pad(np.zeros(_shape(array), _dtype(array)), pad_width, mode="constant", constant_values=cv)
         return _rearrange(array, lambda labels: np.pad(labels, pad_width, mode="constant", constant_values=-1), "pad",
                           fill=fill)
+    if not math.prod(_shape(array)):   # (NumPy's: only an axis that is not empty was padded: nothing to read)
+        return full(probe.shape, 0, _dtype(array))
     if mode in ("reflect", "symmetric") and kwargs.get("reflect_type", "even") == "odd":
-        np.pad(np.zeros(_shape(array), np.int8), pad_width, mode=mode, **kwargs)   # NumPy's checks (an empty axis)
         return _pad_odd(array, pad_width, include_edge=mode == "symmetric")
+    if mode == "linear_ramp":
+        return _pad_by_axis(array, pad_width, probe.shape, _linear_ramps,
+                            _as_pairs(kwargs.get("end_values", 0), len(_shape(array))))
+    if mode in ("maximum", "minimum", "mean", "median"):
+        lengths = kwargs.get("stat_length")   # (NumPy's _as_pairs(as_index=True): rounded to integers)
+        lengths = _as_pairs(None if lengths is None else np.round(lengths).astype(np.intp), len(_shape(array)))
+        return _pad_by_axis(array, pad_width, probe.shape,
+                            lambda x, axis, widths, pair: _stats(x, axis, widths, pair, mode), lengths)
     return _rearrange(array, lambda labels: np.pad(labels, pad_width, mode=mode, **kwargs), "pad")
+
+
+_PAD_MODES = ("constant", "empty", "edge", "wrap", "reflect", "symmetric", "linear_ramp", "maximum", "minimum",
+              "mean", "median")
+
+
+def _has_tracer(v) -> bool:
+    if isinstance(v, Tracer):
+        return True
+    return isinstance(v, (tuple, list)) and builtins.any(_has_tracer(e) for e in v)
+
+
+def _as_pairs(x, ndim: int):
+    """NumPy's _as_pairs: a (before, after) pair of values per axis, from a scalar, a pair, or one pair per
+    axis; traced values (or lists holding them) are indexed, not converted."""
+    if x is None:
+        return ((None, None),) * ndim
+    if _has_tracer(x) and not isinstance(x, Tracer):
+        x = stack([_array(e, "pad") if not isinstance(e, (tuple, list)) else stack([_array(f, "pad") for f in e])
+                   for e in x])
+    traced_ = isinstance(x, Tracer)
+    if not traced_:
+        x = np.asarray(x)
+    shape = _shape(x)
+    size = math.prod(shape)
+    if len(shape) < 3 and size in (1, 2) and shape != (2, 1):
+        x = reshape(x, (size,)) if traced_ else x.reshape(size)
+        return ((x[0], x[-1]),) * ndim
+    x = broadcast_to(x, (ndim, 2)) if traced_ else np.broadcast_to(x, (ndim, 2))
+    return tuple((x[i, 0], x[i, 1]) for i in range(ndim))
+
+
+def _pad_by_axis(x, pad_width, out_shape: tuple, sides: Callable, pairs):
+    """Pads axis after axis as NumPy does: `sides(x, axis, (left, right), pairs[axis])` gives the two pieces
+    to put on either side of x, the array padded along the axes before `axis`."""
+    nd = len(_shape(x))
+    probe = np.pad(np.zeros((1,) * nd), pad_width, mode="constant", constant_values=1)
+    lefts = [int(i) for i in np.argwhere(probe == 0)[0]] if nd else []
+    dtype = _dtype(x)
+    for axis in range(nd):
+        widths = (lefts[axis], out_shape[axis] - _shape(x)[axis] - lefts[axis])
+        if not builtins.any(widths):
+            continue
+        left, right = sides(x, axis, widths, pairs[axis])
+        x = concatenate([_cast(left, dtype), x, _cast(right, dtype)], axis=axis)
+    return x
+
+
+def _fill(value, x, axis: int, width: int):
+    """`value` (a scalar, traced or not) over the pad area of `width` along `axis`."""
+    shape = _shape(x)[:axis] + (width,) + _shape(x)[axis + 1:]
+    v = _array(value, "pad")
+    if isinstance(value, Tracer) and _dtype(v) != _dtype(x):
+        v = astype(v, _dtype(x))
+    return broadcast_to(v, shape)
+
+
+def _linear_ramps(x, axis: int, widths: tuple, pair):
+    """NumPy's _get_linear_ramps: np.linspace from each end value to the edge, endpoint excluded, in x's dtype."""
+    n = _shape(x)[axis]
+    ramps = []
+    for side, (end, width) in enumerate(zip(pair, widths)):
+        index = tuple((slice(0, 1) if side == 0 else slice(n - 1, n)) if d == axis else slice(None)
+                      for d in range(len(_shape(x))))
+        edge = squeeze(x[index], axis)
+        ramps.append(linspace(end, edge, width, endpoint=False, dtype=_dtype(x), axis=axis))
+    return ramps[0], flip(ramps[1], axis)
+
+
+def _stats(x, axis: int, widths: tuple, lengths, mode: str):
+    """NumPy's _get_stats: the statistic of the stat_length values nearest each side (all of them by
+    default), rounded where x's dtype is an integer; repeated over the pad area."""
+    tnp = ArrayOps.numpy   # (tk.numpy: its reductions and median import this module)
+    func = {"maximum": tnp.max, "minimum": tnp.min, "mean": tnp.mean, "median": tnp.median}[mode]
+    n = _shape(x)[axis]
+    out = []
+    for side, (length, width) in enumerate(zip(lengths, widths)):
+        length = n if length is None or int(length) > n else int(length)
+        lo, hi = (0, length) if side == 0 else (n - length, n)
+        chunk = x[tuple(slice(lo, hi) if d == axis else slice(None) for d in range(len(_shape(x))))]
+        if length == 0:   # (mean and median of no values: NaN, as NumPy's; maximum and minimum raised above)
+            stat = full(_shape(chunk)[:axis] + (1,) + _shape(chunk)[axis + 1:], np.nan, _dtype(tnp.mean(chunk)))
+        else:
+            stat = func(chunk, axis=axis, keepdims=True)
+        if np.issubdtype(_dtype(x), np.integer):
+            stat = round_(stat)
+        shape = _shape(x)[:axis] + (width,) + _shape(x)[axis + 1:]
+        out.append(broadcast_to(stat, shape))
+    return out
 
 
 def _pad_odd(x, pad_width, include_edge: bool):
