@@ -547,10 +547,14 @@ def test_the_tables_cuda_kernels_compile_to_ptx():
     lambda x: np.ediff1d(x > 1),                 # NumPy cannot subtract bools (it gave their !=)
     lambda x: np.ediff1d(x.astype(np.int64), to_begin=2.5),   # not same_kind (it was cast to 2)
     lambda x: np.max(x.astype(np.int32), initial=-np.inf),    # inf into int32 (it gave a float64 result)
+    lambda x: x[np.array([True, False])],        # a mask shorter than its axis (it selected by np.nonzero's positions)
+    lambda x: x[None][:, np.ones(6, bool)],      # a longer one (it raised an IndexError about an index 5)
+    lambda x: x[:, None][[0, 1, 2], [0, 0]],     # index arrays that do not broadcast (it raised ValueError)
 ], ids=["digitize_unordered_bins", "partition_kth_out_of_bounds", "argpartition_negative_kth", "partition_float_kth",
         "einsum_ellipsis_not_in_output", "einsum_unsafe_dtype", "einsum_casting_no",
         "einsum_repeated_label_of_two_sizes", "ediff1d_of_bools", "ediff1d_to_begin_not_same_kind",
-        "max_initial_inf_of_ints"])
+        "max_initial_inf_of_ints", "mask_shorter_than_its_axis", "mask_longer_than_its_axis",
+        "index_arrays_not_broadcasting"])
 def test_calls_numpy_rejects_raise_its_error(fn):
     """A call NumPy rejects raises its error class while tracing (it was silently accepted), naming the user's line."""
     x = np.linspace(0.0, 4.0, 5)

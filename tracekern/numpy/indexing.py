@@ -128,24 +128,32 @@ def _take_axis(y, idx, axis: int):
     return reshape(bind(P.gather, y, full_idx, axis=axis), pre + ishape + post)
 
 
+def _mask_entry(it):
+    """A constant boolean mask of the index, as ("mask", it); a traced one is an error."""
+    if isinstance(it, Tracer):
+        raise IndexError(with_location(
+            f"indexing with a traced boolean mask ({it.aval}) gives a data-dependent shape, which cannot be "
+            "traced. Use np.where(mask, x, 0) to zero the rest, np.sum(np.where(mask, x, 0)) to reduce the "
+            "selection, or tk.at(x)[mask].set(value) to update it"))
+    return ("mask", np.asarray(it))
+
+
 def _expand(x, idx: tuple):
     """The index without booleans, None or Ellipsis: (x with new size-1 axes, one entry per axis: int,
-    slice or int array). A static boolean mask becomes its np.nonzero index arrays."""
+    slice or int array). A static boolean mask becomes its np.nonzero index arrays, checked against the
+    axes it covers (IndexError, as NumPy); a 0-d one (True, np.array(False)) is a new axis of length 1
+    indexed by [0] or [], as NumPy reads it."""
     shape = _shape(x)
     entries = []
     for it in idx:
         if isinstance(it, (list, tuple)):
             it = _array(it, "indexing")   # (traced values in it: stacked)
-        if isinstance(it, (Tracer, np.ndarray)) and _dtype(it) == np.bool_:
-            if isinstance(it, Tracer):
-                raise IndexError(with_location(
-                    f"indexing with a traced boolean mask ({it.aval}) gives a data-dependent shape, which cannot be "
-                    "traced. Use np.where(mask, x, 0) to zero the rest, np.sum(np.where(mask, x, 0)) to reduce the "
-                    "selection, or tk.at(x)[mask].set(value) to update it"))
-            entries.extend(("mask", a) for a in np.nonzero(it))
+        if isinstance(it, (bool, np.bool_)) or isinstance(it, (Tracer, np.ndarray)) and _dtype(it) == np.bool_:
+            entries.append(_mask_entry(it))
             continue
         entries.append(it)
-    consumed = builtins.sum(1 for e in entries if e is not None and e is not Ellipsis)
+    consumed = builtins.sum(e[1].ndim if isinstance(e, tuple) else 1 for e in entries
+                            if e is not None and e is not Ellipsis)
     if consumed > len(shape):
         raise IndexError(with_location(f"too many indices: {consumed} for an array of shape {shape}"))
     if builtins.sum(e is Ellipsis for e in entries) > 1:
@@ -161,9 +169,24 @@ def _expand(x, idx: tuple):
             new_shape.append(1)
             out.append(slice(None))
             continue
+        if isinstance(e, tuple):
+            mask = e[1]
+            if mask.ndim == 0:
+                new_shape.append(1)
+                out.append(np.arange(int(bool(mask)), dtype=np.int64))
+                continue
+            for k, (n, m) in enumerate(zip(shape[dim:], mask.shape)):
+                if n != m:
+                    raise IndexError(with_location(
+                        f"boolean index did not match indexed array along axis {dim + k}; size of axis is {n} but "
+                        f"size of corresponding boolean axis is {m}"))
+            new_shape.extend(shape[dim:dim + mask.ndim])
+            out.extend(np.nonzero(mask))
+            dim += mask.ndim
+            continue
         new_shape.append(shape[dim])
         dim += 1
-        out.append(e[1] if isinstance(e, tuple) else e)
+        out.append(e)
     if tuple(new_shape) != shape:
         x = reshape(x, tuple(new_shape))
     return x, out
@@ -177,7 +200,11 @@ def _advanced(x, idx: tuple):
     y = _basic_getitem(x, index)
     yshape = _shape(y)
     idxs = [_normalized(entries[k], yshape[k], k) for k in arrays]
-    bshape = tuple(np.broadcast_shapes(*[_shape(i) for i in idxs]))
+    try:
+        bshape = tuple(np.broadcast_shapes(*[_shape(i) for i in idxs]))
+    except ValueError:
+        raise IndexError(with_location("shape mismatch: indexing arrays could not be broadcast together with shapes "
+                                       + " ".join(str(_shape(i)) for i in idxs))) from None
     if len(arrays) == 1:
         return _take_axis(y, idxs[0], arrays[0])
     lead = tuple(range(len(arrays)))
@@ -199,11 +226,8 @@ def getitem(x, idx):
     """x[idx]: basic indexing is a view; integer arrays (traced or not) and constant boolean masks
     gather, with NumPy's rules for where the index dimensions go."""
     idx = idx if isinstance(idx, tuple) else (idx,)
-    if any(_is_array_index(it) for it in idx):
+    if any(_is_array_index(it) or isinstance(it, (bool, np.bool_)) for it in idx):
         return _advanced(x, idx)
-    for it in idx:
-        if isinstance(it, (bool, np.bool_)):
-            raise NotImplementedError(with_location("indexing with a Python bool is not supported while tracing"))
     return _basic_getitem(x, idx)
 
 
@@ -342,7 +366,7 @@ def _update(x, idx, values, mode: str):
             raise IndexError(with_location(f"tk.at: a mask of shape {_shape(mask)} does not fit an array of shape {shape}"))
         mask = reshape(mask, _shape(mask) + (1,) * (len(shape) - len(_shape(mask))))
         return where(mask, _combine(x, values, mode), x)
-    if not any(_is_array_index(it) for it in idx):   # basic: an unslice and a select (no scatter needed)
+    if not any(_is_array_index(it) or isinstance(it, (bool, np.bool_)) for it in idx):   # basic: an unslice and a select
         index, kept, out_shape = _basic(shape, idx)
         region = reshape(broadcast_to(values, out_shape), kept)
         whole = all(k == n and (step > 0 or n <= 1) for (_, _, step), k, n in zip(index, kept, shape))   # (x[::-1]: no)
