@@ -15,7 +15,20 @@ import math
 
 import numpy as np
 
-from ._core import P, ShapeError, Tracer, _array, _axis, _cast, _check_operand, _dtype, _shape, bind, with_location
+from ._core import (
+    P,
+    ShapeError,
+    Tracer,
+    _array,
+    _axis,
+    _cast,
+    _check_operand,
+    _dtype,
+    _result_dtype,
+    _shape,
+    bind,
+    with_location,
+)
 from .shapes import broadcast_to, moveaxis, ravel, reshape
 from .ufuncs import (
     add,
@@ -276,7 +289,15 @@ def choose(a, choices, out=None, mode="raise"):
         raise TypeError(with_location("np.choose(..., out=...) cannot write into a traced array"))
     choices = [_array(c, "choose") for c in choices]
     n = len(choices)
-    a = _normalized(_array(a, "choose"), n, 0, mode)
+    a = _array(a, "choose")
+    if not isinstance(a, Tracer):
+        a = np.asarray(a)
+        if a.dtype == np.bool_:
+            a = a.astype(np.int64)
+        if mode == "raise" and a.dtype.kind in "iu" and ((a < 0) | (a >= n)).any():   # (no negatives, unlike take)
+            raise ValueError(with_location(f"invalid entry in choice array: np.choose(a, choices) with mode='raise' "
+                                           f"needs 0 <= a < {n} (the number of choices)"))
+    a = _normalized(a, n, 0, mode)
     result = choices[-1]
     for k in range(n - 2, -1, -1):
         result = where(equal(a, k), choices[k], result)
@@ -284,11 +305,24 @@ def choose(a, choices, out=None, mode="raise"):
 
 
 def select(condlist, choicelist, default=0):
+    """NumPy's select: the dtype of all the choices and the default (Python numbers weak, as NumPy's
+    NEP 50 reading), the first condition that holds wins; the conditions must be booleans."""
     if len(condlist) != len(choicelist):
         raise ValueError(with_location("select: list of cases must be same length as list of conditions"))
-    result = default
+    if len(condlist) == 0:
+        raise ValueError(with_location("select with an empty condition list is not possible"))
+    weak = lambda v: v if type(v) in (int, float, complex) else _array(v, "select")   # noqa: E731
+    choicelist = [weak(c) for c in choicelist]
+    default = weak(default)
+    dtype = _result_dtype("select", *choicelist, default)
+    condlist = [_array(c, "select") for c in condlist]
+    for k, cond in enumerate(condlist):
+        if _dtype(cond) != np.bool_:
+            raise TypeError(with_location(f"invalid entry {k} in condlist: should be boolean ndarray (it is "
+                                          f"{_dtype(cond)}; compare it, as cond != 0)"))
+    result = _cast(default, dtype)
     for cond, choice in reversed(list(zip(condlist, choicelist))):
-        result = where(cond, choice, result)
+        result = where(cond, _cast(choice, dtype), result)
     shape = tuple(np.broadcast_shapes(*[_shape(c) for c in condlist], *[_shape(c) for c in choicelist], _shape(default)))
     return broadcast_to(result, shape)
 
