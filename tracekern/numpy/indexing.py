@@ -410,7 +410,7 @@ def _update(x, idx, values, mode: str):
         return where(mask, _combine(x, placed, mode), x)
     entries = [_array(e, "tk.at") if isinstance(e, (list, tuple)) else e for e in idx]
     arrays = [k for k, e in enumerate(entries) if _is_array_index(e)]
-    single = (len(arrays) == 1 and _dtype(entries[arrays[0]]) != np.bool_
+    single = (len(arrays) == 1 and len(entries) <= len(shape) and _dtype(entries[arrays[0]]) != np.bool_
               and all(isinstance(e, slice) and e == slice(None) for k, e in enumerate(entries) if k != arrays[0]))
     if single:   # x[..., idx, ...] with full slices elsewhere: a scatter along that axis, parallel across the others
         axis = arrays[0]
