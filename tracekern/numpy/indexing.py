@@ -253,6 +253,8 @@ def take(a, indices, axis=None, out=None, mode="raise"):
     axis = _axis(axis, len(_shape(a)), "take")
     indices = _array(indices, "take") if isinstance(indices, (list, tuple)) else \
         np.asarray(indices) if isinstance(indices, (int, np.integer)) else indices
+    if _dtype(indices) == np.bool_:   # (NumPy's take casts them: True is 1)
+        indices = _cast(indices, np.int64)
     return _take_axis(a, _normalized(indices, _shape(a)[axis], axis, mode), axis)
 
 
