@@ -482,6 +482,10 @@ INDEXING = _rows("indexing", [
     C("int_arrays", ("x[int_array, int_array]",), lambda x, i, j: (x[i, j], x[i[:, None], j], x[i, :, j[0]], x[1:, i, 1],
                                                                x[i, ..., j], x[None, i, ..., j]),
       F("any", 3, 4, 5), G(np.array([2, 0, 1])), G(np.array([1, 3, 0])), note="broadcast, not adjacent; with an Ellipsis"),
+    C("ix_", "np.ix_", lambda x, i, j: (x[np.ix_(i, j)], x[np.ix_(i[:2], [True, False, True, True])], tk.at(x)[np.ix_(i, j)].add(1.0)),
+      F("any", 3, 4), G(np.array([2, 0, 2])), G(np.array([1, 3])), ref=lambda x, i, j: (
+          x[np.ix_(i, j)], x[np.ix_(i[:2], [True, False, True, True])], _at_add(x, np.ix_(i, j), 1.0)),
+      note="traced index arrays (it raised NotImplementedError)"),
     C("mask", "x[bool_array]", lambda x: (x[np.array([True, False, True])], x[x.shape[0] * np.eye(3, 4, dtype=bool) > 0]),
       F("any", 3, 4), note="constant masks"),
     C("bool_scalar_index", "x[bool_array]", lambda x: (x[True], x[np.array(False)], x[1, True], x[True, [0, 2]],

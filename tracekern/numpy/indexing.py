@@ -469,6 +469,27 @@ class at:   # noqa: N801 (tk.at(x)[idx].set(v), like JAX's x.at[idx].set(v))
         return _IndexUpdate(self.x, idx)
 
 
+def ix_(*args):
+    """np.ix_: each 1-D sequence reshaped to its own axis of an open mesh (a boolean one becomes its
+    np.nonzero, so it must be a constant), for x[np.ix_(i, j)] with traced i and j."""
+    out = []
+    for k, a in enumerate(args):
+        a = _array(a, "ix_")
+        if not isinstance(a, Tracer):
+            a = np.asarray(a)
+            if a.size == 0:
+                a = a.astype(np.intp)
+        if len(_shape(a)) != 1:
+            raise ValueError(with_location("Cross index must be 1 dimensional"))
+        if _dtype(a) == np.bool_:
+            if isinstance(a, Tracer):
+                raise IndexError(with_location(f"np.ix_ of a traced boolean array ({a.aval}) gives a data-dependent "
+                                               "shape, which cannot be traced: pass its positions as a constant"))
+            a = np.nonzero(a)[0]
+        out.append(reshape(a, (1,) * k + (_shape(a)[0],) + (1,) * (len(args) - k - 1)))
+    return tuple(out)
+
+
 def unravel_index(indices, shape, order="C"):
     """The coordinates of flat indices: (i // stride) % size per axis."""
     if order != "C":
