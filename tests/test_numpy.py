@@ -426,6 +426,33 @@ def test_array_methods_take_numpys_arguments():
         assert "test_numpy.py" in str(err.value), (method, err.value)
 
 
+def test_flat_reads_the_raveled_array():
+    """x.flat[idx] of a traced array is NumPy's flat iterator read (it raised AttributeError): integers, slices (the
+    x.flat[::n + 1] diagonal), index and boolean arrays, iteration, len; gradients flow; writing through it raises."""
+    def f(x):
+        return (x.flat[::4], x.flat[-1], x.flat[[[1, 2], [3, 5]]], x.T.flat[np.array([True, False, True, False, True, True])],
+                x.flat[...], np.stack(list(x.flat)), x.flat[np.array(2)] * len(x.flat))
+
+    x = np.array([[1.0, -2.0, 3.0], [0.5, 4.0, -1.0]])
+    want = f(x)
+    for backend in ("interpret", "cpu"):
+        got = tk.jit(f, backend=backend)(x)
+        for k, (g, w) in enumerate(zip(got, want, strict=True)):
+            assert np.asarray(g).dtype == np.asarray(w).dtype and np.shape(g) == np.shape(w), (backend, k)
+            np.testing.assert_array_equal(g, w, err_msg=f"{backend} result {k}")
+    np.testing.assert_array_equal(tk.grad(lambda x: np.sum(x.T.flat[1::2] * np.arange(1.0, 4.0)))(x),
+                                  [[0.0, 0.0, 0.0], [1.0, 2.0, 3.0]])
+    with pytest.raises(IndexError, match="too many indices for flat iterator"):
+        tk.jit(lambda x: x.flat[0, 1], backend="interpret")(x)
+
+    def write(x):
+        x.flat[0] = 1.0
+        return x
+    with pytest.raises(TypeError, match=r"tk.at\(x.ravel\(\)\)") as err:
+        tk.jit(write, backend="interpret")(x)
+    assert "test_numpy.py" in str(err.value)
+
+
 def test_var_is_a_method_of_traced_arrays_as_of_ndarrays():
     """x.var() as NumPy's (its name was the traced value's IR variable: 'Var' object is not callable), with
     NumPy's arguments, and its gradient against central differences."""
