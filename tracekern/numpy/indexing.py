@@ -29,6 +29,7 @@ from ._core import (
     bind,
     with_location,
 )
+from .reductions import argmax
 from .shapes import broadcast_to, moveaxis, ravel, reshape
 from .ufuncs import (
     add,
@@ -37,6 +38,7 @@ from .ufuncs import (
     maximum,
     minimum,
     multiply,
+    stop_gradient,
     where,
 )
 
@@ -345,7 +347,10 @@ def extract(condition, arr):
 
 def piecewise(x, condlist, funclist, *args, **kw):
     """Each function evaluated on all of x and selected where its condition holds (later conditions
-    win, as in NumPy); the functions must be elementwise."""
+    win, as in NumPy); the functions must be elementwise. Where its condition does not hold, a function
+    reads instead an element where it does (NumPy calls it on x[cond] only): a value outside its domain
+    there (np.sqrt of a negative x) would make a NaN derivative, which 0 times it keeps. Elsewhere the
+    result is 0, as NumPy's (x * 0 was NaN at inf)."""
     x = _array(x, "piecewise")
     if isinstance(condlist, (Tracer, np.ndarray)) and _dtype(condlist) == np.bool_ and len(_shape(condlist)) == len(_shape(x)):
         condlist = [condlist]
@@ -358,11 +363,27 @@ def piecewise(x, condlist, funclist, *args, **kw):
         condlist = condlist + [bind(P.logical_not, some)]
     elif len(funclist) != n:
         raise ValueError(with_location(f"piecewise: {n} conditions need {n} or {n + 1} functions, got {len(funclist)}"))
-    y = multiply(x, 0)
+    y = bind(P.full, shape=_shape(x), dtype=_dtype(x), value=np.asarray(0, _dtype(x)).item())
     for cond, f in zip(condlist, funclist):
-        val = f(x, *args, **kw) if callable(f) else f
+        val = f(_where_it_holds(x, cond), *args, **kw) if callable(f) else f
         y = where(cond, val, y)
     return _cast(y, _dtype(x))
+
+
+def _where_it_holds(x, cond):
+    """x, with the elements where cond does not hold replaced by the first one where it does (a constant
+    to differentiation; where it holds nowhere, x's first element, whose derivatives are dropped too)."""
+    if not _shape(x):
+        return x
+    c = broadcast_to(_cast(_array(cond, "piecewise"), np.bool_), _shape(x))
+    if not isinstance(c, Tracer):
+        c = np.asarray(c)
+        if c.all():
+            return x
+        first = int(np.argmax(c.ravel()))
+    else:
+        first = argmax(ravel(c))
+    return where(c, x, getitem(ravel(stop_gradient(x)), first))   # (no derivative of these stand-ins reaches x)
 
 
 # ----------------------------------------------------------------------------- tk.at
