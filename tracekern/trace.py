@@ -581,9 +581,17 @@ class ArrayOps:
     def __irshift__(self, o): return self._inplace(ArrayOps.numpy.right_shift, o, ">>")
 
     def __setitem__(self, idx, value):
+        location = user_frame_location()
+        op = _ITEM_ASSIGNMENT.match(_source_line(location))
+        if op and op.group(1):   # x[idx] += v: NumPy reads x[idx], adds, writes back: a repeated index adds once
+            raise TypeError(with_location(
+                f"traced arrays cannot be assigned to in place (x[idx] {op.group(1)}= v): they are values. NumPy's "
+                f"x[idx] {op.group(1)}= v is x = tk.at(x)[idx].set(x[idx] {op.group(1)} v), where a repeated index "
+                "takes one update (the last); tk.at(x)[idx].add(v) (or .multiply, .min, .max) accumulates repeated "
+                "indices, as np.add.at", location))
         raise TypeError(with_location(
             "traced arrays cannot be assigned to in place (x[idx] = v): they are values. Use "
-            "x = tk.at(x)[idx].set(v) (or .add, .multiply, .min, .max), which returns the updated array"))
+            "x = tk.at(x)[idx].set(v) (or .add, .multiply, .min, .max), which returns the updated array", location))
 
     # -- methods ------------------------------------------------------------------
     # (ndarray's methods take NumPy's function's arguments after the array, in the same order: passed on as given)
