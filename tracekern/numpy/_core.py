@@ -131,6 +131,9 @@ def _axes(axis, ndim: int, fname: str) -> tuple[int, ...]:
     axes = axis if isinstance(axis, (tuple, list)) else (axis,)
     out = []
     for a in axes:
+        if isinstance(a, (float, np.floating)):   # (NumPy reads an axis with operator.index)
+            raise TypeError(with_location(f"{fname}: '{type(a).__name__}' object cannot be interpreted as an integer "
+                                          f"(axis={a!r})"))
         a = int(a)
         if not -ndim <= a < ndim:
             raise ShapeError(with_location(f"{fname}: axis {a} is out of bounds for an array of dimension {ndim}"))

@@ -103,6 +103,8 @@ def _normalized(i, n: int, axis: int, mode: str = "raise"):
     """Indices into an axis of n, in range: constants are checked (mode "raise", NumPy's IndexError),
     wrapped or clipped; traced ones wrapped, clipped, or (mode "raise") counted from the end and
     clamped."""
+    if mode not in ("raise", "wrap", "clip"):
+        raise ValueError(with_location(f"clipmode must be one of 'clip', 'raise', or 'wrap' (got {mode!r})"))
     if isinstance(i, Tracer):
         if i.dtype.kind not in "iu":
             raise IndexError(with_location(f"arrays used as indices must be of integer (or boolean) type, got {i.dtype}"))
