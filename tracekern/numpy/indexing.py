@@ -24,6 +24,7 @@ from ._core import (
     _cast,
     _check_operand,
     _dtype,
+    _holds_tracer,
     _result_dtype,
     _shape,
     bind,
@@ -443,7 +444,9 @@ def _update(x, idx, values, mode: str):
         target = shape[:axis] + _shape(i) + shape[axis + 1:]
         return _scatter_axis(x, i, broadcast_to(values, target), axis, mode)
     # in general: the flat positions of the selected elements (x's element numbers, indexed the same way)
-    labels = getitem(np.arange(math.prod(shape), dtype=np.int64).reshape(shape), idx)
+    # (with traced indices, from iota, which kernels compute from their loop indices: not a constant of x's size)
+    traced = any(isinstance(e, Tracer) or isinstance(e, (list, tuple)) and _holds_tracer(e) for e in idx)
+    labels = getitem(bind(P.iota, shape=shape) if traced else np.arange(math.prod(shape), dtype=np.int64).reshape(shape), idx)
     target = _shape(labels)
     flat = reshape(x, (math.prod(shape),))
     k = math.prod(target)
