@@ -54,7 +54,9 @@ def _basic(shape: tuple[int, ...], idx: tuple):
     kept as 1 and no new axes, the result's shape)."""
     for it in idx:
         if not (it is None or it is Ellipsis or isinstance(it, (slice, int, np.integer))) or isinstance(it, (bool, np.bool_)):
-            raise TypeError(with_location(f"invalid index {it!r} of type {type(it).__name__}"))
+            raise IndexError(with_location(
+                f"only integers, slices (`:`), ellipsis (`...`), numpy.newaxis (`None`) and integer or boolean arrays "
+                f"are valid indices (got {it!r} of type {type(it).__name__})"))
     if builtins.sum(it is Ellipsis for it in idx) > 1:
         raise IndexError(with_location("an index can only have a single ellipsis ('...')"))
     n_real = builtins.sum(1 for it in idx if it is not None and it is not Ellipsis)
