@@ -609,13 +609,15 @@ def test_the_tables_cuda_kernels_compile_to_ptx():
     lambda x: np.sum(x, axis=0.0),
     lambda x: x[1.0],                            # a float index (it raised TypeError)
     lambda x: x[:, None][np.array([0]), np.float64(0)],
+    lambda x: np.compress(np.eye(2, dtype=bool), x),   # a 2-D condition (its row numbers were taken)
 ], ids=["digitize_unordered_bins", "partition_kth_out_of_bounds", "argpartition_negative_kth", "partition_float_kth",
         "einsum_ellipsis_not_in_output", "einsum_unsafe_dtype", "einsum_casting_no",
         "einsum_repeated_label_of_two_sizes", "ediff1d_of_bools", "ediff1d_to_begin_not_same_kind",
         "max_initial_inf_of_ints", "mask_shorter_than_its_axis", "mask_longer_than_its_axis",
         "index_arrays_not_broadcasting", "nested_list_index_out_of_bounds", "take_nested_list_out_of_bounds",
         "choose_out_of_range", "choose_negative", "select_integer_condition", "take_unknown_mode", "choose_unknown_mode",
-        "take_float_axis", "sum_float_axis", "float_index", "float_index_beside_an_array"])
+        "take_float_axis", "sum_float_axis", "float_index", "float_index_beside_an_array",
+        "compress_2d_condition"])
 def test_calls_numpy_rejects_raise_its_error(fn):
     """A call NumPy rejects raises its error class while tracing (it was silently accepted), naming the user's line."""
     x = np.linspace(0.0, 4.0, 5)

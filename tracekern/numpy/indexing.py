@@ -340,7 +340,10 @@ def compress(condition, a, axis=None, out=None):
     if isinstance(condition, Tracer):
         raise TypeError(with_location("np.compress with a traced condition gives a data-dependent shape; use "
                                       "np.where(condition, a, 0) instead"))
-    return take(a, np.nonzero(np.asarray(condition))[0], axis=axis)
+    condition = np.asarray(condition)
+    if condition.ndim != 1:   # (np.nonzero of a 2-D one would give its row numbers)
+        raise ValueError(with_location(f"condition must be a 1-d array (np.compress got one of shape {condition.shape})"))
+    return take(a, np.nonzero(condition)[0], axis=axis)
 
 
 def extract(condition, arr):
