@@ -179,6 +179,24 @@ def test_constant_indices_out_of_bounds_raise_like_numpy():
         tk.jit(lambda x: np.take(x, [7]))(np.ones(3))
 
 
+def test_augmented_item_assignment_names_numpys_semantics():
+    """x[idx] += v on a traced array: NumPy's adds once at a repeated index, which is tk.at(x)[idx].set(x[idx] + v);
+    the error pointed only to .add, which accumulates repeated indices (np.add.at): another result."""
+    def f(x):
+        x[np.array([0, 0])] += 1.0
+        return x
+    with pytest.raises(TypeError, match=r"x\[idx\] \+= v.*tk.at\(x\)\[idx\].set\(x\[idx\] \+ v\).*accumulates") as info:
+        tk.jit(f)(np.ones(3))
+    assert THIS_FILE in str(info.value)
+
+
+def test_too_many_indices_in_tk_at_is_numpys_index_error():
+    """tk.at(x)[:, :, i] of a 2-D x raised 'tuple index out of range' from inside tracekern."""
+    with pytest.raises(IndexError, match=r"too many indices: 3 for an array of shape \(3, 5\)") as info:
+        tk.jit(lambda x: tk.at(x)[:, :, np.array([0, 1])].multiply(2.0))(np.ones((3, 5)))
+    assert THIS_FILE in str(info.value)
+
+
 def test_out_argument_is_rejected():
     with pytest.raises(TypeError, match="out="):
         tk.jit(lambda x: np.exp(x, out=x))(np.ones(3))

@@ -426,6 +426,54 @@ def test_array_methods_take_numpys_arguments():
         assert "test_numpy.py" in str(err.value), (method, err.value)
 
 
+def test_flat_reads_the_raveled_array():
+    """x.flat[idx] of a traced array is NumPy's flat iterator read (it raised AttributeError): integers, slices (the
+    x.flat[::n + 1] diagonal), index and boolean arrays, iteration, len; gradients flow; writing through it raises."""
+    def f(x):
+        return (x.flat[::4], x.flat[-1], x.flat[[[1, 2], [3, 5]]], x.T.flat[np.array([True, False, True, False, True, True])],
+                x.flat[...], np.stack(list(x.flat)), x.flat[np.array(2)] * len(x.flat))
+
+    x = np.array([[1.0, -2.0, 3.0], [0.5, 4.0, -1.0]])
+    want = f(x)
+    for backend in ("interpret", "cpu"):
+        got = tk.jit(f, backend=backend)(x)
+        for k, (g, w) in enumerate(zip(got, want, strict=True)):
+            assert np.asarray(g).dtype == np.asarray(w).dtype and np.shape(g) == np.shape(w), (backend, k)
+            np.testing.assert_array_equal(g, w, err_msg=f"{backend} result {k}")
+    np.testing.assert_array_equal(tk.grad(lambda x: np.sum(x.T.flat[1::2] * np.arange(1.0, 4.0)))(x),
+                                  [[0.0, 0.0, 0.0], [1.0, 2.0, 3.0]])
+    with pytest.raises(IndexError, match="too many indices for flat iterator"):
+        tk.jit(lambda x: x.flat[0, 1], backend="interpret")(x)
+
+    def write(x):
+        x.flat[0] = 1.0
+        return x
+    with pytest.raises(TypeError, match=r"tk.at\(x.ravel\(\)\)") as err:
+        tk.jit(write, backend="interpret")(x)
+    assert "test_numpy.py" in str(err.value)
+
+
+def test_tk_at_with_traced_index_arrays_holds_no_constant_of_xs_size():
+    """tk.at(x)[i, j] with traced i, j (the general scatter path) found the flat positions by indexing a constant
+    np.arange of x's size: a 300 x 300 x embedded 720 kB of int64 in the program (72 MB at 3000 x 3000, and the
+    value grad and vjp ran alike). It indexes iota now, which kernels compute from their loop indices."""
+    x, i, j = np.zeros((300, 300)), np.array([1, 2, 1]), np.array([4, 5, 4])
+
+    def f(x, i, j):
+        return tk.at(x)[i, 1:4].add(1.0), tk.at(x)[i, j].set(np.arange(3.0))
+
+    for mode in ("forward", "grad"):
+        graph = tk.make_ir(lambda x, i, j: sum(np.sum(y * y) for y in f(x, i, j)), mode=mode)(x, i, j)
+        big = [e for e in graph.eqns if e.primitive.name == "const" and np.size(e.params["value"]) >= x.size // 2]
+        assert not big, (mode, big)
+    want = (x.copy(), x.copy())
+    np.add.at(want[0], (i, slice(1, 4)), 1.0)
+    want[1][i, j] = np.arange(3.0)
+    for backend in ("interpret", "cpu"):
+        for g, w in zip(tk.jit(f, backend=backend)(x, i, j), want, strict=True):
+            np.testing.assert_array_equal(g, w)
+
+
 def test_var_is_a_method_of_traced_arrays_as_of_ndarrays():
     """x.var() as NumPy's (its name was the traced value's IR variable: 'Var' object is not callable), with
     NumPy's arguments, and its gradient against central differences."""
@@ -554,12 +602,32 @@ def test_the_tables_cuda_kernels_compile_to_ptx():
     lambda x: np.concatenate([x, x.astype(np.int32)], casting="equiv"),   # int32 to float64 is not 'equiv'
     lambda x: np.block([[x], x]),                # list depths mismatched (it concatenated them)
     lambda x: np.squeeze(x[None], [0]),          # a list of axes (NumPy: an int or a tuple; it was accepted)
+    lambda x: x[np.array([True, False])],        # a mask shorter than its axis (it selected by np.nonzero's positions)
+    lambda x: x[None][:, np.ones(6, bool)],      # a longer one (it raised an IndexError about an index 5)
+    lambda x: x[:, None][[0, 1, 2], [0, 0]],     # index arrays that do not broadcast (it raised ValueError)
+    lambda x: x[[[0, 5]]],                       # a nested list's index out of bounds (it was clamped: x[4])
+    lambda x: np.take(x, [[1], [-6]]),           # (it was counted from the end and clamped)
+    lambda x: np.choose([0, 2, 0, 0, 0], [x, x]),   # mode="raise" (it raised IndexError)
+    lambda x: np.choose([-1, 0, 0, 0, 0], [x, x]),   # no negative choice with mode='raise' (it was counted from the end)
+    lambda x: np.select([x.astype(np.int64)], [x]),  # conditions must be booleans (it read x != 0)
+    lambda x: np.take(x, [1], mode="foo"),       # an unknown mode (it was read as 'raise')
+    lambda x: np.choose([0, 1, 0, 1, 0], [x, x], mode="wrapped"),
+    lambda x: np.take(x, [1], axis=0.0),         # a float axis (it was int(axis))
+    lambda x: np.sum(x, axis=0.0),
+    lambda x: x[1.0],                            # a float index (it raised TypeError)
+    lambda x: x[:, None][np.array([0]), np.float64(0)],
+    lambda x: np.compress(np.eye(2, dtype=bool), x),   # a 2-D condition (its row numbers were taken)
 ], ids=["digitize_unordered_bins", "partition_kth_out_of_bounds", "argpartition_negative_kth", "partition_float_kth",
         "einsum_ellipsis_not_in_output", "einsum_unsafe_dtype", "einsum_casting_no",
         "einsum_repeated_label_of_two_sizes", "ediff1d_of_bools", "ediff1d_to_begin_not_same_kind",
         "max_initial_inf_of_ints", "vsplit_of_1d", "reshape_order_k",
         "concatenate_dtype_not_same_kind", "hstack_casting_no", "concatenate_casting_equiv",
-        "block_depths_mismatched", "squeeze_axis_list"])
+        "block_depths_mismatched", "squeeze_axis_list",
+        "mask_shorter_than_its_axis", "mask_longer_than_its_axis",
+        "index_arrays_not_broadcasting", "nested_list_index_out_of_bounds", "take_nested_list_out_of_bounds",
+        "choose_out_of_range", "choose_negative", "select_integer_condition", "take_unknown_mode", "choose_unknown_mode",
+        "take_float_axis", "sum_float_axis", "float_index", "float_index_beside_an_array",
+        "compress_2d_condition"])
 def test_calls_numpy_rejects_raise_its_error(fn):
     """A call NumPy rejects raises its error class while tracing (it was silently accepted), naming the user's line."""
     x = np.linspace(0.0, 4.0, 5)

@@ -320,3 +320,38 @@ def test_prod_and_cumprod_second_derivatives_at_zeros():
                     if np.shape(g) != e.shape or not np.allclose(g, e, rtol=1e-12, atol=1e-12):
                         bad.append(f"{b} {name}[{k}] at {x}: {np.asarray(g).tolist()} != {e.tolist()}")
     assert not bad, "\n".join(bad)
+
+
+def test_scatter_multiply_second_derivatives_at_zeros():
+    """tk.at(x)[i].multiply(u) with repeated indices is a product of the updates at each index: its Hessian in u is,
+    between two updates at one index, the product of the others there (times x and the weight), also where some of
+    them are 0. The rule's 'product of the other factors' took the derivative of a zero entry's neighbours as a
+    constant 0, so the Hessian lost those terms (it was asymmetric: 0 on one side, the product on the other)."""
+    idx = np.array([0, 0, 0, 1, 1, 2, 0, 1])
+    x = np.array([2.0, -3.0, 5.0, 7.0])
+    w = np.array([1.0, 10.0, 100.0, 1000.0])
+
+    def f(u):
+        return np.sum(tk.at(x)[idx].multiply(u) * w)
+
+    def hessians(u):
+        return (tk.hessian(f)(u), tk.jacfwd(tk.jacfwd(f))(u), tk.jacrev(tk.jacrev(f))(u),
+                tk.grad(lambda u: tk.jvp(f, (u,), (np.ones(8),))[1])(u))
+
+    def exact(u):
+        n = len(u)
+        return np.array([[0.0 if k == m or idx[k] != idx[m] else
+                          w[idx[k]] * x[idx[k]] * np.prod([u[j] for j in range(n) if j not in (k, m) and idx[j] == idx[k]])
+                          for m in range(n)] for k in range(n)])
+
+    bad = []
+    for b in BACKENDS:
+        run = tk.jit(hessians, backend=b, tiers=False)
+        for u in ([1.5, -2.0, 0.5, 3.0, 2.0, -1.0, 4.0, 0.5], [0.0, -2.0, 0.5, 3.0, 0.0, -1.0, 4.0, 0.5],
+                  [0.0, 0.0, 0.5, 0.0, 0.0, -1.0, 4.0, 0.0], [0.0, 0.0, 0.0, 3.0, 2.0, 0.0, 0.0, 0.5]):
+            u = np.array(u)
+            want = exact(u)
+            for k, (g, e) in enumerate(zip(run(u), (want, want, want, want @ np.ones(8)))):
+                if np.shape(g) != e.shape or not np.allclose(g, e, rtol=1e-12, atol=1e-12):
+                    bad.append(f"{b} [{k}] at {u}: {np.asarray(g).tolist()} != {e.tolist()}")
+    assert not bad, "\n".join(bad)

@@ -581,9 +581,17 @@ class ArrayOps:
     def __irshift__(self, o): return self._inplace(ArrayOps.numpy.right_shift, o, ">>")
 
     def __setitem__(self, idx, value):
+        location = user_frame_location()
+        op = _ITEM_ASSIGNMENT.match(_source_line(location))
+        if op and op.group(1):   # x[idx] += v: NumPy reads x[idx], adds, writes back: a repeated index adds once
+            raise TypeError(with_location(
+                f"traced arrays cannot be assigned to in place (x[idx] {op.group(1)}= v): they are values. NumPy's "
+                f"x[idx] {op.group(1)}= v is x = tk.at(x)[idx].set(x[idx] {op.group(1)} v), where a repeated index "
+                "takes one update (the last); tk.at(x)[idx].add(v) (or .multiply, .min, .max) accumulates repeated "
+                "indices, as np.add.at", location))
         raise TypeError(with_location(
             "traced arrays cannot be assigned to in place (x[idx] = v): they are values. Use "
-            "x = tk.at(x)[idx].set(v) (or .add, .multiply, .min, .max), which returns the updated array"))
+            "x = tk.at(x)[idx].set(v) (or .add, .multiply, .min, .max), which returns the updated array", location))
 
     # -- methods ------------------------------------------------------------------
     # (ndarray's methods take NumPy's function's arguments after the array, in the same order: passed on as given)
@@ -649,6 +657,11 @@ class ArrayOps:
     def resize(self, *args, **kw): self._in_place("resize", "x = np.resize(x, shape)")
     def fill(self, *args, **kw): self._in_place("fill", "x = np.full_like(x, value)")
     def put(self, *args, **kw): self._in_place("put", "x = tk.at(x)[idx].set(v) (on x.ravel() for flat positions)")
+
+    @property
+    def flat(self):
+        """x.flat: NumPy's flat iterator, read-only: x.flat[idx] is x.ravel()[idx]."""
+        return _FlatIter(self)
 
     def transpose(self, *axes):
         return ArrayOps.numpy.transpose(_read(self), axes[0] if len(axes) == 1 else (axes or None))
@@ -789,6 +802,35 @@ class Tracer(ArrayOps, Value):
         if not self.shape:
             raise TypeError(with_location("iteration over a 0-d traced array"))
         return (self[i] for i in range(self.shape[0]))
+
+
+class _FlatIter:
+    """x.flat of a traced array: indexing reads x.ravel() (one index: an integer, a slice, an Ellipsis, an
+    integer or boolean array); assigning raises, as every in-place write of a traced array does."""
+
+    def __init__(self, x):
+        self._x = x
+
+    def __getitem__(self, idx):
+        if isinstance(idx, tuple) and len(idx) != 1:
+            raise IndexError(with_location(f"too many indices for flat iterator: flat iterator is 1-dimensional, but "
+                                           f"{len(idx)} were indexed"))
+        if idx is None or isinstance(idx, tuple) and idx[0] is None:
+            raise IndexError(with_location("only integers, slices (`:`), ellipsis (`...`) and integer or boolean "
+                                           "arrays are valid indices"))
+        return ArrayOps.numpy.ravel(_read(self._x))[idx]
+
+    def __setitem__(self, idx, value):
+        raise TypeError(with_location(
+            "x.flat[idx] = v writes into x in place, and traced arrays are values: use "
+            "x = tk.at(x.ravel())[idx].set(v).reshape(x.shape)"))
+
+    def __len__(self) -> int:
+        return int(np.prod(self._x.shape))
+
+    def __iter__(self):
+        flat = ArrayOps.numpy.ravel(_read(self._x))
+        return (flat[i] for i in range(len(self)))
 
 
 class Variable(ArrayOps):

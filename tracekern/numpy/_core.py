@@ -56,14 +56,19 @@ def _check_operand(x, fname: str) -> None:
     refuse_subclass(x, f"an operand of {fname}")
 
 
+def _holds_tracer(x) -> bool:
+    """Whether a (nested) list or tuple holds a traced value."""
+    return any(isinstance(v, Tracer) or isinstance(v, (list, tuple)) and _holds_tracer(v) for v in x)
+
+
 def _array(x, fname: str = "tk.numpy"):
     """An operand as tracing reads it: a traced value or a number as it is, a NumPy array as it is, a
     list or tuple of numbers as a NumPy array (of traced values: stacked)."""
     if isinstance(x, (list, tuple)):
-        if any(isinstance(v, Tracer) or isinstance(v, (list, tuple)) for v in x):
+        if _holds_tracer(x):
             # (traced values in a list: np.array would need their values; stack them)
             return ArrayOps.numpy.stack([_array(v, fname) for v in x])
-        return np.asarray(x)
+        return np.asarray(x)   # (nested too: a constant, whose values tracing can check, as index bounds)
     _check_operand(x, fname)
     return x
 
@@ -126,6 +131,9 @@ def _axes(axis, ndim: int, fname: str) -> tuple[int, ...]:
     axes = axis if isinstance(axis, (tuple, list)) else (axis,)
     out = []
     for a in axes:
+        if isinstance(a, (float, np.floating)):   # (NumPy reads an axis with operator.index)
+            raise TypeError(with_location(f"{fname}: '{type(a).__name__}' object cannot be interpreted as an integer "
+                                          f"(axis={a!r})"))
         a = int(a)
         if not -ndim <= a < ndim:
             raise ShapeError(with_location(f"{fname}: axis {a} is out of bounds for an array of dimension {ndim}"))

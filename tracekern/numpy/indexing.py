@@ -15,7 +15,22 @@ import math
 
 import numpy as np
 
-from ._core import P, ShapeError, Tracer, _array, _axis, _cast, _check_operand, _dtype, _shape, bind, with_location
+from ._core import (
+    P,
+    ShapeError,
+    Tracer,
+    _array,
+    _axis,
+    _cast,
+    _check_operand,
+    _dtype,
+    _holds_tracer,
+    _result_dtype,
+    _shape,
+    bind,
+    with_location,
+)
+from .reductions import argmax
 from .shapes import broadcast_to, moveaxis, ravel, reshape
 from .ufuncs import (
     add,
@@ -24,6 +39,7 @@ from .ufuncs import (
     maximum,
     minimum,
     multiply,
+    stop_gradient,
     where,
 )
 
@@ -38,7 +54,9 @@ def _basic(shape: tuple[int, ...], idx: tuple):
     kept as 1 and no new axes, the result's shape)."""
     for it in idx:
         if not (it is None or it is Ellipsis or isinstance(it, (slice, int, np.integer))) or isinstance(it, (bool, np.bool_)):
-            raise TypeError(with_location(f"invalid index {it!r} of type {type(it).__name__}"))
+            raise IndexError(with_location(
+                f"only integers, slices (`:`), ellipsis (`...`), numpy.newaxis (`None`) and integer or boolean arrays "
+                f"are valid indices (got {it!r} of type {type(it).__name__})"))
     if builtins.sum(it is Ellipsis for it in idx) > 1:
         raise IndexError(with_location("an index can only have a single ellipsis ('...')"))
     n_real = builtins.sum(1 for it in idx if it is not None and it is not Ellipsis)
@@ -88,6 +106,8 @@ def _normalized(i, n: int, axis: int, mode: str = "raise"):
     """Indices into an axis of n, in range: constants are checked (mode "raise", NumPy's IndexError),
     wrapped or clipped; traced ones wrapped, clipped, or (mode "raise") counted from the end and
     clamped."""
+    if mode not in ("raise", "wrap", "clip"):
+        raise ValueError(with_location(f"clipmode must be one of 'clip', 'raise', or 'wrap' (got {mode!r})"))
     if isinstance(i, Tracer):
         if i.dtype.kind not in "iu":
             raise IndexError(with_location(f"arrays used as indices must be of integer (or boolean) type, got {i.dtype}"))
@@ -128,24 +148,32 @@ def _take_axis(y, idx, axis: int):
     return reshape(bind(P.gather, y, full_idx, axis=axis), pre + ishape + post)
 
 
+def _mask_entry(it):
+    """A constant boolean mask of the index, as ("mask", it); a traced one is an error."""
+    if isinstance(it, Tracer):
+        raise IndexError(with_location(
+            f"indexing with a traced boolean mask ({it.aval}) gives a data-dependent shape, which cannot be "
+            "traced. Use np.where(mask, x, 0) to zero the rest, np.sum(np.where(mask, x, 0)) to reduce the "
+            "selection, or tk.at(x)[mask].set(value) to update it"))
+    return ("mask", np.asarray(it))
+
+
 def _expand(x, idx: tuple):
     """The index without booleans, None or Ellipsis: (x with new size-1 axes, one entry per axis: int,
-    slice or int array). A static boolean mask becomes its np.nonzero index arrays."""
+    slice or int array). A static boolean mask becomes its np.nonzero index arrays, checked against the
+    axes it covers (IndexError, as NumPy); a 0-d one (True, np.array(False)) is a new axis of length 1
+    indexed by [0] or [], as NumPy reads it."""
     shape = _shape(x)
     entries = []
     for it in idx:
         if isinstance(it, (list, tuple)):
             it = _array(it, "indexing")   # (traced values in it: stacked)
-        if isinstance(it, (Tracer, np.ndarray)) and _dtype(it) == np.bool_:
-            if isinstance(it, Tracer):
-                raise IndexError(with_location(
-                    f"indexing with a traced boolean mask ({it.aval}) gives a data-dependent shape, which cannot be "
-                    "traced. Use np.where(mask, x, 0) to zero the rest, np.sum(np.where(mask, x, 0)) to reduce the "
-                    "selection, or tk.at(x)[mask].set(value) to update it"))
-            entries.extend(("mask", a) for a in np.nonzero(it))
+        if isinstance(it, (bool, np.bool_)) or isinstance(it, (Tracer, np.ndarray)) and _dtype(it) == np.bool_:
+            entries.append(_mask_entry(it))
             continue
         entries.append(it)
-    consumed = builtins.sum(1 for e in entries if e is not None and e is not Ellipsis)
+    consumed = builtins.sum(e[1].ndim if isinstance(e, tuple) else 1 for e in entries
+                            if e is not None and e is not Ellipsis)
     if consumed > len(shape):
         raise IndexError(with_location(f"too many indices: {consumed} for an array of shape {shape}"))
     if builtins.sum(e is Ellipsis for e in entries) > 1:
@@ -161,9 +189,24 @@ def _expand(x, idx: tuple):
             new_shape.append(1)
             out.append(slice(None))
             continue
+        if isinstance(e, tuple):
+            mask = e[1]
+            if mask.ndim == 0:
+                new_shape.append(1)
+                out.append(np.arange(int(bool(mask)), dtype=np.int64))
+                continue
+            for k, (n, m) in enumerate(zip(shape[dim:], mask.shape)):
+                if n != m:
+                    raise IndexError(with_location(
+                        f"boolean index did not match indexed array along axis {dim + k}; size of axis is {n} but "
+                        f"size of corresponding boolean axis is {m}"))
+            new_shape.extend(shape[dim:dim + mask.ndim])
+            out.extend(np.nonzero(mask))
+            dim += mask.ndim
+            continue
         new_shape.append(shape[dim])
         dim += 1
-        out.append(e[1] if isinstance(e, tuple) else e)
+        out.append(e)
     if tuple(new_shape) != shape:
         x = reshape(x, tuple(new_shape))
     return x, out
@@ -177,7 +220,11 @@ def _advanced(x, idx: tuple):
     y = _basic_getitem(x, index)
     yshape = _shape(y)
     idxs = [_normalized(entries[k], yshape[k], k) for k in arrays]
-    bshape = tuple(np.broadcast_shapes(*[_shape(i) for i in idxs]))
+    try:
+        bshape = tuple(np.broadcast_shapes(*[_shape(i) for i in idxs]))
+    except ValueError:
+        raise IndexError(with_location("shape mismatch: indexing arrays could not be broadcast together with shapes "
+                                       + " ".join(str(_shape(i)) for i in idxs))) from None
     if len(arrays) == 1:
         return _take_axis(y, idxs[0], arrays[0])
     lead = tuple(range(len(arrays)))
@@ -199,11 +246,8 @@ def getitem(x, idx):
     """x[idx]: basic indexing is a view; integer arrays (traced or not) and constant boolean masks
     gather, with NumPy's rules for where the index dimensions go."""
     idx = idx if isinstance(idx, tuple) else (idx,)
-    if any(_is_array_index(it) for it in idx):
+    if any(_is_array_index(it) or isinstance(it, (bool, np.bool_)) for it in idx):
         return _advanced(x, idx)
-    for it in idx:
-        if isinstance(it, (bool, np.bool_)):
-            raise NotImplementedError(with_location("indexing with a Python bool is not supported while tracing"))
     return _basic_getitem(x, idx)
 
 
@@ -216,6 +260,8 @@ def take(a, indices, axis=None, out=None, mode="raise"):
     axis = _axis(axis, len(_shape(a)), "take")
     indices = _array(indices, "take") if isinstance(indices, (list, tuple)) else \
         np.asarray(indices) if isinstance(indices, (int, np.integer)) else indices
+    if _dtype(indices) == np.bool_:   # (NumPy's take casts them: True is 1)
+        indices = _cast(indices, np.int64)
     return _take_axis(a, _normalized(indices, _shape(a)[axis], axis, mode), axis)
 
 
@@ -252,7 +298,15 @@ def choose(a, choices, out=None, mode="raise"):
         raise TypeError(with_location("np.choose(..., out=...) cannot write into a traced array"))
     choices = [_array(c, "choose") for c in choices]
     n = len(choices)
-    a = _normalized(_array(a, "choose"), n, 0, mode)
+    a = _array(a, "choose")
+    if not isinstance(a, Tracer):
+        a = np.asarray(a)
+        if a.dtype == np.bool_:
+            a = a.astype(np.int64)
+        if mode == "raise" and a.dtype.kind in "iu" and ((a < 0) | (a >= n)).any():   # (no negatives, unlike take)
+            raise ValueError(with_location(f"invalid entry in choice array: np.choose(a, choices) with mode='raise' "
+                                           f"needs 0 <= a < {n} (the number of choices)"))
+    a = _normalized(a, n, 0, mode)
     result = choices[-1]
     for k in range(n - 2, -1, -1):
         result = where(equal(a, k), choices[k], result)
@@ -260,11 +314,24 @@ def choose(a, choices, out=None, mode="raise"):
 
 
 def select(condlist, choicelist, default=0):
+    """NumPy's select: the dtype of all the choices and the default (Python numbers weak, as NumPy's
+    NEP 50 reading), the first condition that holds wins; the conditions must be booleans."""
     if len(condlist) != len(choicelist):
         raise ValueError(with_location("select: list of cases must be same length as list of conditions"))
-    result = default
+    if len(condlist) == 0:
+        raise ValueError(with_location("select with an empty condition list is not possible"))
+    weak = lambda v: v if type(v) in (int, float, complex) else _array(v, "select")   # noqa: E731
+    choicelist = [weak(c) for c in choicelist]
+    default = weak(default)
+    dtype = _result_dtype("select", *choicelist, default)
+    condlist = [_array(c, "select") for c in condlist]
+    for k, cond in enumerate(condlist):
+        if _dtype(cond) != np.bool_:
+            raise TypeError(with_location(f"invalid entry {k} in condlist: should be boolean ndarray (it is "
+                                          f"{_dtype(cond)}; compare it, as cond != 0)"))
+    result = _cast(default, dtype)
     for cond, choice in reversed(list(zip(condlist, choicelist))):
-        result = where(cond, choice, result)
+        result = where(cond, _cast(choice, dtype), result)
     shape = tuple(np.broadcast_shapes(*[_shape(c) for c in condlist], *[_shape(c) for c in choicelist], _shape(default)))
     return broadcast_to(result, shape)
 
@@ -273,7 +340,10 @@ def compress(condition, a, axis=None, out=None):
     if isinstance(condition, Tracer):
         raise TypeError(with_location("np.compress with a traced condition gives a data-dependent shape; use "
                                       "np.where(condition, a, 0) instead"))
-    return take(a, np.nonzero(np.asarray(condition))[0], axis=axis)
+    condition = np.asarray(condition)
+    if condition.ndim != 1:   # (np.nonzero of a 2-D one would give its row numbers)
+        raise ValueError(with_location(f"condition must be a 1-d array (np.compress got one of shape {condition.shape})"))
+    return take(a, np.nonzero(condition)[0], axis=axis)
 
 
 def extract(condition, arr):
@@ -285,7 +355,10 @@ def extract(condition, arr):
 
 def piecewise(x, condlist, funclist, *args, **kw):
     """Each function evaluated on all of x and selected where its condition holds (later conditions
-    win, as in NumPy); the functions must be elementwise."""
+    win, as in NumPy); the functions must be elementwise. Where its condition does not hold, a function
+    reads instead an element where it does (NumPy calls it on x[cond] only): a value outside its domain
+    there (np.sqrt of a negative x) would make a NaN derivative, which 0 times it keeps. Elsewhere the
+    result is 0, as NumPy's (x * 0 was NaN at inf)."""
     x = _array(x, "piecewise")
     if isinstance(condlist, (Tracer, np.ndarray)) and _dtype(condlist) == np.bool_ and len(_shape(condlist)) == len(_shape(x)):
         condlist = [condlist]
@@ -298,11 +371,27 @@ def piecewise(x, condlist, funclist, *args, **kw):
         condlist = condlist + [bind(P.logical_not, some)]
     elif len(funclist) != n:
         raise ValueError(with_location(f"piecewise: {n} conditions need {n} or {n + 1} functions, got {len(funclist)}"))
-    y = multiply(x, 0)
+    y = bind(P.full, shape=_shape(x), dtype=_dtype(x), value=np.asarray(0, _dtype(x)).item())
     for cond, f in zip(condlist, funclist):
-        val = f(x, *args, **kw) if callable(f) else f
+        val = f(_where_it_holds(x, cond), *args, **kw) if callable(f) else f
         y = where(cond, val, y)
     return _cast(y, _dtype(x))
+
+
+def _where_it_holds(x, cond):
+    """x, with the elements where cond does not hold replaced by the first one where it does (a constant
+    to differentiation; where it holds nowhere, x's first element, whose derivatives are dropped too)."""
+    if not _shape(x):
+        return x
+    c = broadcast_to(_cast(_array(cond, "piecewise"), np.bool_), _shape(x))
+    if not isinstance(c, Tracer):
+        c = np.asarray(c)
+        if c.all():
+            return x
+        first = int(np.argmax(c.ravel()))
+    else:
+        first = argmax(ravel(c))
+    return where(c, x, getitem(ravel(stop_gradient(x)), first))   # (no derivative of these stand-ins reaches x)
 
 
 # ----------------------------------------------------------------------------- tk.at
@@ -342,7 +431,7 @@ def _update(x, idx, values, mode: str):
             raise IndexError(with_location(f"tk.at: a mask of shape {_shape(mask)} does not fit an array of shape {shape}"))
         mask = reshape(mask, _shape(mask) + (1,) * (len(shape) - len(_shape(mask))))
         return where(mask, _combine(x, values, mode), x)
-    if not any(_is_array_index(it) for it in idx):   # basic: an unslice and a select (no scatter needed)
+    if not any(_is_array_index(it) or isinstance(it, (bool, np.bool_)) for it in idx):   # basic: an unslice and a select
         index, kept, out_shape = _basic(shape, idx)
         region = reshape(broadcast_to(values, out_shape), kept)
         whole = all(k == n and (step > 0 or n <= 1) for (_, _, step), k, n in zip(index, kept, shape))   # (x[::-1]: no)
@@ -352,7 +441,7 @@ def _update(x, idx, values, mode: str):
         return where(mask, _combine(x, placed, mode), x)
     entries = [_array(e, "tk.at") if isinstance(e, (list, tuple)) else e for e in idx]
     arrays = [k for k, e in enumerate(entries) if _is_array_index(e)]
-    single = (len(arrays) == 1 and _dtype(entries[arrays[0]]) != np.bool_
+    single = (len(arrays) == 1 and len(entries) <= len(shape) and _dtype(entries[arrays[0]]) != np.bool_
               and all(isinstance(e, slice) and e == slice(None) for k, e in enumerate(entries) if k != arrays[0]))
     if single:   # x[..., idx, ...] with full slices elsewhere: a scatter along that axis, parallel across the others
         axis = arrays[0]
@@ -360,7 +449,9 @@ def _update(x, idx, values, mode: str):
         target = shape[:axis] + _shape(i) + shape[axis + 1:]
         return _scatter_axis(x, i, broadcast_to(values, target), axis, mode)
     # in general: the flat positions of the selected elements (x's element numbers, indexed the same way)
-    labels = getitem(np.arange(math.prod(shape), dtype=np.int64).reshape(shape), idx)
+    # (with traced indices, from iota, which kernels compute from their loop indices: not a constant of x's size)
+    traced = any(isinstance(e, Tracer) or isinstance(e, (list, tuple)) and _holds_tracer(e) for e in idx)
+    labels = getitem(bind(P.iota, shape=shape) if traced else np.arange(math.prod(shape), dtype=np.int64).reshape(shape), idx)
     target = _shape(labels)
     flat = reshape(x, (math.prod(shape),))
     k = math.prod(target)
@@ -407,6 +498,27 @@ class at:   # noqa: N801 (tk.at(x)[idx].set(v), like JAX's x.at[idx].set(v))
 
     def __getitem__(self, idx) -> _IndexUpdate:
         return _IndexUpdate(self.x, idx)
+
+
+def ix_(*args):
+    """np.ix_: each 1-D sequence reshaped to its own axis of an open mesh (a boolean one becomes its
+    np.nonzero, so it must be a constant), for x[np.ix_(i, j)] with traced i and j."""
+    out = []
+    for k, a in enumerate(args):
+        a = _array(a, "ix_")
+        if not isinstance(a, Tracer):
+            a = np.asarray(a)
+            if a.size == 0:
+                a = a.astype(np.intp)
+        if len(_shape(a)) != 1:
+            raise ValueError(with_location("Cross index must be 1 dimensional"))
+        if _dtype(a) == np.bool_:
+            if isinstance(a, Tracer):
+                raise IndexError(with_location(f"np.ix_ of a traced boolean array ({a.aval}) gives a data-dependent "
+                                               "shape, which cannot be traced: pass its positions as a constant"))
+            a = np.nonzero(a)[0]
+        out.append(reshape(a, (1,) * k + (_shape(a)[0],) + (1,) * (len(args) - k - 1)))
+    return tuple(out)
 
 
 def unravel_index(indices, shape, order="C"):

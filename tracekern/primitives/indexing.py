@@ -159,15 +159,24 @@ def _count(base, idx, flags, axis):
 
 def _other_factors(base, idx, upd, axis):
     """For each update of a "mul" scatter, the product of the other updates at its index, without
-    dividing by zero."""
+    dividing by zero, and with exact first derivatives where updates are 0 (the Hessians of a "mul"
+    scatter differentiate this). At each index, Z is the product of the updates that are 0 (0 or 1,
+    carrying the derivatives of those zeros), P that of the others, n the number of zeros:
+    u != 0: Z * P / u; u == 0: P if n == 1, P * (the other zero) if n == 2, else 0 (a product of at
+    least two other zeros, whose first derivatives are 0 too)."""
     gather = lambda v: ops.gather(v, idx, axis=axis)   # noqa: E731
-    zero_u = ops.zeros_like(upd)
+    zero_u, one_u = ops.zeros_like(upd), ops.full_like(upd, 1)
     is_zero = ops.eq(upd, zero_u)
-    nonzero = ops.select(is_zero, ops.full_like(upd, 1), upd)
+    nonzero = ops.select(is_zero, one_u, upd)
     prod = gather(ops.scatter(ops.full_like(base, 1), idx, nonzero, axis=axis, mode="mul"))
+    zprod = gather(ops.scatter(ops.full_like(base, 1), idx, ops.select(is_zero, upd, one_u), axis=axis, mode="mul"))
     zeros = gather(_count(base, idx, is_zero, axis))
-    return ops.select(ops.eq(zeros, zero_u), ops.div(prod, nonzero),
-                      ops.select(ops.logical_and(is_zero, ops.eq(zeros, ops.full_like(upd, 1))), prod, zero_u))
+    # with two zeros at an index, the other one: their sum less this one (0, with the derivative 1)
+    other_zero = ops.sub(gather(ops.scatter(ops.zeros_like(base), idx, ops.select(is_zero, upd, zero_u), axis=axis,
+                                            mode="add")), upd)
+    at_zero = ops.select(ops.eq(zeros, one_u), prod,
+                         ops.select(ops.eq(zeros, ops.full_like(upd, 2)), ops.mul(prod, other_zero), zero_u))
+    return ops.select(is_zero, at_zero, ops.div(ops.mul(zprod, prod), nonzero))
 
 
 def _extremum_winners(base, idx, upd, out, axis):
