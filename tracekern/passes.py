@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from .ir import Aval, Eqn, Graph, Var
+from .primitives import elementwise as el
 from .primitives.annotations import Call
 from .primitives.shape import const
 
@@ -131,8 +132,6 @@ def even_powers_at_apexes(graph: Graph) -> Graph:
     convention gave it the second derivative 0 (np.linalg.norm(x) ** 2 at x = 0: its Hessian is 2I, JAX's NaN).
     Each such power becomes `where(at the apex, s ** (k / 2), r ** k)`: the same bits (both are 0 at the apex,
     r ** k elsewhere) and, at the apex, the smooth form's derivatives."""
-    from .primitives import elementwise as el
-
     made: dict[Var, Eqn] = {}
     eqns: list[Eqn] = []
     changed = False
