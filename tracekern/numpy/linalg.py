@@ -328,15 +328,22 @@ def _with_gradient(fwd, *xs):
 
 
 def _pinv_cotangent(a, p, g):
+    """-p^H g p^H + (I - a p) g^H p p^H + p^H p g^H (I - p a), associated so that every product is at most
+    min(m, n) wide on one side (no m x m product of a tall a, no n x n one of a wide a)."""
     def adjoint(x):
         return conj(matrix_transpose(x)) if is_complex(_dtype(x)) else matrix_transpose(x)
 
     ph, gh = adjoint(p), adjoint(g)
     m, n = _shape(a)[-2:]
-    eye_m, eye_n = np.eye(m, dtype=_dtype(a)), np.eye(n, dtype=_dtype(a))
-    return add(negative(matmul(matmul(ph, g), ph)),
-               add(matmul(subtract(eye_m, matmul(a, p)), matmul(gh, matmul(p, ph))),
-                   matmul(matmul(ph, p), matmul(gh, subtract(eye_n, matmul(p, a))))))
+    if m >= n:
+        first = matmul(ph, matmul(g, ph))
+        x = matmul(gh, matmul(p, ph))
+        y = matmul(ph, matmul(p, gh))
+        return add(negative(first), add(subtract(x, matmul(a, matmul(p, x))), subtract(y, matmul(y, matmul(p, a)))))
+    first = matmul(matmul(ph, g), ph)
+    x = matmul(matmul(gh, p), ph)
+    y = matmul(matmul(ph, p), gh)
+    return add(negative(first), add(subtract(x, matmul(matmul(a, p), x)), subtract(y, matmul(matmul(y, p), a))))
 
 
 def matrix_power(a, n):
