@@ -316,6 +316,32 @@ def test_det_gradient_at_singular_matrices_is_the_cofactor_matrix():
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12, err_msg=backend)
 
 
+def test_pinv_gradient_at_repeated_singular_values_is_finite_and_exact():
+    """np.linalg.pinv's gradient went through the SVD's, NaN wherever singular values repeat: at a rotation, at
+    c * I (hermitian=True too), at a wide matrix of orthonormal rows, at the zero matrix. It is now Golub and
+    Pereyra's formula (JAX's): at an invertible matrix inv's gradient -p^T W p^T (and inv's Hessian, by forward over
+    reverse), at a wide matrix of full row rank -p^T W p^T + p^T p W^T (I - p a), at the zero matrix 0 (JAX's)."""
+    rot = np.array([[0.6, -0.8], [0.8, 0.6]])
+    wide = np.concatenate([rot, np.zeros((2, 1))], axis=1)
+    w2, w3 = np.array([[1.0, -2.0], [0.5, 3.0]]), np.array([[1.0, -2.0], [0.5, 3.0], [2.0, 1.0]])
+
+    def grads(r, c, v, z):
+        loss = lambda m, w, **kw: np.sum(np.linalg.pinv(m, **kw) * w)   # noqa: E731
+        return (tk.grad(loss)(r, w2), tk.grad(lambda m: loss(m, w2, hermitian=True))(c), tk.grad(loss)(v, w3),
+                tk.grad(loss)(z, w2), tk.hessian(loss)(r, w2), tk.hessian(lambda m: np.sum(np.linalg.inv(m) * w2))(r))
+
+    p, pw = rot.T, np.linalg.pinv(wide)
+    c = 1.2 * np.eye(2)
+    want = (-p.T @ w2 @ p.T, np.tril(-(w2 + w2.T) / 1.44, -1) + np.diag(np.diag(-w2 / 1.44)),
+            -pw.T @ w3 @ pw.T + pw.T @ pw @ w3.T @ (np.eye(3) - pw @ wide), np.zeros((2, 2)))
+    for backend in ("interpret", "cpu"):
+        got = tk.jit(grads, backend=backend)(rot, c, wide, np.zeros((2, 2)))
+        for k, (g, e) in enumerate(zip(got, want)):
+            assert np.shape(g) == np.shape(e), (backend, k)
+            np.testing.assert_allclose(g, e, rtol=1e-12, atol=1e-12, err_msg=f"{backend} {k}")
+        np.testing.assert_allclose(got[4], got[5], rtol=1e-12, atol=1e-12, err_msg=f"{backend} Hessian")
+
+
 def test_integer_dtype_statistics_are_numpys():
     """np.mean/var(dtype=<an integer dtype>) truncate as NumPy does (they were float64); np.std of one is an integer
     when its result is 0-d and raises otherwise (NumPy's sqrt cannot cast back); nanmean/nanvar of integer arrays are

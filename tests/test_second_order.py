@@ -165,6 +165,17 @@ EXTRAS: dict[str, Case] = {
                                1, ANY + [P(0.0), P(-0.0)],
                                "smooth at 0 (x**2, x**4) though abs is not: 2 and 0 there (passes.even_powers_of_abs)",
                                ("abs", "pow", "mul")),
+    "even_powers_at_apexes": Case(
+        {"norm**2": lambda x, y: _pair(np.linalg.norm)(x, y) ** 2,
+         "norm*norm": lambda x, y: _pair(np.linalg.norm)(x, y) * _pair(np.linalg.norm)(x, y),
+         "square(vector_norm)": lambda x, y: np.square(_pair(np.linalg.vector_norm)(x, y)),
+         "std**2": lambda x, y: _pair(np.std)(x, y) ** 2, "std(ddof=1)**2": lambda x, y: _pair(np.std, ddof=1)(x, y) ** 2,
+         "hypot**2": lambda x, y: np.hypot(x, y) ** 2, "|x+iy|**2": lambda x, y: np.abs(x + 1j * y) ** 2,
+         "|x+iy|*|x+iy|": lambda x, y: np.abs(x + 1j * y) * np.abs(x + 1j * y), "hypot**4": lambda x, y: np.hypot(x, y) ** 4,
+         "norm**4": lambda x, y: _pair(np.linalg.norm)(x, y) ** 4},
+        2, PAIRS + [P(0.0, 0.0), P(0.8, 0.8), P(-0.0, 0.0)],
+        "smooth at the origin (and std at equal values) though the norm is not: x*x + y*y's 2 there, not the 0 the "
+        "product rule through the norm's convention gave (passes.even_powers_at_apexes)", ("sqrt", "hypot")),
     "single_element_reductions": Case(
         {"sum": _single(np.sum), "mean": _single(np.mean), "var": _single(np.var), "std": _single(np.std),
          "prod": _single(np.prod), "max": _single(np.max), "min": _single(np.min), "logsumexp": _single(_logsumexp),
@@ -355,3 +366,30 @@ def test_scatter_multiply_second_derivatives_at_zeros():
                 if np.shape(g) != e.shape or not np.allclose(g, e, rtol=1e-12, atol=1e-12):
                     bad.append(f"{b} [{k}] at {u}: {np.asarray(g).tolist()} != {e.tolist()}")
     assert not bad, "\n".join(bad)
+
+
+def test_hessians_of_squared_norms_at_zero():
+    """0.5 * ||x||**2 and a Gaussian kernel exp(-||x - y||**2) are smooth where the norm is 0 (x = 0, x = y): Hessians
+    I and -2I there by every transform (the norm's gradient convention 0 at 0 made them 0); the values keep NumPy's
+    bits (norm(x) ** 2 is still the square of NumPy's norm away from 0)."""
+    def ridge(x):
+        return 0.5 * np.linalg.norm(x) ** 2
+
+    def rbf(x):
+        return np.exp(-np.linalg.norm(x[:2] - x[2:], axis=-1) ** 2)
+
+    def hessians(x, z):
+        return {"ridge": (tk.hessian(ridge)(z), tk.jacrev(tk.grad(ridge))(z), tk.jacfwd(tk.jacfwd(ridge))(z)),
+                "rbf": (tk.hessian(rbf)(x), tk.jacrev(tk.jacrev(rbf))(x),
+                        tk.vmap(lambda v: tk.jvp(tk.grad(rbf), (x,), (v,))[1])(np.eye(4))),
+                "value": ridge(x)}
+
+    x, z = np.array([0.3, -1.2, 0.3, -1.2]), np.zeros(3)
+    for b in BACKENDS:
+        got = tk.jit(hessians, backend=b, tiers=False)(x, z)
+        for h in got["ridge"]:
+            np.testing.assert_array_equal(h, np.eye(3), err_msg=b)
+        for h in got["rbf"]:
+            np.testing.assert_allclose(h, -2 * np.block([[np.eye(2), -np.eye(2)], [-np.eye(2), np.eye(2)]]),
+                                       rtol=0, atol=1e-15, err_msg=b)
+        assert got["value"] == 0.5 * np.linalg.norm(x) ** 2, b

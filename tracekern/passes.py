@@ -6,7 +6,8 @@ from typing import Any
 
 import numpy as np
 
-from .ir import Eqn, Graph, Var
+from .ir import Aval, Eqn, Graph, Var
+from .primitives import elementwise as el
 from .primitives.annotations import Call
 from .primitives.shape import const
 
@@ -124,6 +125,101 @@ def even_powers_of_abs(graph: Graph) -> Graph:
     return Graph(graph.inputs, tuple(eqns), graph.outputs, graph.input_notes)
 
 
+def even_powers_at_apexes(graph: Graph) -> Graph:
+    """r * r and r ** k (a constant even integer k) of an r that is 0 at a cone's apex, where its gradient is 0 by
+    convention: the 2-norm and std (`where(s == 0, 0, sqrt(where(s == 0, 1, s)))`, reductions._sqrt_or_zero) and
+    hypot(a, b) (complex abs). r ** 2 is smooth there (it is s, or a*a + b*b), but the product rule through r's
+    convention gave it the second derivative 0 (np.linalg.norm(x) ** 2 at x = 0: its Hessian is 2I, JAX's NaN).
+    Each such power becomes `where(at the apex, s ** (k / 2), r ** k)`: the same bits (both are 0 at the apex,
+    r ** k elsewhere) and, at the apex, the smooth form's derivatives."""
+    made: dict[Var, Eqn] = {}
+    eqns: list[Eqn] = []
+    changed = False
+
+    def emit(prim, inputs, aval, params=None, source=None) -> Var:
+        out = Var(aval)
+        eqns.append(Eqn(prim, tuple(inputs), (out,), params or {}, source))
+        made[out] = eqns[-1]
+        return out
+
+    for e in graph.eqns:
+        apex = _apex_power(e, made)
+        if apex is not None:
+            kind, args, k = apex
+            out = e.outputs[0]
+            scalar = Aval((), out.dtype)
+            if kind == "sqrt":   # r = sqrt_or_zero(s), at_apex = (s == 0)
+                at_apex, s = args
+            else:   # r = hypot(a, b), of r's shape (the smooth form a*a + b*b broadcasts as hypot did)
+                a, b = args
+                zero = emit(const, (), scalar, {"value": np.zeros((), out.dtype)}, e.source)
+                at_apex = emit(el.eq, (e.inputs[0], zero), Aval(out.shape, np.dtype(np.bool_)), source=e.source)
+                s = emit(el.add, (emit(el.mul, (a, a), a.aval, source=e.source),
+                                  emit(el.mul, (b, b), b.aval, source=e.source)), out.aval, source=e.source)
+            if k != 2:
+                half = emit(const, (), scalar, {"value": np.asarray(k // 2, out.dtype)}, e.source)
+                s = emit(el.power, (s, half), out.aval, source=e.source)
+            kept = emit(e.primitive, e.inputs, out.aval, e.params, e.source)
+            e, changed = Eqn(el.select, (at_apex, s, kept), e.outputs, {}, e.source), True
+        for v in e.outputs:
+            made[v] = e
+        eqns.append(e)
+    if not changed:
+        return graph
+    return Graph(graph.inputs, tuple(eqns), graph.outputs, graph.input_notes)
+
+
+def _apex_power(e: Eqn, made: dict[Var, Eqn]):
+    """("sqrt", (at_apex, s), k) or ("hypot", (a, b), k) when e is r * r (k = 2) or r ** k, k a constant even
+    integer, of a float r made by _sqrt_or_zero or hypot, of the power's own shape."""
+    if e.primitive.name not in ("mul", "pow") or len(e.inputs) != 2:
+        return None
+    r, out = e.inputs[0], e.outputs[0]
+    if out.dtype.kind != "f" or r.shape != out.shape or r.dtype != out.dtype:
+        return None
+    if e.primitive.name == "mul":
+        if e.inputs[1] is not r:
+            return None
+        k = 2
+    else:
+        c = made.get(e.inputs[1])
+        if not _even_integer(c):
+            return None
+        k = int(np.asarray(c.params["value"]).flat[0])
+        if k <= 0:
+            return None
+    base = made.get(r)
+    if base is None:
+        return None
+    if base.primitive.name == "hypot":
+        a, b = base.inputs
+        return ("hypot", (a, b), k) if a.shape == b.shape == r.shape else None
+    if base.primitive.name != "select":   # where(at_apex, 0, sqrt(where(at_apex, 1, s))), at_apex = (s == 0)
+        return None
+    at_apex, zero, root = base.inputs
+    sq = made.get(root)
+    if not (_is_value(made.get(zero), 0) and sq is not None and sq.primitive.name == "sqrt"):
+        return None
+    inner = made.get(sq.inputs[0])
+    if inner is None or inner.primitive.name != "select" or inner.inputs[0] is not at_apex \
+            or not _is_value(made.get(inner.inputs[1]), 1):
+        return None
+    s = inner.inputs[2]
+    test = made.get(at_apex)
+    if test is None or test.primitive.name != "eq" or test.inputs[0] is not s \
+            or not _is_value(made.get(test.inputs[1]), 0) or s.shape != r.shape or s.dtype != r.dtype:
+        return None
+    return "sqrt", (at_apex, s), k
+
+
+def _is_value(e: Eqn | None, value: float) -> bool:
+    """Whether an equation is a constant whose every value is `value`."""
+    if e is None or e.primitive is not const:
+        return False
+    v = np.asarray(e.params["value"])
+    return v.size > 0 and bool(np.all(v == value))
+
+
 def _even_integer(e: Eqn | None) -> bool:
     """Whether an equation is a constant whose every value is the same even integer."""
     if e is None or e.primitive is not const:
@@ -136,7 +232,9 @@ def _even_integer(e: Eqn | None) -> bool:
 
 
 def simplify(graph: Graph) -> Graph:
-    return dce(cse(even_powers_of_abs(fold_constants(graph))))
+    graph = cse(even_powers_of_abs(fold_constants(graph)))
+    squared = even_powers_at_apexes(graph)   # (after cse: norm(x) * norm(x) is one norm times itself)
+    return dce(graph if squared is graph else cse(squared))
 
 
 def inline_calls(graph: Graph) -> Graph:

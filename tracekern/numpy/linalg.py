@@ -10,6 +10,8 @@ import operator
 import numpy as np
 
 from ..ir import is_complex
+from ..primitives import annotations as A
+from ..trace import aval_of, current_builder, trace_to_graph
 from ._core import P, ShapeError, Tracer, _array, _axes, _cast, _dtype, _inexact, _promote, _shape, bind, with_location
 from .contractions import cross as _cross
 from .contractions import matmul
@@ -22,12 +24,13 @@ from .reductions import any as _any
 from .reductions import max as _max
 from .reductions import min as _min
 from .reductions import sum as _sum
-from .shapes import broadcast_to, flip, matrix_transpose, moveaxis, reshape, squeeze
+from .shapes import broadcast_to, flip, matrix_transpose, moveaxis, reshape, squeeze, tril
 from .shapes import diagonal as _diagonal
 from .sorting import argsort
 from .ufuncs import (
     absolute,
     add,
+    conj,
     copysign,
     divide,
     equal,
@@ -37,10 +40,14 @@ from .ufuncs import (
     logical_and,
     logical_not,
     multiply,
+    negative,
     not_equal,
     power,
     real,
+    stop_gradient,
+    subtract,
     where,
+    zeros_like_of,
 )
 
 EighResult = type(np.linalg.eigh(np.eye(1)))
@@ -262,11 +269,81 @@ def pinv(a, rcond=None, hermitian=False, *, rtol=np._NoValue):
         rcond = 1e-15 if rtol is np._NoValue else (max(_shape(a)[-2:]) * np.finfo(_dtype(a)).eps if rtol is None else rtol)
     elif rtol is not np._NoValue:
         raise ValueError(with_location("pinv: `rtol` and `rcond` can't be both set"))
+    if isinstance(rcond, Tracer) or not np.all(np.asarray(rcond) <= np.sqrt(np.finfo(_dtype(a)).eps)):
+        return _pinv_of_svd(a, rcond, hermitian)   # (a cutoff that may drop large singular values: see _pinv)
+    if hermitian:   # (svd(hermitian=True) reads the lower triangle: the gradient goes through that Hermitian matrix)
+        low = tril(a, -1)
+        diag = _diagonal(a, axis1=-2, axis2=-1)
+        diag = real(diag) if is_complex(_dtype(a)) else diag
+        a = add(add(low, conj(matrix_transpose(low)) if is_complex(_dtype(a)) else matrix_transpose(low)),
+                multiply(reshape(_cast(diag, _dtype(a)), _shape(diag) + (1,)), np.eye(_shape(a)[-1], dtype=_dtype(a))))
+    return _pinv(a, rcond, hermitian)
+
+
+def _pinv_of_svd(a, rcond, hermitian):
     u, s, vh = svd(a, full_matrices=False, hermitian=hermitian)
     cutoff = multiply(_max(s, axis=-1, keepdims=True, initial=0), _column(rcond))   # (NumPy's initial=0: empty matrices)
     large = greater(s, cutoff)
     inv_s = where(large, divide(1, where(large, s, 1)), 0)
     return matmul(matrix_transpose(vh), multiply(reshape(inv_s, _shape(inv_s) + (1,)), matrix_transpose(u)))
+
+
+def _pinv(a, rcond, hermitian):
+    """pinv with its own gradient, Golub and Pereyra's (JAX's and PyTorch's): -p^H g p^H + (I - a p) g^H p p^H
+    + p^H p g^H (I - p a) for the cotangent g of p = pinv(a). Through the SVD's gradient it was NaN wherever
+    singular values repeat (the identity, an orthogonal matrix, the zero matrix). The formula is exact where the
+    dropped singular values are 0; a dropped s_j > 0 adds terms of relative order s_j / s_i <= rcond, which only
+    the SVD's gradient has: so pinv takes this one for a constant rcond <= sqrt(eps) (the defaults, 1e-15 and
+    max(m, n) * eps), the SVD's otherwise. The gradient reads p through a value whose own gradient is the same
+    formula (p itself gets none): second derivatives do not go through the SVD either."""
+    def pinv_(a):
+        p = _pinv_of_svd(a, rcond, hermitian)
+
+        def value(a, p):   # (p, with pinv's derivative in a)
+            return multiply(p, 1), lambda g: [_pinv_cotangent(a, p, g), None]
+        return p, lambda g: [_pinv_cotangent(a, _with_gradient(value, a, stop_gradient(p)), g)]
+
+    return _with_gradient(pinv_, a)
+
+
+def _with_gradient(fwd, *xs):
+    """fwd(*xs) -> (y, grad_fn): y, one array, whose gradient is grad_fn's (one cotangent or None per x), bound as
+    tk.custom_gradient's primitive (custom_vjp_call: grad of grad and forward mode go through grad_fn's ops)."""
+    if current_builder() is None:
+        return fwd(*xs)[0]
+    state = {}
+
+    def body(*inner):
+        y, grad_fn = fwd(*inner)
+
+        def backward(g):
+            return [zeros_like_of(x) if c is None else c for x, c in zip(inner, grad_fn(g))]
+        G, _, captured = trace_to_graph(backward, [aval_of(y)])
+        state["G"] = G
+        return [y, *captured]
+
+    F, _, captured = trace_to_graph(body, [aval_of(x) for x in xs])
+    return bind(A.custom_vjp_call, *xs, *captured, body=F, bwd=state["G"], num_y=1, num_x=len(xs), var_positions=(),
+                fun_name="np.linalg.pinv")[0]
+
+
+def _pinv_cotangent(a, p, g):
+    """-p^H g p^H + (I - a p) g^H p p^H + p^H p g^H (I - p a), associated so that every product is at most
+    min(m, n) wide on one side (no m x m product of a tall a, no n x n one of a wide a)."""
+    def adjoint(x):
+        return conj(matrix_transpose(x)) if is_complex(_dtype(x)) else matrix_transpose(x)
+
+    ph, gh = adjoint(p), adjoint(g)
+    m, n = _shape(a)[-2:]
+    if m >= n:
+        first = matmul(ph, matmul(g, ph))
+        x = matmul(gh, matmul(p, ph))
+        y = matmul(ph, matmul(p, gh))
+        return add(negative(first), add(subtract(x, matmul(a, matmul(p, x))), subtract(y, matmul(y, matmul(p, a)))))
+    first = matmul(matmul(ph, g), ph)
+    x = matmul(matmul(gh, p), ph)
+    y = matmul(matmul(ph, p), gh)
+    return add(negative(first), add(subtract(x, matmul(matmul(a, p), x)), subtract(y, matmul(matmul(y, p), a))))
 
 
 def matrix_power(a, n):
