@@ -6,8 +6,11 @@ import math
 
 
 def sign_f(x):
-    # (type-preserving: no int operand, which would promote a float32 to float64)
-    return x if (x != x or x == 0) else x / abs(x)
+    # NumPy's: -1 or 1, 0 for both zeros (+0: x - x), NaN for NaN; 1 and -1 at ±inf, where x / |x| is NaN and
+    # tanh is exact. (type-preserving: no int or float64 operand, which would promote a float32 to float64)
+    if x != x or x == 0:
+        return x - x
+    return math.tanh(x) if math.isinf(x) else x / abs(x)
 
 
 def sign_i(x):
@@ -47,6 +50,16 @@ def pow_i(a, b):
 
 
 ALL = (sign_f, sign_i, maximum_f, minimum_f, maximum_i, minimum_i, pow_i)
+
+
+def float_to_int(low):
+    """A float's conversion to an integer dtype as NumPy's cast gives it on x86 (cvttsd2si): truncation in range,
+    the dtype's lowest value for NaN, ±inf and values beyond (a plain conversion there is undefined behaviour, which
+    LLVM folded to garbage: (x * nan).astype(np.int64) gave arbitrary integers). `low` is -2**(bits - 1) in the
+    float's own type; the result is a float, which the renderer's cast converts exactly."""
+    def to_int(x):
+        return x if (x >= low and x < -low) else low
+    return to_int
 
 
 def raising_negative_powers(power):
