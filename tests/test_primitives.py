@@ -572,3 +572,21 @@ def test_isclose_modf_and_spacing_warn_no_more_than_numpy():
         warnings.simplefilter("error")
         np.isclose(x, x[::-1]), np.modf(x), np.spacing(x[:3])
         tk.jit(lambda v: (np.isclose(v, v[::-1]), np.modf(v), np.spacing(v[:3])), backend="interpret")(x)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")   # (the simulator's -INT_MIN)
+def test_gcd_and_lcm_at_the_lowest_integer_and_on_overflow_are_numpys():
+    """NumPy's gcd and lcm work on |a| and |b| unsigned: gcd(1, INT_MIN) is 1 (it was -1: Euclid on -INT_MIN, which
+    wraps), and an lcm that overflows wraps from the unsigned product (tracekern took |the wrapped product|: a sign
+    apart); random pairs of each dtype and the extreme values, on every backend."""
+    rng = np.random.default_rng(5)
+    for dtype in (np.int32, np.int64):
+        info = np.iinfo(dtype)
+        special = np.array([info.min, info.max, 0, 1, -1, 2, -6, 2 ** (info.bits // 2), 2 ** (info.bits - 2)], dtype)
+        a = np.concatenate([rng.integers(info.min, info.max, 500, dtype=dtype), np.repeat(special, special.size)])
+        b = np.concatenate([rng.integers(info.min, info.max, 500, dtype=dtype), np.tile(special, special.size)])
+        want = (np.gcd(a, b), np.lcm(a, b))
+        for backend in ("interpret", "cpu", "cuda"):
+            got = jit_on(backend, lambda a, b: (np.gcd(a, b), np.lcm(a, b)))(a, b)
+            for name, g, w in zip(("gcd", "lcm"), got, want):
+                _same_bits(g, w, f"{name}, {backend} {dtype.__name__}")

@@ -118,22 +118,32 @@ def shifts(bits: int):
 
 
 def gcd_i(a, b):
-    a = -a if a < 0 else a
-    b = -b if b < 0 else b
+    # NumPy's: Euclid on |a| and |b| in unsigned arithmetic. Here on -|a| and -|b|, which always fit (|INT_MIN|
+    # does not: gcd(1, INT_MIN) was -1); Python's % keeps the remainders in (b, 0]. -gcd of 2**(bits - 1) wraps to
+    # INT_MIN, as NumPy's cast of its unsigned result
+    a = a if a < 0 else -a
+    b = b if b < 0 else -b
     while b != 0:
         a, b = b, a % b
-    return a
+    return -a
 
 
 def lcm_i(a, b):
-    g = -a if a < 0 else a   # (gcd inline: a device function cannot call a plain Python one)
-    h = -b if b < 0 else b
+    g = a if a < 0 else -a   # (gcd_i inline: a device function cannot call a plain Python one)
+    h = b if b < 0 else -b
     while h != 0:
         g, h = h, g % h
+    g = -g
     if g == 0:
         return a * 0
-    r = (a // g) * b
-    return -r if r < 0 else r
+    # NumPy's: |a| / gcd * |b| in unsigned arithmetic, wrapping (an overflowing lcm may come out negative, as NumPy's;
+    # the absolute value of the wrapped product was not). |INT_MIN| is INT_MIN here, 2**(bits - 1) unsigned: its
+    # quotient by a positive gcd is negated (by a gcd of INT_MIN it is 1, as unsigned)
+    a = -a if a < 0 else a
+    b = -b if b < 0 else b
+    q = a // g
+    q = -q if (a < 0 and g > 0) else q
+    return q * b
 
 
 def float_division(fmod, floor, copysign, T):
