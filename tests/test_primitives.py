@@ -1,6 +1,7 @@
 """Every primitive and NumPy function on each compiled backend (cpu; cuda on the simulator): values
 against NumPy (float32 and float64, dtype kept), gradients against central finite differences (cpu)
 and the interpreter (cuda) in float64, broadcasting included."""
+import warnings
 import zlib
 
 import numpy as np
@@ -9,7 +10,7 @@ import pytest
 import tracekern as tk
 import tracekern.numpy as tnp
 from tests import numpy_cases
-from tests.conftest import make_input, to_host
+from tests.conftest import jit_on, make_input, to_host
 
 # (id, function written with plain NumPy, input kinds, shapes)
 BCAST = [((3, 4), (3, 4)), ((3, 4), (4,)), ((2, 1, 4), (3, 1)), ((), (3,))]
@@ -428,3 +429,164 @@ def test_float32_dot_of_a_reversed_view_is_as_accurate_as_numpys():
         assert got[0].dtype == np.float32 and got[1].shape == (1, 1)
         np.testing.assert_allclose(got[0], want, rtol=1e-6, err_msg=backend)
         np.testing.assert_allclose(got[1][0, 0], np.dot(x[::2], x[::-2]), rtol=1e-6, err_msg=backend)
+
+
+# ----------------------------------------------------------------------------- integer and float edge semantics (s9d)
+
+def _same_bits(got, want, err_msg=""):
+    """Equal values, dtypes, NaN where NumPy's and signs of zero (and of NaN) as NumPy's."""
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.dtype == want.dtype, f"{err_msg}: {got.dtype} != NumPy's {want.dtype}"
+    np.testing.assert_array_equal(got, want, err_msg=err_msg)
+    if want.dtype.kind == "f":
+        np.testing.assert_array_equal(np.signbit(got), np.signbit(want), err_msg=f"{err_msg} (signs)")
+
+
+def test_sign_of_infinities_and_zeros_is_numpys():
+    """np.sign(±inf) is ±1 and np.sign(-0.0) is +0.0 in NumPy; the compiled backends' x / |x| gave NaN at ±inf and
+    kept -0.0."""
+    x = np.array([np.inf, -np.inf, 0.0, -0.0, np.nan, 2.5, -3e38, 1e-310])
+    for dtype in (np.float64, np.float32):
+        xd = x.astype(dtype)
+        for backend in ("interpret", "cpu", "cuda"):
+            got = jit_on(backend, lambda v: (np.sign(v), np.sign(v) * v))(xd)
+            for g, w in zip(got, (np.sign(xd), np.sign(xd) * xd)):
+                _same_bits(g, w, f"{backend} {dtype.__name__}")
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")   # (the simulator is NumPy, which warns of inf and NaN)
+def test_ldexp_frexp_and_modf_are_numpys_bit_for_bit():
+    """ldexp of exponents beyond the normal range was x * exp2(n): 0 * inf = NaN, 2**-1000 * 2**1500 = inf; frexp of
+    the largest floats divided by 2**1024 (inf) and gave a mantissa 0; modf(-2.0)'s fraction was +0.0. Random bit
+    patterns, powers of two and their neighbours, on every backend."""
+    rng = np.random.default_rng(0)
+    for dtype, bits in ((np.float64, np.uint64), (np.float32, np.uint32)):
+        info = np.finfo(dtype)
+        p2 = np.ldexp(dtype(1), np.arange(info.minexp - info.nmant, info.maxexp).astype(np.int32))
+        x = np.concatenate([rng.integers(0, np.iinfo(bits).max, 3000, dtype=bits).view(dtype), p2, -np.nextafter(p2, 0),
+                            np.nextafter(p2, np.inf), [0.0, -0.0, np.inf, -np.inf, np.nan]]).astype(dtype)
+        span = info.maxexp - info.minexp + info.nmant
+        n = rng.integers(-2 * span, 2 * span, x.size)
+        n[:200] = rng.integers(info.minexp - info.nmant - 30, info.minexp + 30, 200)   # (results near the subnormals)
+        with np.errstate(all="ignore"):
+            want = (np.ldexp(x, n), *np.frexp(x), *np.modf(x))
+        for backend in ("interpret", "cpu", "cuda"):
+            got = jit_on(backend, lambda v, k: (np.ldexp(v, k), *np.frexp(v), *np.modf(v)))(x, n)
+            for name, g, w in zip(("ldexp", "frexp mantissa", "frexp exponent", "modf fraction", "modf whole"), got, want):
+                _same_bits(g, w, f"{name}, {backend} {dtype.__name__}")
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_float_to_int_casts_of_nan_inf_and_out_of_range_values_give_the_lowest_integer():
+    """NumPy's cast (x86's cvttsd2si) gives the dtype's lowest value for NaN, ±inf and values beyond the range.
+    Compiled, such a conversion is undefined: (x * nan).astype(np.int64) gave arbitrary integers, (x * inf) 0."""
+    x = np.array([1.0, -2.0, 3.5])
+    lo32, lo64 = np.iinfo(np.int32).min, np.iinfo(np.int64).min
+    f = lambda v: ((v * np.nan).astype(np.int64), (v * np.inf).astype(np.int32), (v / 0.0 * 0.0).astype(np.int32),  # noqa: E731
+                   (v * 1e30).astype(np.int64), (v * 3e9).astype(np.int32), (v * 2.0).astype(np.int64), (v * np.nan).astype(bool))
+    want = ([lo64] * 3, [lo32] * 3, [lo32] * 3, [lo64] * 3, [lo32] * 3, [2, -4, 7], [True] * 3)
+    for dtype in (np.float64, np.float32):
+        for backend in ("interpret", "cpu", "cuda"):
+            with np.errstate(all="ignore"):
+                got = jit_on(backend, f)(x.astype(dtype))
+            for k, (g, w) in enumerate(zip(got, want)):
+                np.testing.assert_array_equal(g, w, err_msg=f"{backend} {dtype.__name__} output {k}")
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_round_is_numpys_for_integers_bools_and_many_decimals():
+    """np.round of integers to negative decimals (NumPy: half to even in float64, cast back; it raised
+    NotImplementedError), NumPy's own powers of ten (1e9 times 10 repeatedly: 10.0 ** 30 differs in the last bit),
+    decimals past 308 (inf: NaN results, where 10.0 ** 400 raised OverflowError), and a bool array (NumPy's float16:
+    a TypeError, where the bool came back unchanged)."""
+    ints = np.array([15, 25, -15, -25, 149, 150, 5, -5, 2**62 + 1])
+    x = np.random.default_rng(2).standard_normal(500) * 10.0 ** np.random.default_rng(3).integers(-40, 40, 500)
+    f = lambda a, v: (np.round(a, -1), np.round(a, -2), np.round(a.astype(np.int32) % 1000, -1), np.round(a, -18),  # noqa: E731
+                      *(np.round(v, d) for d in (0, 3, 23, 25, 30, 37, -5, -30, 400)), np.round(v.astype(np.float32), 30))
+    with np.errstate(all="ignore"):
+        want = f(ints, x)
+    for backend in ("interpret", "cpu", "cuda"):
+        with np.errstate(all="ignore"):
+            got = jit_on(backend, f)(ints, x)
+        for k, (g, w) in enumerate(zip(got, want)):
+            _same_bits(g, w, f"{backend} output {k}")
+    with pytest.raises(TypeError, match="float16"):
+        tk.jit(lambda b: np.round(b), backend="interpret")(np.array([True, False]))
+
+
+def test_integer_floor_ceil_trunc_fabs_and_heaviside_are_numpys():
+    """NumPy 2: an integer array is its own floor, ceil, trunc and fix (same dtype); fabs and heaviside of integers
+    are float64. tracekern raised 'floor needs float32 or float64 operands' and 'np.fabs is defined for floats
+    only', and heaviside kept the integer dtype."""
+    a = np.array([-3, 0, 4], np.int32)
+    f = lambda a, b: (np.floor(a), np.ceil(a), np.trunc(a), np.fix(a), np.floor(b), np.fabs(a), np.heaviside(a, 1),  # noqa: E731
+                      np.heaviside(a, 0.5), np.heaviside(a.astype(np.int64), a))
+    want = f(a, a > 0)
+    for backend in ("interpret", "cpu", "cuda"):
+        got = jit_on(backend, f)(a, a > 0)
+        for k, (g, w) in enumerate(zip(got, want)):
+            _same_bits(g, w, f"{backend} output {k}")
+
+
+def test_python_ints_beyond_the_dtype_compare_exactly_and_bind_no_clip():
+    """NumPy 2 compares an integer array with any Python int exactly (NEP 50's exception: only arithmetic raises
+    OverflowError), and np.clip drops a Python int bound beyond the dtype; tracekern raised OverflowError for both.
+    A Python int argument beyond int32 (traced as a wide int64) compares with an int32 array too."""
+    a = np.array([-2**31, -1, 0, 7, 2**31 - 1], np.int32)
+    f = lambda a, n: (a < 2**40, a == 2**70, 2**40 > a, a >= -2**31 - 1, a != 2**31, np.less(a.astype(np.int64), 2**64),  # noqa: E731
+                      a.astype(np.int64) == -2**63, np.clip(a, -2**40, 2**40), np.clip(a, None, 5), a < n, n != a)
+    want = f(a, 2**40)
+    for backend in ("interpret", "cpu", "cuda"):
+        got = jit_on(backend, f)(a, 2**40)
+        for k, (g, w) in enumerate(zip(got, want)):
+            _same_bits(g, w, f"{backend} output {k}")
+    with pytest.raises(OverflowError):   # (arithmetic still raises, as NumPy 2's)
+        tk.jit(lambda a: a + 2**40, backend="interpret")(a)
+    with pytest.raises(OverflowError):   # (a bound that binds, as NumPy's)
+        tk.jit(lambda a: np.clip(a, 2**40, None), backend="interpret")(a)
+
+
+@pytest.mark.parametrize("fn, dtype_name", [
+    (np.square, "int8"), (np.conj, "int8"), (np.deg2rad, "float16"), (np.rad2deg, "float16"), (np.spacing, "float16"),
+    (lambda b: np.modf(b)[0], "float16"), (lambda b: np.frexp(b)[0], "float16"), (lambda b: np.ldexp(b, 2), "float16"),
+    (np.fabs, "float16"), (lambda b: np.heaviside(b, b), "float16"), (np.sqrt, "float16"), (lambda b: b // b, "int8"),
+])
+def test_bool_operands_numpy_computes_in_an_unsupported_dtype_raise(fn, dtype_name):
+    """NumPy computes these of a bool array in int8 or float16, dtypes tracekern has no kernels for: a TypeError
+    naming the dtype (np.square, np.conj and np.deg2rad came back as bool or float64 arrays, silently)."""
+    with pytest.raises(TypeError, match=dtype_name):
+        tk.jit(fn, backend="interpret")(np.array([True, False]))
+
+
+def test_positive_of_a_bool_array_raises_as_numpy():
+    with pytest.raises(TypeError, match="positive"):
+        tk.jit(np.positive, backend="interpret")(np.array([True, False]))
+    assert tk.jit(np.positive, backend="interpret")(np.array([1, 2], np.int32)).dtype == np.int32
+
+
+def test_isclose_modf_and_spacing_warn_no_more_than_numpy():
+    """NumPy's isclose computes |a - b| under errstate(invalid='ignore'), and modf and spacing of ±inf warn of
+    nothing; the interpreter warned 'invalid value encountered in subtract' (inf - inf) for each."""
+    x = np.array([np.inf, -np.inf, 1.0, np.nan])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        np.isclose(x, x[::-1]), np.modf(x), np.spacing(x[:3])
+        tk.jit(lambda v: (np.isclose(v, v[::-1]), np.modf(v), np.spacing(v[:3])), backend="interpret")(x)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")   # (the simulator's -INT_MIN)
+def test_gcd_and_lcm_at_the_lowest_integer_and_on_overflow_are_numpys():
+    """NumPy's gcd and lcm work on |a| and |b| unsigned: gcd(1, INT_MIN) is 1 (it was -1: Euclid on -INT_MIN, which
+    wraps), and an lcm that overflows wraps from the unsigned product (tracekern took |the wrapped product|: a sign
+    apart); random pairs of each dtype and the extreme values, on every backend."""
+    rng = np.random.default_rng(5)
+    for dtype in (np.int32, np.int64):
+        info = np.iinfo(dtype)
+        special = np.array([info.min, info.max, 0, 1, -1, 2, -6, 2 ** (info.bits // 2), 2 ** (info.bits - 2)], dtype)
+        a = np.concatenate([rng.integers(info.min, info.max, 500, dtype=dtype), np.repeat(special, special.size)])
+        b = np.concatenate([rng.integers(info.min, info.max, 500, dtype=dtype), np.tile(special, special.size)])
+        want = (np.gcd(a, b), np.lcm(a, b))
+        for backend in ("interpret", "cpu", "cuda"):
+            got = jit_on(backend, lambda a, b: (np.gcd(a, b), np.lcm(a, b)))(a, b)
+            for name, g, w in zip(("gcd", "lcm"), got, want):
+                _same_bits(g, w, f"{name}, {backend} {dtype.__name__}")

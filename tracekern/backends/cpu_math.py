@@ -74,6 +74,7 @@ def functions(dtype: np.dtype, exact: bool = False) -> dict[str, str]:
         fns.update(sqrt=f"sqrt_{sfx}", abs="abs", sign="sign_f",
                    maximum="maximum_f", minimum="minimum_f", radd="radd", rmul="rmul", div="rdiv")
         fns.update({f: f"{f}_{sfx}" for f in FLOAT_FUNCTIONS})   # (issue 19)
+        fns.update(to_int32=f"to_int32_{sfx}", to_int64=f"to_int64_{sfx}")
         return fns
     return {"pow": "pow_i", "abs": "abs", "sign": "sign_i", "maximum": "maximum_i", "minimum": "minimum_i",
             "radd": "radd", "rmul": "rmul", "random_bits": "random_bits", **integer_functions(name)}
@@ -393,6 +394,10 @@ for _T, _sfx in ((f32, "f32"), (f64, "f64")):
     globals()[f"logaddexp2_{_sfx}"] = jit_named(f"logaddexp2_{_sfx}")(
         scalar_rules.logaddexp(globals()[f"exp2_{_sfx}"], _log1p, _T, base2=True))
 
+for _T, _sfx in ((f32, "f32"), (f64, "f64")):   # (to_int32_f32, ...: Convert's float -> integer)
+    for _bits in (32, 64):
+        globals()[f"to_int{_bits}_{_sfx}"] = jit_named(f"to_int{_bits}_{_sfx}")(scalar_rules.float_to_int(_T(-2.0 ** (_bits - 1))))
+
 floordiv_i, remainder_i, fmod_i, gcd_i, lcm_i, take_index = (njit(**INLINE)(fn) for fn in (
     scalar_rules.floordiv_i, scalar_rules.remainder_i, scalar_rules.fmod_i, scalar_rules.gcd_i, scalar_rules.lcm_i,
     scalar_rules.take_index))
@@ -432,7 +437,7 @@ def integer_functions(dtype_name: str) -> dict[str, str]:
     """The issue-19 template names for an integer or bool dtype."""
     bits = "32" if dtype_name == "int32" else "64"
     return {"floordiv": "floordiv_i", "remainder": "remainder_i", "fmod": "fmod_i", "gcd": "gcd_i", "lcm": "lcm_i",
-            "left_shift": f"left_shift_{bits}", "right_shift": f"right_shift_{bits}"}
+            "left_shift": f"left_shift_{bits}", "right_shift": f"right_shift_{bits}", "to_int32": "", "to_int64": ""}
 
 
 # -- issue 30: complex64 and complex128 --------------------------------------------------------------------

@@ -96,6 +96,7 @@ def functions(dtype: np.dtype) -> dict[str, str]:
         fns.update(arctan="math.atan", abs="abs", sign="sign_f", maximum="maximum_f", minimum="minimum_f",
                    radd="radd", rmul="rmul", div="rdiv")
         fns.update({f: f"{f}_{sfx}" for f in FLOAT_FUNCTIONS})   # (issue 19)
+        fns.update(to_int32=f"to_int32_{sfx}", to_int64=f"to_int64_{sfx}")
         if SIMULATOR:
             fns.update({f: f"simulated_{f}_{sfx}" for f in SIMULATED})
         return fns
@@ -156,6 +157,10 @@ for _T, _sfx in ((f32, "f32"), (f64, "f64")):
     globals()[f"logaddexp_{_sfx}"] = _device(scalar_rules.logaddexp(math.exp, math.log1p, _T))
     globals()[f"logaddexp2_{_sfx}"] = _device(scalar_rules.logaddexp(globals()[f"exp2_{_sfx}"], math.log1p, _T, base2=True))
 
+for _T, _sfx in ((f32, "f32"), (f64, "f64")):   # (to_int32_f32, ...: Convert's float -> integer)
+    for _bits in (32, 64):
+        globals()[f"to_int{_bits}_{_sfx}"] = _device(scalar_rules.float_to_int(_T(-2.0 ** (_bits - 1))))
+
 floordiv_i, remainder_i, fmod_i, gcd_i, lcm_i, take_index = (_device(fn) for fn in (
     scalar_rules.floordiv_i, scalar_rules.remainder_i, scalar_rules.fmod_i, scalar_rules.gcd_i, scalar_rules.lcm_i,
     scalar_rules.take_index))
@@ -167,7 +172,7 @@ def integer_functions(dtype_name: str) -> dict[str, str]:
     """The issue-19 template names for an integer or bool dtype."""
     bits = "32" if dtype_name == "int32" else "64"
     return {"floordiv": "floordiv_i", "remainder": "remainder_i", "fmod": "fmod_i", "gcd": "gcd_i", "lcm": "lcm_i",
-            "left_shift": f"left_shift_{bits}", "right_shift": f"right_shift_{bits}"}
+            "left_shift": f"left_shift_{bits}", "right_shift": f"right_shift_{bits}", "to_int32": "", "to_int64": ""}
 
 
 # On the simulator, math.* is Python's, which raises outside its domain (sqrt(-1), log(0)) where a GPU

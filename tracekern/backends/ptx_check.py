@@ -22,12 +22,15 @@ _LIBDEVICE_F64 = re.compile(r"^\s*(\.reg \.f64\s|cvt\.rn\.f64\.s64\s|mul\.f64\s+
 
 def ptx_float64(py_func, params: list[tuple[str, int]], cc=(8, 0)) -> list[str]:
     """Compile one generated kernel to PTX (no GPU needed; a typing error raises) and return its
-    float64 instructions if all its arrays are float32 or integer (an accidental double: a constant,
-    an accumulator, a math function that promotes); float64 kernels return []."""
+    float64 instructions if its arrays are float32 (or complex64), with integers or not (an accidental
+    double: a constant, an accumulator, a math function that promotes); kernels of float64 arrays
+    return [], and so do kernels of integer arrays only, whose float arithmetic is NumPy's float64 (an
+    integer's np.round to negative decimals)."""
     from numba import cuda
 
     ptx, _ = cuda.compile_ptx(py_func, _kernel_signature(params), cc=cc)
-    if any(np.dtype(d) in (np.float64, np.complex128) for d, _ in params):
+    dtypes = {np.dtype(d) for d, _ in params}
+    if dtypes & {np.dtype(np.float64), np.dtype(np.complex128)} or not dtypes & {np.dtype(np.float32), np.dtype(np.complex64)}:
         return []
     return [line.strip() for line in ptx.splitlines() if _F64.search(line) and not _LIBDEVICE_F64.match(line)]
 

@@ -6,8 +6,11 @@ import math
 
 
 def sign_f(x):
-    # (type-preserving: no int operand, which would promote a float32 to float64)
-    return x if (x != x or x == 0) else x / abs(x)
+    # NumPy's: -1 or 1, 0 for both zeros (+0: x - x), NaN for NaN; 1 and -1 at ±inf, where x / |x| is NaN and
+    # tanh is exact. (type-preserving: no int or float64 operand, which would promote a float32 to float64)
+    if x != x or x == 0:
+        return x - x
+    return math.tanh(x) if math.isinf(x) else x / abs(x)
 
 
 def sign_i(x):
@@ -47,6 +50,16 @@ def pow_i(a, b):
 
 
 ALL = (sign_f, sign_i, maximum_f, minimum_f, maximum_i, minimum_i, pow_i)
+
+
+def float_to_int(low):
+    """A float's conversion to an integer dtype as NumPy's cast gives it on x86 (cvttsd2si): truncation in range,
+    the dtype's lowest value for NaN, ±inf and values beyond (a plain conversion there is undefined behaviour, which
+    LLVM folded to garbage: (x * nan).astype(np.int64) gave arbitrary integers). `low` is -2**(bits - 1) in the
+    float's own type; the result is a float, which the renderer's cast converts exactly."""
+    def to_int(x):
+        return x if (x >= low and x < -low) else low
+    return to_int
 
 
 def raising_negative_powers(power):
@@ -105,22 +118,32 @@ def shifts(bits: int):
 
 
 def gcd_i(a, b):
-    a = -a if a < 0 else a
-    b = -b if b < 0 else b
+    # NumPy's: Euclid on |a| and |b| in unsigned arithmetic. Here on -|a| and -|b|, which always fit (|INT_MIN|
+    # does not: gcd(1, INT_MIN) was -1); Python's % keeps the remainders in (b, 0]. -gcd of 2**(bits - 1) wraps to
+    # INT_MIN, as NumPy's cast of its unsigned result
+    a = a if a < 0 else -a
+    b = b if b < 0 else -b
     while b != 0:
         a, b = b, a % b
-    return a
+    return -a
 
 
 def lcm_i(a, b):
-    g = -a if a < 0 else a   # (gcd inline: a device function cannot call a plain Python one)
-    h = -b if b < 0 else b
+    g = a if a < 0 else -a   # (gcd_i inline: a device function cannot call a plain Python one)
+    h = b if b < 0 else -b
     while h != 0:
         g, h = h, g % h
+    g = -g
     if g == 0:
         return a * 0
-    r = (a // g) * b
-    return -r if r < 0 else r
+    # NumPy's: |a| / gcd * |b| in unsigned arithmetic, wrapping (an overflowing lcm may come out negative, as NumPy's;
+    # the absolute value of the wrapped product was not). |INT_MIN| is INT_MIN here, 2**(bits - 1) unsigned: its
+    # quotient by a positive gcd is negated (by a gcd of INT_MIN it is 1, as unsigned)
+    a = -a if a < 0 else a
+    b = -b if b < 0 else b
+    q = a // g
+    q = -q if (a < 0 and g > 0) else q
+    return q * b
 
 
 def float_division(fmod, floor, copysign, T):

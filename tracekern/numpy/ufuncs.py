@@ -11,10 +11,34 @@ from collections.abc import Callable
 import numpy as np
 
 from ..errors import user_stacklevel
-from ..ir import complex_dtype, is_complex, is_float, is_inexact
+from ..ir import SUPPORTED_DTYPES, complex_dtype, is_complex, is_float, is_inexact
 from ..primitives.core import REGISTRY
 from ..primitives.elementwise import Elementwise
+from ..trace import WIDE
 from ._core import P, Tracer, _array, _cast, _check_dtype, _check_operand, _dtype, _promote, _reject, _shape, _token, bind, with_location
+
+
+def _loop_dtypes(ufunc, args: tuple, fname: str) -> tuple:
+    """The dtypes of NumPy's loop for `ufunc` on these operands (NEP 50: Python scalars are weak), operands' then
+    results'. No loop is NumPy's TypeError; a loop in a dtype tracekern has no kernels for (a bool's square is
+    int8, its sqrt float16) is a TypeError saying so."""
+    tokens = tuple(_token(a) for a in args)
+    if all(isinstance(t, type) for t in tokens):   # Python scalars only (weak ones traced): their own dtypes
+        tokens = tuple(_dtype(a) for a in args)
+    names = ", ".join(getattr(t, "name", getattr(t, "__name__", str(t))) for t in tokens)
+    try:
+        dtypes = ufunc.resolve_dtypes(tokens + (None,) * ufunc.nout)
+    except (TypeError, ValueError, np.exceptions.DTypePromotionError):
+        advice = ("; NumPy has no complex loop for it (the imaginary part would be lost): take np.real(z), np.imag(z) "
+                  "or np.abs(z) first" if any(getattr(t, "kind", "") == "c" or t is complex for t in tokens) else "")
+        raise TypeError(with_location(f"np.{ufunc.__name__} is not defined for operands of dtype {names}{advice}")) from None
+    for dtype in dtypes[ufunc.nin:]:
+        if np.dtype(dtype) not in SUPPORTED_DTYPES:
+            raise TypeError(with_location(
+                f"{fname}: NumPy computes np.{ufunc.__name__} of {names} in {np.dtype(dtype).name}, a dtype tracekern "
+                f"does not support (it supports {', '.join(d.name for d in SUPPORTED_DTYPES)}); cast the operands "
+                "first, e.g. x.astype(np.int32) or x.astype(np.float32)"))
+    return dtypes
 
 
 def _ufunc_op(ufunc, prim, fname: str) -> Callable:
@@ -22,15 +46,11 @@ def _ufunc_op(ufunc, prim, fname: str) -> Callable:
         if len(args) != ufunc.nin:
             raise TypeError(f"{fname} takes {ufunc.nin} operands, got {len(args)}")
         args = tuple(_array(a, fname) for a in args)   # (a list or tuple operand is an array, as in NumPy)
-        tokens = tuple(_token(a) for a in args)
-        if all(isinstance(t, type) for t in tokens):   # Python scalars only (weak ones traced): their own dtypes
-            tokens = tuple(_dtype(a) for a in args)
-        try:
-            dtypes = ufunc.resolve_dtypes(tokens + (None,) * ufunc.nout)
-        except (TypeError, ValueError, np.exceptions.DTypePromotionError):
-            names = ", ".join(getattr(t, "name", getattr(t, "__name__", str(t))) for t in tokens)
-            raise TypeError(with_location(f"np.{ufunc.__name__} is not defined for operands of dtype {names}")) from None
-        _check_dtype(dtypes[-1], fname)
+        if ufunc in _COMPARISONS:
+            exact = _compare_wide(ufunc, args)
+            if exact is not None:
+                return exact
+        dtypes = _loop_dtypes(ufunc, args, fname)
         if is_complex(dtypes[0]) and prim.dtypes in ("real", "float"):
             raise TypeError(with_location(
                 f"np.{ufunc.__name__} of complex numbers ({dtypes[0].name}) is not traced: complex numbers have no "
@@ -41,6 +61,32 @@ def _ufunc_op(ufunc, prim, fname: str) -> Callable:
     op.__name__ = fname
     op.__doc__ = f"np.{ufunc.__name__}, traced: NumPy's promotion and broadcasting."
     return op
+
+
+_COMPARISONS = frozenset((np.less, np.less_equal, np.greater, np.greater_equal, np.equal, np.not_equal))
+
+
+def _compare_wide(ufunc, args: tuple):
+    """NumPy 2 compares an integer array with a Python int outside the array's dtype exactly (NEP 50's exception for
+    comparisons: `int32_array < 2**40` is all True, where `int32_array + 2**40` raises OverflowError): in int64 where
+    the number fits it (a Python int argument traced as a wide weak int64 included), else the known answer. None
+    where the ordinary rules apply."""
+    kinds = [_dtype(a).kind for a in args]
+    for k, other in ((0, 1), (1, 0)):
+        p, x = args[k], args[other]
+        if kinds[other] != "i" or isinstance(x, (int, float, complex)):
+            continue
+        if isinstance(p, Tracer) and p.weak == WIDE and _dtype(x).itemsize < 8:
+            return OPS[ufunc.__name__](*[_cast(a, np.int64) for a in args])
+        if type(p) is int:
+            info = np.iinfo(_dtype(x))
+            if info.min <= p <= info.max:
+                return None
+            if np.iinfo(np.int64).min <= p <= np.iinfo(np.int64).max:
+                return OPS[ufunc.__name__](*[_cast(a, np.int64) if a is x else np.int64(a) for a in args])
+            truth = ufunc(*[0 if a is x else p for a in args])   # (any value of x's range compares as 0 does)
+            return equal(x, x) if truth else not_equal(x, x)     # (an integer always equals itself)
+    return None
 
 
 # every elementwise primitive of the table with a NumPy ufunc is np.<ufunc> on tracers
@@ -59,6 +105,23 @@ less, less_equal, greater, greater_equal, equal, not_equal = (OPS[n] for n in (
 arctan2, hypot, cbrt, log2, log10, exp2, trunc, copysign, nextafter = (OPS[n] for n in (
     "arctan2", "hypot", "cbrt", "log2", "log10", "exp2", "trunc", "copysign", "nextafter"))
 floor_divide, remainder, fmod = (OPS[n] for n in ("floor_divide", "remainder", "fmod"))
+
+
+def _integral(name: str) -> Callable:
+    ufunc, op = getattr(np, name), OPS[name]
+
+    def fn(x):
+        x = _array(x, name)
+        if _dtype(x).kind in "biu":   # (NumPy 2: an integer or bool array is its own floor, ceil and trunc)
+            return x if isinstance(x, Tracer) else ufunc(x)
+        return op(x)
+
+    fn.__name__ = name
+    fn.__doc__ = f"np.{name}, traced: integers and bools are their own (NumPy 2), floats {name} as NumPy's."
+    return fn
+
+
+floor, ceil, trunc = (_integral(n) for n in ("floor", "ceil", "trunc"))
 logaddexp, logaddexp2 = OPS["logaddexp"], OPS["logaddexp2"]
 bitwise_and, bitwise_or, bitwise_xor, left_shift, right_shift, gcd, lcm = (OPS[n] for n in (
     "bitwise_and", "bitwise_or", "bitwise_xor", "left_shift", "right_shift", "gcd", "lcm"))
@@ -110,11 +173,19 @@ def invert(x):
 bitwise_not = bitwise_invert = invert
 
 
+def _as_loop_dtype(ufunc, x, fname: str):
+    """x cast to the dtype of NumPy's `ufunc` loop for it (an integer's deg2rad is float64; a bool's NumPy
+    computes in float16, a TypeError here)."""
+    x = _array(x, fname)
+    return _cast(x, _loop_dtypes(ufunc, (x,), fname)[0])
+
+
 def positive(x):
-    return x
+    return _as_loop_dtype(np.positive, x, "positive")   # (NumPy has no bool loop)
 
 
 def square(x):
+    x = _as_loop_dtype(np.square, x, "square")   # (a bool's square is NumPy's int8, not supported)
     return multiply(x, x)
 
 
@@ -157,7 +228,8 @@ def isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
     if not is_inexact(_dtype(a)):
         a, b = _cast(a, np.float64), _cast(b, np.float64)
     finite = bind(P.logical_and, isfinite(a), isfinite(b))
-    close = less_equal(absolute(subtract(a, b)), add(atol, multiply(rtol, absolute(b))))
+    fa, fb = _pick(finite, a, 0), _pick(finite, b, 0)   # (NumPy's isclose warns of no inf - inf, nor does this)
+    close = less_equal(absolute(subtract(fa, fb)), add(atol, multiply(rtol, absolute(fb))))
     result = _pick(finite, close, equal(a, b))
     if equal_nan:
         result = bind(P.logical_or, result, bind(P.logical_and, isnan(a), isnan(b)))
@@ -165,9 +237,7 @@ def isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
 
 
 def fabs(x):
-    if not is_float(_dtype(x)):
-        raise TypeError(with_location("np.fabs is defined for floats only; use np.abs"))
-    return absolute(x)
+    return absolute(_as_loop_dtype(np.fabs, x, "fabs"))   # (an integer's is float64, as NumPy's)
 
 
 def float_power(x1, x2):
@@ -195,8 +265,10 @@ def fmin(x1, x2):
 
 
 def heaviside(x1, x2):
-    """0 below zero, x2 at zero, 1 above (NaN stays NaN)."""
-    x1, x2 = _promote("heaviside", x1, x2)
+    """0 below zero, x2 at zero, 1 above (NaN stays NaN); integers give float64, as NumPy's."""
+    x1, x2 = _array(x1, "heaviside"), _array(x2, "heaviside")
+    dtypes = _loop_dtypes(np.heaviside, (x1, x2), "heaviside")
+    x1, x2 = _cast(x1, dtypes[0]), _cast(x2, dtypes[1])
     step = _pick(less(x1, 0), 0, _pick(equal(x1, 0), x2, 1))
     return _pick(isnan(x1), x1, step)
 
@@ -209,12 +281,12 @@ def _angle_factor(x, num, den):
 
 
 def deg2rad(x):
-    x = x if is_float(_dtype(x)) else _cast(x, np.float64)
+    x = _as_loop_dtype(np.deg2rad, x, "deg2rad")
     return multiply(x, _angle_factor(x, math.pi, 180))
 
 
 def rad2deg(x):
-    x = x if is_float(_dtype(x)) else _cast(x, np.float64)
+    x = _as_loop_dtype(np.rad2deg, x, "rad2deg")
     return multiply(x, _angle_factor(x, 180, math.pi))
 
 
@@ -241,16 +313,29 @@ def sinc(x):
 
 def spacing(x):
     """The distance to the next float away from zero (negative for negative x), as NumPy."""
-    x = x if is_float(_dtype(x)) else _cast(x, np.float64)
+    x = _as_loop_dtype(np.spacing, x, "spacing")
+    finite = isfinite(x)
+    x = _pick(finite, x, np.nan)   # (NaN at ±inf, as NumPy's, without inf - inf's warning on the interpreter)
     return subtract(_pick(less(x, 0), nextafter(x, -np.inf), nextafter(x, np.inf)), x)
 
 
 def ldexp(x1, x2):
-    """x1 * 2**x2 (x2 integer), exact while 2**x2 is a normal float."""
+    """x1 * 2**x2 (x2 integer), rounded once, as C's ldexp (musl's scalbn): an exponent beyond the normal range
+    is applied in steps that stay exact (x1 * 2**2000 is inf only where it overflows; 2**-2000 * 2**1990 is not
+    0 * inf), the last step a power of two that exp2 gives exactly (NumPy's float32 exp2(127) is an ulp off)."""
+    x1, x2 = _array(x1, "ldexp"), _array(x2, "ldexp")
     if _dtype(x2).kind not in "iub":
         raise TypeError(with_location(f"np.ldexp: the exponent must be an integer array, got {_dtype(x2)}"))
-    x1 = x1 if is_float(_dtype(x1)) else _cast(x1, np.float64)
-    return multiply(x1, exp2(_cast(x2, _dtype(x1))))
+    dtypes = _loop_dtypes(np.ldexp, (x1, x2), "ldexp")
+    x, n = _cast(x1, dtypes[0]), _cast(x2, dtypes[1])
+    info = np.finfo(dtypes[0])
+    top, bottom, digits = info.maxexp - 2, info.minexp, info.nmant + 1   # (float64: 1022, -1022, 53)
+    n = clip(n, -4 * top, 4 * top)   # (beyond, the result is 0, inf or x's NaN whatever n is; no int wraps)
+    for _ in range(2):
+        big, small = greater(n, top), less(n, bottom)
+        x = multiply(x, _cast(_pick(big, 2.0 ** top, _pick(small, 2.0 ** (bottom + digits), 1.0)), dtypes[0]))
+        n = _pick(big, subtract(n, top), _pick(small, add(n, -(bottom + digits)), n))
+    return multiply(x, exp2(_cast(clip(n, bottom, top), dtypes[0])))
 
 
 def divmod(x1, x2):   # noqa: A001
@@ -258,20 +343,27 @@ def divmod(x1, x2):   # noqa: A001
 
 
 def modf(x):
-    """(fractional part, integral part), both with x's sign; modf(inf) = (0, inf)."""
-    x = x if is_float(_dtype(x)) else _cast(x, np.float64)
+    """(fractional part, integral part), both with x's sign (C's: modf(-2.0) is (-0.0, -2.0)); modf(inf) =
+    (0, inf)."""
+    x = _as_loop_dtype(np.modf, x, "modf")
     whole = trunc(x)
-    return _pick(isinf(x), copysign(0, x), subtract(x, whole)), whole
+    infinite = isinf(x)
+    safe, safe_whole = _pick(infinite, 0, x), _pick(infinite, 0, whole)   # (no inf - inf)
+    # (whole - x negated for negative x: -0.0 where x is a negative integer, and the gradient 1 either way)
+    # (a NaN keeps its sign bit)
+    frac = _pick(logical_and(signbit(x), equal(x, x)), negative(subtract(safe_whole, safe)), subtract(safe, safe_whole))
+    return _pick(infinite, copysign(0, x), frac), whole
 
 
 def frexp(x):
     """(mantissa in [0.5, 1) with x's sign, integer exponent: int32): x = m * 2**e; 0, inf and NaN
     give (x, 0). The exponent from log2, corrected by one where log2 rounded across a power of two."""
-    x = x if is_float(_dtype(x)) else _cast(x, np.float64)
+    x = _as_loop_dtype(np.frexp, x, "frexp")
     finite = logical_and(isfinite(x), not_equal(x, 0))
     safe = _pick(finite, x, 1)
     e = add(floor(log2(absolute(safe))), 1)
-    m = divide(safe, exp2(e))
+    half = floor(multiply(e, 0.5))   # (2**e in two exact steps: 2**1024 and float32's 2**128 are inf)
+    m = divide(divide(safe, exp2(half)), exp2(subtract(e, half)))
     big, small = greater_equal(absolute(m), 1), less(absolute(m), 0.5)
     m = _pick(big, multiply(m, 0.5), _pick(small, multiply(m, 2), m))
     e = _pick(big, add(e, 1), _pick(small, subtract(e, 1), e))
@@ -329,6 +421,12 @@ def conj(x):
     return bind(P.conj, x) if is_complex(_dtype(x)) else x
 
 
+def _conjugate_ufunc(x):
+    """np.conj / np.conjugate, the ufunc: of a bool array NumPy's is int8 (a TypeError here; x.conj(), the method,
+    and the conjugations inside np.vdot and np.vecdot keep bools)."""
+    return conj(_as_loop_dtype(np.conjugate, x, "conj"))
+
+
 conjugate = conj
 
 
@@ -360,17 +458,32 @@ def round(a, decimals=0, out=None):  # noqa: A001 (np.round)
         raise TypeError(with_location(f"np.round: decimals must be an integer, got {decimals!r}"))
     if is_complex(_dtype(a)):   # (each part, as NumPy)
         return _make_complex(round(real(a), decimals), round(imag(a), decimals))
-    if not is_float(_dtype(a)):
-        if decimals >= 0:
-            return a
-        raise NotImplementedError(with_location("np.round of integers to negative decimals is not supported while "
-                                                "tracing; round a float copy: np.round(x.astype(float), d)"))
+    dtype = _dtype(a)
+    if dtype == np.bool_:
+        raise TypeError(with_location(
+            "np.round of a bool array is NumPy's float16 (decimals >= 0) or an error (decimals < 0); tracekern does "
+            "not support float16: round a cast copy, np.round(x.astype(np.float32), d)"))
+    if not is_float(dtype) and decimals >= 0:
+        return a
+    scale = _power_of_ten(builtins.abs(decimals))
     if decimals == 0:
         return rint(a)
-    scale = 10.0 ** builtins.abs(decimals)
     if decimals > 0:
         return divide(rint(multiply(a, scale)), scale)
+    if not is_float(dtype):   # (NumPy's: in float64, half to even, cast back: round(25, -1) is 20)
+        return _cast(multiply(rint(divide(_cast(a, np.float64), scale)), scale), dtype)
     return multiply(rint(divide(a, scale)), scale)
+
+
+def _power_of_ten(n: int) -> float:
+    """10.0 ** n as NumPy's round computes it (power_of_ten in its calculation.c: 1e9 times 10 repeatedly, which
+    differs from 10.0 ** n in the last bit from n = 23 on; inf from n = 309, where 10.0 ** n raises)."""
+    if n < 9:
+        return 10.0 ** n
+    scale = 1e9
+    for _ in range(builtins.min(n, 400) - 9):
+        scale *= 10.0
+    return scale
 
 
 around = round
@@ -395,6 +508,10 @@ def clip(a, a_min=np._NoValue, a_max=np._NoValue, out=None, *, min=np._NoValue, 
     hi = max if a_max is np._NoValue else a_max
     lo = None if lo is np._NoValue else lo
     hi = None if hi is np._NoValue else hi
+    if _dtype(a).kind in "iu":   # (NumPy's: a Python int bound beyond an integer array's dtype bounds nothing)
+        info = np.iinfo(_dtype(a))
+        lo = None if type(lo) is int and lo <= info.min else lo
+        hi = None if type(hi) is int and hi >= info.max else hi
     y = a
     if lo is not None:
         y = maximum(y, lo)
@@ -450,6 +567,6 @@ UFUNCS.update({
     np.logical_or: logical_or, np.logical_not: logical_not, np.logical_xor: logical_xor, np.invert: invert,
     np.signbit: signbit, np.fabs: fabs, np.float_power: float_power, np.fmax: fmax, np.fmin: fmin,
     np.heaviside: heaviside, np.deg2rad: deg2rad, np.rad2deg: rad2deg, np.radians: radians, np.degrees: degrees,
-    np.spacing: spacing, np.ldexp: ldexp,
-    np.divmod: divmod, np.modf: modf, np.frexp: frexp, np.conjugate: conj,
+    np.spacing: spacing, np.ldexp: ldexp, np.floor: floor, np.ceil: ceil, np.trunc: trunc,
+    np.divmod: divmod, np.modf: modf, np.frexp: frexp, np.conjugate: _conjugate_ufunc,
 })

@@ -295,6 +295,12 @@ class Convert(Primitive):
     def impl(self, x, *, dtype):
         return np.asarray(x).astype(dtype)
 
+    def scalar_for(self, literals, *, dtype):
+        # (to an integer: the backends' to_int32 / to_int64, NumPy's x86 result for NaN, inf and values beyond the
+        # range, where a plain conversion is undefined; "" for integer and bool operands, which convert plainly)
+        name = np.dtype(dtype).name
+        return f"{{to_{name}}}({{0}})" if name in ("int32", "int64") else self.scalar
+
     def vjp(self, cts, ins, outs, active, *, dtype):
         (ct,), (x,) = cts, ins
         if not (active[0] and is_inexact(x.dtype) and is_inexact(dtype)):
