@@ -520,10 +520,19 @@ i1 = Elementwise("i1", None, [lambda ct, x, out: ops.mul(ct, _at_zero(x, 0.5, op
 i1e = Elementwise("i1e", None, [lambda ct, x, out: ops.mul(ct, _at_zero(x, 0.5, ops.sub(ops.i0e(x), ops.mul(out, ops.add(
     ops.sign(x), ops.div(ops.full_like(x, 1), _safe(x)))))))], nin=1, dtypes="float", scalar="{i1e}({0})",
     numpy_impl=_scipy("i1e"))
+
+
+def _x_over(ct, x, d):
+    """ct x / d, the y-gradient of x log(y) (d = y) and of x log1p(y) (d = 1 + y): 0 where x == 0 (also where
+    d == 0, which stands in 1 there), and its x-derivative ct / d (1 / y, the mixed second derivative; a rule
+    selecting a constant 0 at x == 0 had the x-derivative 0 there)."""
+    return ops.div(ops.mul(ct, x), ops.select(ops.logical_and(ops.eq(x, 0), ops.eq(d, 0)), ops.full_like(d, 1), d))
+
+
 # x log(y) and x log1p(y), 0 where x == 0 (unless y is NaN); the y-gradient is 0 there too
 xlogy = Elementwise("xlogy", None, [lambda ct, x, y, out: ops.mul(ct, ops.log(y)),
-                                    lambda ct, x, y, out: _at_zero(x, 0, ops.div(ops.mul(ct, x), y))],
+                                    lambda ct, x, y, out: _x_over(ct, x, y)],
                     nin=2, dtypes="float", scalar="{xlogy}({0}, {1})", numpy_impl=_scipy("xlogy"))
 xlog1py = Elementwise("xlog1py", None, [lambda ct, x, y, out: ops.mul(ct, ops.log1p(y)),
-                                        lambda ct, x, y, out: _at_zero(x, 0, ops.div(ops.mul(ct, x), ops.add(y, 1)))],
+                                        lambda ct, x, y, out: _x_over(ct, x, ops.add(y, 1))],
                       nin=2, dtypes="float", scalar="{xlog1py}({0}, {1})", numpy_impl=_scipy("xlog1py"))
