@@ -72,6 +72,23 @@ def test_cpu_special_functions_match_scipy_over_their_domains(dtype):
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_digamma_just_below_zero_and_at_huge_negative_integers(dtype):
+    """psi(x) = psi(1 - x) - pi / tan(pi x) reduces x by the nearest integer: x - floor(x) rounded to 1 for x in
+    (-1e-16, 0) (psi(-1e-20) was 2.6e16, SciPy's 1e20), and floor(-1e300) overflowed Numba's int64 on cpu (psi
+    was 692, SciPy's NaN at every negative integer)."""
+    x = np.array([-1e-20, -1e-300, -1e-10, -3e-8, -1e300, -1e17, -2.0 ** 60, -0.25], dtype)
+    with np.errstate(all="ignore"):
+        want = sp.psi(x)
+    simulated = scalar_rules.special_functions(cuda_math._SimulatedSpecial(), dtype)["digamma"]
+    compiled = getattr(cpu_math, f"digamma_{'f64' if dtype == np.float64 else 'f32'}")
+    for fn in (compiled, simulated):
+        with np.errstate(all="ignore"):
+            got = np.array([fn(v) for v in x], np.float64)
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        np.testing.assert_allclose(got[~np.isnan(want)], want[~np.isnan(want)], rtol=2e-6 if dtype == np.float32 else 1e-14)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_cuda_special_functions_match_scipy_over_their_domains(dtype):
     """The cuda backend's formulas in the operand's precision (a float32 kernel computes in float32)."""
     fns = scalar_rules.special_functions(cuda_math._SimulatedSpecial(), dtype)
