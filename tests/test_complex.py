@@ -147,3 +147,18 @@ def test_cpu_complex_functions_match_numpy_at_hundreds_of_points():
         finite = np.isfinite(want)
         np.testing.assert_array_equal(np.isfinite(g), finite, err_msg=name)
         assert _relative_error(g[finite], want[finite]).max() < 1e-13, name
+
+
+def test_zero_to_a_complex_power_is_numpys():
+    """0 ** w is 0 where Re w > 0 (NumPy 2's npy_cpow, whatever Im w), NaN where Re w <= 0 but w != 0, and 1 at w = 0:
+    the cpu and cuda formulas gave NaN for 0 ** (0.5 + 1j)."""
+    z = np.zeros(7, np.complex128)
+    w = np.array([0.5 + 1j, 2 + 3j, 1e-3 - 5j, 2 + 0j, 1j, -1 + 1j, 0j])
+    with np.errstate(all="ignore"):
+        want = np.power(z, w)
+    np.testing.assert_array_equal(tk.jit(np.power, backend="cpu")(z, w), want)
+    for dtype in (np.complex128, np.complex64):
+        fns = scalar_rules.complex_functions(cuda_math._SimulatedMath(), dtype, np.dtype(dtype).type(0).real.dtype.type)
+        with np.errstate(all="ignore"):
+            got = np.array([fns["pow"](a, b) for a, b in zip(z.astype(dtype), w.astype(dtype))], dtype)
+        np.testing.assert_array_equal(got, want.astype(dtype))

@@ -369,7 +369,7 @@ def complex_functions(m, C, R, jit=lambda fn: fn) -> dict:
         if br == zero and bi == zero:
             return make(one, zero)
         if a.real == zero and a.imag == zero:
-            if br > zero and bi == zero:
+            if br > zero:   # (NumPy 2's: 0 ** (0.5 + 1j) is 0)
                 return make(zero, zero)
             return make(zero * R(m.inf), zero * R(m.inf))   # (NaN, as NumPy)
         if bi == zero and abs(br) < R(100) and br == m.floor(br):
