@@ -95,9 +95,8 @@ ALTERNATIVES: dict[str, str] = {
 
 # advice for a whole module of functions that are not traced (by the public module's name, numpy's as "np")
 MODULE_ADVICE: dict[str, str] = {
-    "np.fft": "tk.numpy.fft traces fft/ifft, rfft/irfft, fft2/ifft2, rfft2/irfft2, fftn/ifftn, rfftn/irfftn, "
-              "fftfreq/rfftfreq and fftshift/ifftshift; write the Hermitian transforms with those (np.fft.hfft(a, n) is "
-              "np.fft.irfft(np.conj(a), n) * n)",
+    "np.fft": "tk.numpy.fft traces fft/ifft, rfft/irfft, fft2/ifft2, rfft2/irfft2, fftn/ifftn, rfftn/irfftn, hfft/ihfft, "
+              "fftfreq/rfftfreq and fftshift/ifftshift",
     "np.random": "draw random numbers with tk.random (counter-based: tk.random.key, split, uniform, normal), or "
                  "pass NumPy's draws in as arguments",
     "scipy.special": "tracekern traces scipy.special's " + ", ".join(sorted(special.SCIPY_UFUNCS)) + " (and digamma), and "
