@@ -162,3 +162,11 @@ def test_zero_to_a_complex_power_is_numpys():
         with np.errstate(all="ignore"):
             got = np.array([fns["pow"](a, b) for a, b in zip(z.astype(dtype), w.astype(dtype))], dtype)
         np.testing.assert_array_equal(got, want.astype(dtype))
+
+
+def test_functions_whose_result_depends_on_the_values_say_what_to_write():
+    z = np.array([1 + 0j, 2 - 1e-20j])
+    with pytest.raises(NotImplementedError, match=r"np.real_if_close .*np.real\(z\)"):
+        tk.jit(lambda z: np.real_if_close(z))(z)
+    with pytest.raises(NotImplementedError, match="np.sort_complex .*lexicographic.*np.abs"):
+        tk.jit(lambda z: np.sort_complex(z))(z)

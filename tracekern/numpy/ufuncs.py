@@ -337,6 +337,34 @@ def imag(val):
     return bind(P.imag, val) if is_complex(_dtype(val)) else zeros_like_of(val)
 
 
+def iscomplexobj(x):
+    """Whether x's dtype is complex: a dtype query, answered while tracing (a Python bool, as NumPy's)."""
+    return bool(is_complex(_dtype(x)))
+
+
+def isrealobj(x):
+    return not iscomplexobj(x)
+
+
+def iscomplex(x):
+    """imag(x) != 0 (all False for a real x), as NumPy's."""
+    return not_equal(imag(x), 0)
+
+
+def isreal(x):
+    return equal(imag(x), 0)
+
+
+def result_type(*arrays_and_dtypes):
+    """NumPy's result_type of the operands' dtypes, answered while tracing (a traced Python number stays weak)."""
+    tokens = [_token(a) if isinstance(a, Tracer) else a for a in arrays_and_dtypes]
+    return np.result_type(*[{float: 0.0, complex: 0j, int: 0}.get(t, t) if isinstance(t, type) else t for t in tokens])
+
+
+def can_cast(from_, to, casting="safe"):
+    return np.can_cast(_dtype(from_) if isinstance(from_, Tracer) else from_, to, casting)
+
+
 def angle(z, deg=False):
     """arctan2(z.imag, z.real): for real z, 0 for z >= 0 and pi for z < 0."""
     _check_operand(z, "angle")
