@@ -3,6 +3,7 @@ dL/dx + i dL/dy), holomorphic=True, the error for a complex output, NumPy's dtyp
 functions refused with advice, and the complex functions of each backend against NumPy at hundreds of
 points (tests/numpy_cases.py's "complex" family checks every traced name's values and gradients, and
 tests/ptx_corpus.py compiles its complex64 and complex128 kernels to PTX: complex64 ones without float64)."""
+import re
 import warnings
 
 import numpy as np
@@ -170,3 +171,21 @@ def test_functions_whose_result_depends_on_the_values_say_what_to_write():
         tk.jit(lambda z: np.real_if_close(z))(z)
     with pytest.raises(NotImplementedError, match="np.sort_complex .*lexicographic.*np.abs"):
         tk.jit(lambda z: np.sort_complex(z))(z)
+
+
+@pytest.mark.parametrize("name,fn", [
+    ("det", lambda a: np.linalg.det(a)), ("slogdet", lambda a: np.linalg.slogdet(a)), ("eigh", lambda a: np.linalg.eigh(a)),
+    ("eigvalsh", lambda a: np.linalg.eigvalsh(a)), ("svd", lambda a: np.linalg.svd(a, hermitian=True)),
+    ("svdvals", lambda a: np.linalg.svdvals(a)), ("qr", lambda a: np.linalg.qr(a)), ("cholesky", lambda a: np.linalg.cholesky(a)),
+    ("pinv", lambda a: np.linalg.pinv(a)), ("norm(ord='nuc')", lambda a: np.linalg.norm(a, "nuc")),
+    ("cond", lambda a: np.linalg.cond(a)), ("matrix_rank", lambda a: np.linalg.matrix_rank(a))])
+def test_linalg_factorizations_of_complex_matrices_are_refused_by_the_name_called(name, fn):
+    """They raised the primitive's error ('svd: needs float matrices (..., m, n), got c128[2,2]', a ShapeError, for
+    pinv, norm, cond, matrix_rank): now a TypeError naming what the user called, the complex functions that are
+    traced, and a real formulation where there is one."""
+    a = np.array([[2 + 1j, 1], [0.5j, 3]])
+    with pytest.raises(TypeError, match=rf"^np\.linalg\.{re.escape(name)} of complex matrices \(complex128, shape \(2, 2\)\)") as err:
+        tk.jit(fn, backend="interpret")(a)
+    assert "test_complex.py" in str(err.value)
+    np.testing.assert_allclose(tk.jit(lambda a: np.linalg.norm(a, 1) + np.linalg.norm(a), backend="interpret")(a),
+                               np.linalg.norm(a, 1) + np.linalg.norm(a))
