@@ -189,3 +189,30 @@ def test_linalg_factorizations_of_complex_matrices_are_refused_by_the_name_calle
     assert "test_complex.py" in str(err.value)
     np.testing.assert_allclose(tk.jit(lambda a: np.linalg.norm(a, 1) + np.linalg.norm(a), backend="interpret")(a),
                                np.linalg.norm(a, 1) + np.linalg.norm(a))
+
+
+def test_a_zero_part_beside_an_overflowing_one_stays_zero_as_numpys():
+    """exp, sinh and cosh of x + 0j and sin and cos of 0 + iy where the other part overflows (or is NaN): NumPy's
+    zero part (C99's, signed), where the cpu backend (Numba's functions) and the cuda formulas made inf * 0 = NaN
+    (np.cosh(800+0j) was inf+nanj, np.sin(1e10j) nan+infj)."""
+    z = np.array([800 + 0j, -800 - 0j, 1e300 + 0j, complex(-1e300, -0.0), complex(np.nan, 0.0), complex(np.inf, -0.0)])
+    w = np.array([1e10j, -1e10j, complex(-0.0, 1e300), complex(0.0, -1e300), complex(0.0, np.nan), complex(-0.0, np.nan), 2j])
+    names = ("exp", "sinh", "cosh", "sin", "cos")
+    with np.errstate(all="ignore"):
+        want = [getattr(np, n)(z if n in ("exp", "sinh", "cosh") else w) for n in names]
+
+    def same(got, ref, name, rtol=0.0):
+        for part in ("real", "imag"):
+            g, r = getattr(got, part), getattr(ref, part)
+            np.testing.assert_allclose(g, r, rtol=rtol, err_msg=name)
+            signed = ~np.isnan(r)   # (a NaN's sign means nothing)
+            assert np.array_equal(np.signbit(g[signed]), np.signbit(r[signed])), (name, got, ref)
+
+    got = tk.jit(lambda z, w: tuple(getattr(np, n)(z if n in ("exp", "sinh", "cosh") else w) for n in names),
+                 backend="cpu")(z, w)
+    for name, g, r in zip(names, got, want):
+        same(g, r, name)
+    fns = scalar_rules.complex_functions(cuda_math._SimulatedMath(), np.complex128, np.float64)
+    for name, r in zip(names, want):
+        with np.errstate(all="ignore"):
+            same(np.array([fns[name](v) for v in (z if name in ("exp", "sinh", "cosh") else w)]), r, f"cuda {name}", 1e-15)

@@ -258,23 +258,32 @@ def complex_functions(m, C, R, jit=lambda fn: fn) -> dict:
         return make(abs(y) / (two * t), m.copysign(t, y))
     sqrt = jit(sqrt)
 
+    # (a zero part stays a signed zero where the other part's cosh or sinh overflows: C99's, NumPy's; inf * 0 was NaN)
     def sin(z):
         x, y = z.real, z.imag
+        if x == zero:
+            return make(x, m.sinh(y))
         return make(m.sin(x) * m.cosh(y), m.cos(x) * m.sinh(y))
     sin = jit(sin)
 
     def cos(z):
         x, y = z.real, z.imag
+        if x == zero:
+            return make(m.cosh(y), -(x * m.copysign(one, y)) if y == y else x)
         return make(m.cos(x) * m.cosh(y), -(m.sin(x) * m.sinh(y)))
     cos = jit(cos)
 
     def sinh(z):
         x, y = z.real, z.imag
+        if y == zero:
+            return make(m.sinh(x), y)
         return make(m.sinh(x) * m.cos(y), m.cosh(x) * m.sin(y))
     sinh = jit(sinh)
 
     def cosh(z):
         x, y = z.real, z.imag
+        if y == zero:
+            return make(m.cosh(x), m.copysign(one, x) * y)
         return make(m.cosh(x) * m.cos(y), m.sinh(x) * m.sin(y))
     cosh = jit(cosh)
 
