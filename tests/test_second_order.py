@@ -126,7 +126,7 @@ PRIMITIVES: dict[str, Case] = {
                       uses=("polygamma", "digamma")),
     "erf": one(sp.erf, 1, ANY + [P(0.0)]), "erfc": one(sp.erfc, 1, ANY + [P(0.0)]),
     "erfinv": one(sp.erfinv, 1, UNIT + [P(0.0), P(0.99, h=1e-5)]),
-    "log_ndtr": one(sp.log_ndtr, 1, ANY + [P(-12.0), P(6.0)]),
+    "log_ndtr": one(sp.log_ndtr, 1, ANY + [P(-12.0), P(6.0), P(-25.0, h=0.1), P(-1000.0, h=1.0)]),
     "i0": one(sp.i0, 1, ANY + [P(0.0)]), "i1": one(sp.i1, 1, ANY + [P(0.0)]),
     "i0e": one(sp.i0e, 1, ANY + [P(0.0, xx=FINITE)], note="i0e = exp(-|x|) i0(x) has a kink at 0: finite there"),
     "i1e": one(sp.i1e, 1, ANY + [P(0.0, xx=FINITE)], note="i1e's second derivative jumps at 0 (-1 to 1): finite there"),
