@@ -216,3 +216,22 @@ def test_a_zero_part_beside_an_overflowing_one_stays_zero_as_numpys():
     for name, r in zip(names, want):
         with np.errstate(all="ignore"):
             same(np.array([fns[name](v) for v in (z if name in ("exp", "sinh", "cosh") else w)]), r, f"cuda {name}", 1e-15)
+
+
+@pytest.mark.parametrize("backend", ["interpret", "cpu"])
+def test_sign_at_infinities_is_numpys(backend):
+    """np.sign(inf) is 1 (the cpu and cuda sign was inf / inf = NaN), and a complex z with one infinite part has the
+    sign of that part, +-1 or +-1j (x / |x| was NaN there); each part of a finite z is divided by |z|, as NumPy 2's
+    (np.sign(1e-300j) was 0.9999999999999999j through complex division)."""
+    x = np.array([np.inf, -np.inf, 2.0, -0.0, np.nan, 1e-300])
+    z = np.array([complex(np.inf, 2), complex(-np.inf, 0), complex(3, -np.inf), complex(np.inf, np.inf), complex(np.nan, 1), 0j,
+                  1e-300j, 3 + 4j, complex(-np.inf, np.nan)])
+    for dtype in (np.float64, np.float32):
+        np.testing.assert_array_equal(tk.jit(np.sign, backend=backend)(x.astype(dtype)), np.sign(x.astype(dtype)))
+    for dtype in (np.complex128, np.complex64):
+        with np.errstate(all="ignore"):
+            want = np.sign(z.astype(dtype))
+        got = tk.jit(np.sign, backend=backend)(z.astype(dtype))
+        assert got.dtype == want.dtype
+        np.testing.assert_allclose(got, want, rtol=1e-6 if dtype == np.complex64 else 0)
+    assert scalar_rules.sign_f(np.inf) == 1.0 and scalar_rules.sign_f(np.float32(-np.inf)) == -1.0   # (cuda's)

@@ -6,8 +6,11 @@ import math
 
 
 def sign_f(x):
-    # (type-preserving: no int operand, which would promote a float32 to float64)
-    return x if (x != x or x == 0) else x / abs(x)
+    # (type-preserving: no int operand, which would promote a float32 to float64; tanh gives +-1 at +-inf, where
+    # x / |x| is NaN: NumPy's sign(inf) is 1)
+    if x != x or x == 0:
+        return x
+    return x / abs(x) if x - x == 0 else math.tanh(x)
 
 
 def sign_i(x):

@@ -303,12 +303,18 @@ abs = absolute   # noqa: A001
 
 
 def sign(x):
-    """-1, 0, 1; for complex x, x / |x| (0 at 0), as NumPy 2."""
+    """-1, 0, 1; for complex x, x / |x| as NumPy 2 computes it: each part divided by |x| (a zero part keeps its
+    sign), 0 at 0, and where |x| is infinite the direction of the infinite part (NaN if both are)."""
     _check_operand(x, "sign")
     if is_complex(_dtype(x)):
-        size = _cast(absolute(x), _dtype(x))
+        re, im, size = real(x), imag(x), absolute(x)
         zero = equal(size, 0)
-        return _pick(zero, 0, divide(x, _pick(zero, 1, size)))
+        safe = _pick(zero, 1, size)
+        re_inf, im_inf = isinf(re), isinf(im)
+        one_inf = logical_and(logical_or(re_inf, im_inf), logical_not(logical_and(re_inf, im_inf)))
+        unit_re = _pick(one_inf, _pick(re_inf, OPS["sign"](re), 0.0), divide(re, safe))
+        unit_im = _pick(one_inf, _pick(im_inf, OPS["sign"](im), 0.0), divide(im, safe))
+        return _pick(zero, 0, _make_complex(unit_re, unit_im))
     return OPS["sign"](x)
 
 
