@@ -3,6 +3,7 @@ dL/dx + i dL/dy), holomorphic=True, the error for a complex output, NumPy's dtyp
 functions refused with advice, and the complex functions of each backend against NumPy at hundreds of
 points (tests/numpy_cases.py's "complex" family checks every traced name's values and gradients, and
 tests/ptx_corpus.py compiles its complex64 and complex128 kernels to PTX: complex64 ones without float64)."""
+import re
 import warnings
 
 import numpy as np
@@ -147,3 +148,90 @@ def test_cpu_complex_functions_match_numpy_at_hundreds_of_points():
         finite = np.isfinite(want)
         np.testing.assert_array_equal(np.isfinite(g), finite, err_msg=name)
         assert _relative_error(g[finite], want[finite]).max() < 1e-13, name
+
+
+def test_zero_to_a_complex_power_is_numpys():
+    """0 ** w is 0 where Re w > 0 (NumPy 2's npy_cpow, whatever Im w), NaN where Re w <= 0 but w != 0, and 1 at w = 0:
+    the cpu and cuda formulas gave NaN for 0 ** (0.5 + 1j)."""
+    z = np.zeros(7, np.complex128)
+    w = np.array([0.5 + 1j, 2 + 3j, 1e-3 - 5j, 2 + 0j, 1j, -1 + 1j, 0j])
+    with np.errstate(all="ignore"):
+        want = np.power(z, w)
+    np.testing.assert_array_equal(tk.jit(np.power, backend="cpu")(z, w), want)
+    for dtype in (np.complex128, np.complex64):
+        fns = scalar_rules.complex_functions(cuda_math._SimulatedMath(), dtype, np.dtype(dtype).type(0).real.dtype.type)
+        with np.errstate(all="ignore"):
+            got = np.array([fns["pow"](a, b) for a, b in zip(z.astype(dtype), w.astype(dtype))], dtype)
+        np.testing.assert_array_equal(got, want.astype(dtype))
+
+
+def test_functions_whose_result_depends_on_the_values_say_what_to_write():
+    z = np.array([1 + 0j, 2 - 1e-20j])
+    with pytest.raises(NotImplementedError, match=r"np.real_if_close .*np.real\(z\)"):
+        tk.jit(lambda z: np.real_if_close(z))(z)
+    with pytest.raises(NotImplementedError, match="np.sort_complex .*lexicographic.*np.abs"):
+        tk.jit(lambda z: np.sort_complex(z))(z)
+
+
+@pytest.mark.parametrize("name,fn", [
+    ("det", lambda a: np.linalg.det(a)), ("slogdet", lambda a: np.linalg.slogdet(a)), ("eigh", lambda a: np.linalg.eigh(a)),
+    ("eigvalsh", lambda a: np.linalg.eigvalsh(a)), ("svd", lambda a: np.linalg.svd(a, hermitian=True)),
+    ("svdvals", lambda a: np.linalg.svdvals(a)), ("qr", lambda a: np.linalg.qr(a)), ("cholesky", lambda a: np.linalg.cholesky(a)),
+    ("pinv", lambda a: np.linalg.pinv(a)), ("norm(ord='nuc')", lambda a: np.linalg.norm(a, "nuc")),
+    ("cond", lambda a: np.linalg.cond(a)), ("matrix_rank", lambda a: np.linalg.matrix_rank(a))])
+def test_linalg_factorizations_of_complex_matrices_are_refused_by_the_name_called(name, fn):
+    """They raised the primitive's error ('svd: needs float matrices (..., m, n), got c128[2,2]', a ShapeError, for
+    pinv, norm, cond, matrix_rank): now a TypeError naming what the user called, the complex functions that are
+    traced, and a real formulation where there is one."""
+    a = np.array([[2 + 1j, 1], [0.5j, 3]])
+    with pytest.raises(TypeError, match=rf"^np\.linalg\.{re.escape(name)} of complex matrices \(complex128, shape \(2, 2\)\)") as err:
+        tk.jit(fn, backend="interpret")(a)
+    assert "test_complex.py" in str(err.value)
+    np.testing.assert_allclose(tk.jit(lambda a: np.linalg.norm(a, 1) + np.linalg.norm(a), backend="interpret")(a),
+                               np.linalg.norm(a, 1) + np.linalg.norm(a))
+
+
+def test_a_zero_part_beside_an_overflowing_one_stays_zero_as_numpys():
+    """exp, sinh and cosh of x + 0j and sin and cos of 0 + iy where the other part overflows (or is NaN): NumPy's
+    zero part (C99's, signed), where the cpu backend (Numba's functions) and the cuda formulas made inf * 0 = NaN
+    (np.cosh(800+0j) was inf+nanj, np.sin(1e10j) nan+infj)."""
+    z = np.array([800 + 0j, -800 - 0j, 1e300 + 0j, complex(-1e300, -0.0), complex(np.nan, 0.0), complex(np.inf, -0.0)])
+    w = np.array([1e10j, -1e10j, complex(-0.0, 1e300), complex(0.0, -1e300), complex(0.0, np.nan), complex(-0.0, np.nan), 2j])
+    names = ("exp", "sinh", "cosh", "sin", "cos")
+    with np.errstate(all="ignore"):
+        want = [getattr(np, n)(z if n in ("exp", "sinh", "cosh") else w) for n in names]
+
+    def same(got, ref, name, rtol=0.0):
+        for part in ("real", "imag"):
+            g, r = getattr(got, part), getattr(ref, part)
+            np.testing.assert_allclose(g, r, rtol=rtol, err_msg=name)
+            signed = ~np.isnan(r)   # (a NaN's sign means nothing)
+            assert np.array_equal(np.signbit(g[signed]), np.signbit(r[signed])), (name, got, ref)
+
+    got = tk.jit(lambda z, w: tuple(getattr(np, n)(z if n in ("exp", "sinh", "cosh") else w) for n in names),
+                 backend="cpu")(z, w)
+    for name, g, r in zip(names, got, want):
+        same(g, r, name)
+    fns = scalar_rules.complex_functions(cuda_math._SimulatedMath(), np.complex128, np.float64)
+    for name, r in zip(names, want):
+        with np.errstate(all="ignore"):
+            same(np.array([fns[name](v) for v in (z if name in ("exp", "sinh", "cosh") else w)]), r, f"cuda {name}", 1e-15)
+
+
+@pytest.mark.parametrize("backend", ["interpret", "cpu"])
+def test_sign_at_infinities_is_numpys(backend):
+    """np.sign(inf) is 1 (the cpu and cuda sign was inf / inf = NaN), and a complex z with one infinite part has the
+    sign of that part, +-1 or +-1j (x / |x| was NaN there); each part of a finite z is divided by |z|, as NumPy 2's
+    (np.sign(1e-300j) was 0.9999999999999999j through complex division)."""
+    x = np.array([np.inf, -np.inf, 2.0, -0.0, np.nan, 1e-300])
+    z = np.array([complex(np.inf, 2), complex(-np.inf, 0), complex(3, -np.inf), complex(np.inf, np.inf), complex(np.nan, 1), 0j,
+                  1e-300j, 3 + 4j, complex(-np.inf, np.nan)])
+    for dtype in (np.float64, np.float32):
+        np.testing.assert_array_equal(tk.jit(np.sign, backend=backend)(x.astype(dtype)), np.sign(x.astype(dtype)))
+    for dtype in (np.complex128, np.complex64):
+        with np.errstate(all="ignore"):
+            want = np.sign(z.astype(dtype))
+        got = tk.jit(np.sign, backend=backend)(z.astype(dtype))
+        assert got.dtype == want.dtype
+        np.testing.assert_allclose(got, want, rtol=1e-6 if dtype == np.complex64 else 0)
+    assert scalar_rules.sign_f(np.inf) == 1.0 and scalar_rules.sign_f(np.float32(-np.inf)) == -1.0   # (cuda's)

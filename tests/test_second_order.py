@@ -126,7 +126,7 @@ PRIMITIVES: dict[str, Case] = {
                       uses=("polygamma", "digamma")),
     "erf": one(sp.erf, 1, ANY + [P(0.0)]), "erfc": one(sp.erfc, 1, ANY + [P(0.0)]),
     "erfinv": one(sp.erfinv, 1, UNIT + [P(0.0), P(0.99, h=1e-5)]),
-    "log_ndtr": one(sp.log_ndtr, 1, ANY + [P(-12.0), P(6.0)]),
+    "log_ndtr": one(sp.log_ndtr, 1, ANY + [P(-12.0), P(6.0), P(-25.0, h=0.1), P(-1000.0, h=1.0)]),
     "i0": one(sp.i0, 1, ANY + [P(0.0)]), "i1": one(sp.i1, 1, ANY + [P(0.0)]),
     "i0e": one(sp.i0e, 1, ANY + [P(0.0, xx=FINITE)], note="i0e = exp(-|x|) i0(x) has a kink at 0: finite there"),
     "i1e": one(sp.i1e, 1, ANY + [P(0.0, xx=FINITE)], note="i1e's second derivative jumps at 0 (-1 to 1): finite there"),
@@ -218,7 +218,8 @@ def _points(case: Case) -> tuple[np.ndarray, ...]:
 
 
 def _second_derivatives(case: Case) -> Callable:
-    """One program: for each function, (d2/dx2,) or (d2/dx2, d2/dxdy, d2/dy2) at every point."""
+    """One program: for each function, (d2/dx2,) or (d2/dx2, d2/dxdy, d2/dy2, d2/dydx) at every point (d2/dxdy: the
+    y-derivative of the x-gradient; d2/dydx: the x-derivative of the y-gradient)."""
     def run(*args):
         out = {}
         for fname, fn in case.fns.items():
@@ -229,7 +230,8 @@ def _second_derivatives(case: Case) -> Callable:
                 gx = lambda x, y, t=total: np.sum(tk.grad(t, argnums=0)(x, y))   # noqa: E731
                 gy = lambda x, y, t=total: np.sum(tk.grad(t, argnums=1)(x, y))   # noqa: E731
                 hxx, hxy = tk.grad(gx, argnums=(0, 1))(*args)
-                out[fname] = (hxx, hxy, tk.grad(gy, argnums=1)(*args))
+                hyx, hyy = tk.grad(gy, argnums=(0, 1))(*args)
+                out[fname] = (hxx, hxy, hyy, hyx)   # (the mixed derivative in both orders: the same where smooth)
         return out
     return run
 
@@ -267,16 +269,16 @@ def test_second_derivatives(name):
     args = _points(case)
     h = np.array([p.h for p in case.points])
     results = {b: tk.jit(_second_derivatives(case), backend=b)(*args) for b in BACKENDS}
-    labels = ("xx", "xy", "yy")[: 1 if case.nin == 1 else 3]
+    labels = ("xx", "xy", "yy", "yx")[: 1 if case.nin == 1 else 4]
     bad = []
     for fname, fn in case.fns.items():
         for c, label in enumerate(labels):
             got = {b: np.asarray(results[b][fname][c], np.float64) for b in BACKENDS}
             for b in BACKENDS:
                 assert got[b].shape == args[0].shape, (name, fname, label, b, got[b].shape)
-            want, err = _differences(fn, args, c, h)
+            want, err = _differences(fn, args, 1 if label == "yx" else c, h)
             for i, p in enumerate(case.points):
-                rule = getattr(p, label)
+                rule = getattr(p, "xy" if label == "yx" else label)
                 where = f"{fname} d2/d{label} at ({p.x}{'' if case.nin == 1 else f', {p.y}'})"
                 values = [float(got[b][i]) for b in BACKENDS]
                 if not all(math.isfinite(v) for v in values):

@@ -72,6 +72,23 @@ def test_cpu_special_functions_match_scipy_over_their_domains(dtype):
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_digamma_just_below_zero_and_at_huge_negative_integers(dtype):
+    """psi(x) = psi(1 - x) - pi / tan(pi x) reduces x by the nearest integer: x - floor(x) rounded to 1 for x in
+    (-1e-16, 0) (psi(-1e-20) was 2.6e16, SciPy's 1e20), and floor(-1e300) overflowed Numba's int64 on cpu (psi
+    was 692, SciPy's NaN at every negative integer)."""
+    x = np.array([-1e-20, -1e-300, -1e-10, -3e-8, -1e300, -1e17, -2.0 ** 60, -0.25], dtype)
+    with np.errstate(all="ignore"):
+        want = sp.psi(x)
+    simulated = scalar_rules.special_functions(cuda_math._SimulatedSpecial(), dtype)["digamma"]
+    compiled = getattr(cpu_math, f"digamma_{'f64' if dtype == np.float64 else 'f32'}")
+    for fn in (compiled, simulated):
+        with np.errstate(all="ignore"):
+            got = np.array([fn(v) for v in x], np.float64)
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        np.testing.assert_allclose(got[~np.isnan(want)], want[~np.isnan(want)], rtol=2e-6 if dtype == np.float32 else 1e-14)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_cuda_special_functions_match_scipy_over_their_domains(dtype):
     """The cuda backend's formulas in the operand's precision (a float32 kernel computes in float32)."""
     fns = scalar_rules.special_functions(cuda_math._SimulatedSpecial(), dtype)
@@ -153,3 +170,25 @@ def test_complex_arguments_are_refused_naming_the_function():
 def test_the_simulator_runs_the_gpu_formulas():
     assert cuda_math.digamma_f32.py_func.__code__ is scalar_rules.special_functions(
         cuda_math._SimulatedSpecial(), np.float32)["digamma"].__code__
+
+
+@pytest.mark.parametrize("backend", ["interpret", "cpu"])
+def test_betaln_of_a_large_and_a_small_argument_is_scipys(backend):
+    """gammaln(a) + gammaln(b) - gammaln(a + b) cancels where a >> b: betaln(1e12, 0.5) was 7e-5 off SciPy's,
+    betaln(1e300, 2) was 0 (SciPy's -1381.55), and float32's betaln(1e6, 2) 2% off (float32 gammalns). Now
+    SciPy's (Cephes' lbeta): its asymptotic form there, computed in float64 (float32 rounds it); the gradient
+    is -b/a + ... in a, digamma(b) - log(a) + ... in b (the digammas' difference cancels too)."""
+    a = np.array([1e4, 1e6, 1e9, 1e12, 1e15, 1e300, 2e6, 1e7, 50.0, 3.0, 1e7, 1e7])
+    b = np.array([2.0, 2.0, 2.0, 0.5, 3.0, 2.0, 1.5, 9.0, 60.0, 4.0, 0.0, -2.5])
+    f = tk.jit(lambda a, b: sp.betaln(a, b), backend=backend)
+    np.testing.assert_allclose(f(a, b), sp.betaln(a, b), rtol=1e-12)
+    np.testing.assert_allclose(f(b, a), sp.betaln(a, b), rtol=1e-12)
+    a32, b32 = a[:5].astype(np.float32), b[:5].astype(np.float32)
+    got = f(a32, b32)
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, sp.betaln(a32, b32), rtol=2e-7)
+    ga, gb = tk.jit(tk.grad(lambda a, b: np.sum(sp.betaln(a, b)), argnums=(0, 1)), backend=backend)(a[:6], b[:6])
+    np.testing.assert_allclose(ga[:2], sp.psi(a[:2]) - sp.psi(a[:2] + b[:2]), rtol=1e-9)
+    np.testing.assert_allclose(ga[2:], -b[2:6] / a[2:6], rtol=1e-8)
+    np.testing.assert_allclose(gb[:2], sp.psi(b[:2]) - sp.psi(a[:2] + b[:2]), rtol=1e-12)
+    np.testing.assert_allclose(gb[2:], sp.psi(b[2:6]) - np.log(a[2:6]), rtol=1e-9)

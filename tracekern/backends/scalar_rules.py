@@ -281,23 +281,32 @@ def complex_functions(m, C, R, jit=lambda fn: fn) -> dict:
         return make(abs(y) / (two * t), m.copysign(t, y))
     sqrt = jit(sqrt)
 
+    # (a zero part stays a signed zero where the other part's cosh or sinh overflows: C99's, NumPy's; inf * 0 was NaN)
     def sin(z):
         x, y = z.real, z.imag
+        if x == zero:
+            return make(x, m.sinh(y))
         return make(m.sin(x) * m.cosh(y), m.cos(x) * m.sinh(y))
     sin = jit(sin)
 
     def cos(z):
         x, y = z.real, z.imag
+        if x == zero:
+            return make(m.cosh(y), -(x * m.copysign(one, y)) if y == y else x)
         return make(m.cos(x) * m.cosh(y), -(m.sin(x) * m.sinh(y)))
     cos = jit(cos)
 
     def sinh(z):
         x, y = z.real, z.imag
+        if y == zero:
+            return make(m.sinh(x), y)
         return make(m.sinh(x) * m.cos(y), m.cosh(x) * m.sin(y))
     sinh = jit(sinh)
 
     def cosh(z):
         x, y = z.real, z.imag
+        if y == zero:
+            return make(m.cosh(x), m.copysign(one, x) * y)
         return make(m.cosh(x) * m.cos(y), m.sinh(x) * m.sin(y))
     cosh = jit(cosh)
 
@@ -392,7 +401,7 @@ def complex_functions(m, C, R, jit=lambda fn: fn) -> dict:
         if br == zero and bi == zero:
             return make(one, zero)
         if a.real == zero and a.imag == zero:
-            if br > zero and bi == zero:
+            if br > zero:   # (NumPy 2's: 0 ** (0.5 + 1j) is 0)
                 return make(zero, zero)
             return make(zero * R(m.inf), zero * R(m.inf))   # (NaN, as NumPy)
         if bi == zero and abs(br) < R(100) and br == m.floor(br):
@@ -445,6 +454,14 @@ def special_functions(m, R, jit=lambda fn: fn) -> dict:
     zeta_terms = tuple(R(c) for c in _ZETA_TERMS)
     central, tails = tuple(R(c) for c in _ERFINV_CENTRAL), tuple(R(c) for c in _ERFINV_TAIL)
     newton_steps = 2 if single else 3
+    exact = R(2.0 ** 23) if single else R(2.0 ** 52)   # (every float this large is an integer)
+
+    def floor(x):
+        """floor as a float: Numba's math.floor gives an int64, which overflows past 2**63 (floor(-1e300))."""
+        if not abs(x) < exact:   # (an integer already, inf or NaN)
+            return x
+        return R(m.floor(x))
+    floor = jit(floor)
 
     def gammaln(x):
         if x == -inf:   # (SciPy's)
@@ -461,9 +478,11 @@ def special_functions(m, R, jit=lambda fn: fn) -> dict:
             return m.copysign(inf, -x)
         result = zero
         if x < zero:
-            if x == m.floor(x):
+            if x == floor(x):
                 return nan
-            r = x - m.floor(x)   # reflection: psi(x) = psi(1 - x) - pi / tan(pi x), tan's period reduced first
+            # reflection: psi(x) = psi(1 - x) - pi / tan(pi x), tan's period reduced first to the nearest
+            # integer's distance (exact; x - floor(x) rounds to 1 for x in (-1e-16, 0): psi(-1e-20) was 2.6e16)
+            r = x - floor(x + half)
             result = -pi / m.tan(pi * r)
             x = one - x
         while x < shift:
@@ -477,7 +496,7 @@ def special_functions(m, R, jit=lambda fn: fn) -> dict:
 
     def zeta(s, q):
         """The Hurwitz zeta function sum_k (q + k)^-s for s > 1 (Euler-Maclaurin: terms to q + n >= 10)."""
-        if q <= zero and q == m.floor(q):
+        if q <= zero and q == floor(q):
             return inf
         total = zero
         a = q
@@ -497,11 +516,11 @@ def special_functions(m, R, jit=lambda fn: fn) -> dict:
 
     def polygamma(n, x):
         """psi^(n)(x) = (-1)^(n+1) n! zeta(n + 1, x) for n = 1, 2, ...; digamma for n = 0; NaN for other n."""
-        if n != n or x != x or n < zero or n != m.floor(n):
+        if n != n or x != x or n < zero or n != floor(n):
             return nan
         if n == zero:
             return digamma(x)
-        sign = one if n - two * m.floor(n * half) == one else -one   # ((-1)^(n+1))
+        sign = one if n - two * floor(n * half) == one else -one   # ((-1)^(n+1))
         return sign * m.gamma(n + one) * zeta(n + one, x)
     polygamma = jit(polygamma)
 

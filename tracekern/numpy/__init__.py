@@ -87,6 +87,10 @@ ALTERNATIVES: dict[str, str] = {
     "allclose": "it returns a Python bool, which needs the values: use np.all(np.isclose(a, b)) (a traced bool)",
     "array_equal": "it returns a Python bool, which needs the values: use np.all(a == b) (a traced bool)",
     "frexp": "use np.log2(np.abs(x)) and np.floor for the exponent",
+    "real_if_close": "its result's dtype depends on the values (real only where every imaginary part is tiny), which "
+                     "tracing cannot know: use np.real(z), having checked np.abs(np.imag(z)) yourself",
+    "sort_complex": "complex numbers have no order that tracekern traces (NumPy's is lexicographic): sort by "
+                    "np.abs(z) or z.real (np.argsort of it, then np.take_along_axis)",
     "linalg.lstsq": "use np.linalg.pinv(a) @ b (or np.linalg.solve(a.T @ a, a.T @ b) for full-rank a)",
     "linalg.tensorsolve": "reshape to a matrix and use np.linalg.solve",
     "linalg.tensorinv": "reshape to a matrix and use np.linalg.inv",
@@ -95,9 +99,8 @@ ALTERNATIVES: dict[str, str] = {
 
 # advice for a whole module of functions that are not traced (by the public module's name, numpy's as "np")
 MODULE_ADVICE: dict[str, str] = {
-    "np.fft": "tk.numpy.fft traces fft/ifft, rfft/irfft, fft2/ifft2, rfft2/irfft2, fftn/ifftn, rfftn/irfftn, "
-              "fftfreq/rfftfreq and fftshift/ifftshift; write the Hermitian transforms with those (np.fft.hfft(a, n) is "
-              "np.fft.irfft(np.conj(a), n) * n)",
+    "np.fft": "tk.numpy.fft traces fft/ifft, rfft/irfft, fft2/ifft2, rfft2/irfft2, fftn/ifftn, rfftn/irfftn, hfft/ihfft, "
+              "fftfreq/rfftfreq and fftshift/ifftshift",
     "np.random": "draw random numbers with tk.random (counter-based: tk.random.key, split, uniform, normal), or "
                  "pass NumPy's draws in as arguments",
     "scipy.special": "tracekern traces scipy.special's " + ", ".join(sorted(special.SCIPY_UFUNCS)) + " (and digamma), and "

@@ -1,22 +1,23 @@
-"""tk.numpy.fft: np.fft on traced arrays. fft/ifft, rfft/irfft, fft2/ifft2, rfft2/irfft2, fftn/ifftn and
-rfftn/irfftn with n= / s=, axis= / axes= and norm=, as NumPy's (dtypes included: float32 gives complex64);
-fftfreq/rfftfreq and fftshift/ifftshift.
+"""tk.numpy.fft: np.fft on traced arrays. fft/ifft, rfft/irfft, fft2/ifft2, rfft2/irfft2, fftn/ifftn,
+rfftn/irfftn and hfft/ihfft with n= / s=, axis= / axes= (an axis may repeat, as NumPy's loop) and norm=, as
+NumPy's (dtypes included: float32 gives complex64); fftfreq/rfftfreq and fftshift/ifftshift.
 
 Each transform crops or zero-pads its axes to the lengths asked, moves them last, runs the `fft`
 primitive (unnormalized, tracekern/primitives/fft.py) and scales by norm=, then moves the axes back."""
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 
 from ..ir import complex_dtype, is_complex
 from ._core import P, ShapeError, Tracer, _array, _cast, _dtype, _reject, _shape, bind, with_location
 from .shapes import moveaxis, roll
-from .ufuncs import divide, multiply
+from .ufuncs import conjugate, divide, multiply
 
 __all__ = ["fft", "ifft", "rfft", "irfft", "fft2", "ifft2", "rfft2", "irfft2", "fftn", "ifftn", "rfftn", "irfftn",
-           "fftfreq", "rfftfreq", "fftshift", "ifftshift"]
+           "hfft", "ihfft", "fftfreq", "rfftfreq", "fftshift", "ifftshift"]
 
 _NORMS = (None, "backward", "ortho", "forward")
 
@@ -30,18 +31,23 @@ def _complex(a, fname):
 def _real(a, fname):
     dtype = _dtype(a)
     if is_complex(dtype):
-        raise TypeError(with_location(f"np.fft.{fname} takes real input, got {dtype.name}; use np.fft.fft (or "
-                                      f"{fname.replace('r', '', 1)}) for complex input, or pass np.real(a)"))
+        other = "np.fft.fft" if fname == "ihfft" else f"np.fft.fft (or {fname.replace('r', '', 1)})"
+        raise TypeError(with_location(f"np.fft.{fname} takes real input, got {dtype.name}; use {other} for complex input, "
+                                      "or pass np.real(a)"))
     return a if dtype in (np.float32, np.float64) else _cast(a, np.float64)
 
 
 def _plan(a, s, axes, fname: str, default_all: bool):
-    """(normalized axes, their lengths): NumPy's rules for s= and axes= (an axis may repeat)."""
+    """(normalized axes, their lengths): NumPy's rules for s= and axes= (an axis may repeat; s without axes
+    names the last len(s) axes, with NumPy 2's DeprecationWarning; an s entry of -1 keeps that axis's length)."""
     nd = len(_shape(a))
     if axes is None:
-        axes = list(range(nd)) if s is None else list(range(nd - len(s), nd))
-        if not default_all and s is None:
+        if s is None:
             axes = list(range(nd))
+        else:
+            warnings.warn(f"np.fft.{fname}: `axes` should not be `None` if `s` is not `None` (Deprecated in NumPy 2.0); "
+                          f"pass axes=[0, ..., k-1] for an array of dimension k", DeprecationWarning, stacklevel=3)
+            axes = list(range(-len(s), 0))
     axes = [int(ax) for ax in (axes if isinstance(axes, (list, tuple)) else (axes,))]
     for ax in axes:
         if not -nd <= ax < nd:
@@ -52,6 +58,7 @@ def _plan(a, s, axes, fname: str, default_all: bool):
     s = list(s)
     if len(s) != len(axes):
         raise ValueError(with_location(f"np.fft.{fname}: s and axes have different lengths ({len(s)}, {len(axes)})"))
+    s = [_shape(a)[ax] if isinstance(n, (int, np.integer)) and n == -1 else n for n, ax in zip(s, axes)]
     return axes, s
 
 
@@ -96,20 +103,14 @@ def _transform(a, axes, kind: str, inverse: bool, n_last: int | None = None):
 def _c2c(a, s, axes, norm, inverse: bool, fname: str, default_all: bool = True):
     a = _complex(_array(a, fname), fname)
     axes, s = _plan(a, s, axes, fname, default_all)
+    if len(set(axes)) != len(axes):   # (NumPy's loop: 1-D transforms from the last axis, each cropping, padding
+        for ax, n in reversed(list(zip(axes, s))):   # and normalizing by its own n)
+            a = _c2c(a, [n], [ax], norm, inverse, fname)
+        return a
     for ax, n in zip(axes, s):
         if n is not None:
             a = _resize(a, ax, n, fname)
-    # (a repeated axis transforms again, as NumPy's loop over axes does)
-    groups, seen = [[]], set()
-    for ax in axes:
-        if ax in seen:
-            groups.append([])
-            seen = set()
-        groups[-1].append(ax)
-        seen.add(ax)
-    y = a
-    for group in reversed(groups):
-        y = _transform(y, group, "c2c", inverse)
+    y = _transform(a, axes, "c2c", inverse)
     points = math.prod(_shape(y)[ax] for ax in axes)
     return _scale(y, norm, points, inverse, fname)
 
@@ -150,17 +151,17 @@ def ifft2(a, s=None, axes=(-2, -1), norm=None, out=None):
     return _c2c(a, s, axes, norm, True, "ifft2")
 
 
-def _distinct(axes, fname):
-    if len(set(axes)) != len(axes):
-        raise NotImplementedError(with_location(f"np.fft.{fname}: repeated axes are not supported while tracing"))
-
-
 def rfftn(a, s=None, axes=None, norm=None, out=None, fname="rfftn"):
     """The real transform over the last of `axes`, then complex ones over the others."""
     _reject(fname, out=out)
     a = _real(_array(a, fname), fname)
     axes, s = _plan(a, s, axes, fname, True)
-    _distinct(axes, fname)
+    if len(set(axes)) != len(axes):   # (NumPy's loop: rfft over the last axis, then 1-D ffts from the last,
+        s = [_shape(a)[ax] if n is None else n for n, ax in zip(s, axes)]   # s defaulting to the input's lengths)
+        a = rfftn(a, [s[-1]], [axes[-1]], norm, None, fname)
+        for ax, n in reversed(list(zip(axes[:-1], s[:-1]))):
+            a = _c2c(a, [n], [ax], norm, False, fname)
+        return a
     for ax, n in zip(axes, s):
         if n is not None:
             a = _resize(a, ax, n, fname)
@@ -174,13 +175,16 @@ def irfftn(a, s=None, axes=None, norm=None, out=None, fname="irfftn"):
     _reject(fname, out=out)
     a = _complex(_array(a, fname), fname)
     axes, s = _plan(a, s, axes, fname, True)
-    _distinct(axes, fname)
     last = axes[-1]
     n_last = s[-1] if s[-1] is not None else 2 * (_shape(a)[last] - 1)
     if isinstance(n_last, Tracer):
         raise TypeError(with_location(f"np.fft.{fname}: n (or s) must be static (a Python int)"))
     if n_last < 1:
         raise ValueError(with_location(f"np.fft.{fname}: invalid number of data points ({n_last}) specified"))
+    if len(set(axes)) != len(axes):   # (NumPy's loop: 1-D iffts in order, then irfft over the last axis)
+        for ax, n in zip(axes[:-1], s[:-1]):
+            a = _c2c(a, [_shape(a)[ax] if n is None else n], [ax], norm, True, fname)
+        return irfftn(a, [n_last], [last], norm, None, fname)
     for ax, n in zip(axes[:-1], s[:-1]):
         if n is not None:
             a = _resize(a, ax, n, fname)
@@ -206,6 +210,27 @@ def rfft2(a, s=None, axes=(-2, -1), norm=None, out=None):
 
 def irfft2(a, s=None, axes=(-2, -1), norm=None, out=None):
     return irfftn(a, s, axes, norm, out, "irfft2")
+
+
+def _swap_direction(norm, fname):
+    swapped = {None: "forward", "backward": "forward", "ortho": "ortho", "forward": "backward"}
+    if norm not in swapped:
+        raise ValueError(with_location(f"np.fft.{fname}: norm must be 'backward', 'ortho' or 'forward', got {norm!r}"))
+    return swapped[norm]
+
+
+def hfft(a, n=None, axis=-1, norm=None, out=None):
+    """The real spectrum of a Hermitian-symmetric signal given by its first half: NumPy's irfft(conj(a), n, axis)
+    with the opposite normalization (n defaults to 2 (m - 1))."""
+    _reject("hfft", out=out)
+    a = _complex(_array(a, "hfft"), "hfft")
+    return irfftn(conjugate(a), None if n is None else [n], [axis], _swap_direction(norm, "hfft"), None, "hfft")
+
+
+def ihfft(a, n=None, axis=-1, norm=None, out=None):
+    """The inverse of hfft: NumPy's conj(rfft(a, n, axis)) with the opposite normalization."""
+    _reject("ihfft", out=out)
+    return conjugate(rfftn(a, None if n is None else [n], [axis], _swap_direction(norm, "ihfft"), None, "ihfft"))
 
 
 def fftfreq(n, d=1.0, device=None):

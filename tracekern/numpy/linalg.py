@@ -71,6 +71,28 @@ def _matrices(a, fname: str, square: bool = True, inexact: bool = True):
     return a
 
 
+_HERMITIAN = ("a Hermitian a = x + 1j*y has the eigenvalues of the real symmetric np.block([[x, -y], [y, x]]), each twice, "
+              "and any complex a the singular values of that real matrix, each twice")
+_COMPLEX_ADVICE = {
+    "det": "np.prod(np.linalg.eigvals(a), axis=-1) is det(a) (its gradient needs distinct eigenvalues)",
+    "slogdet": "np.sum(np.log(np.linalg.eigvals(a)), axis=-1) is log det(a) up to 2 pi i (its gradient needs distinct "
+               "eigenvalues)",
+    "eigh": _HERMITIAN, "eigvalsh": _HERMITIAN, "svd": _HERMITIAN, "svdvals": _HERMITIAN, "pinv": _HERMITIAN,
+    "matrix_rank": _HERMITIAN, "cond": _HERMITIAN, "norm": _HERMITIAN, "matrix_norm": _HERMITIAN,
+}
+
+
+def _real_only(a, fname: str):
+    """A TypeError naming the function as the user called it, for the factorizations traced for real matrices only."""
+    if is_complex(_dtype(a)):
+        advice = _COMPLEX_ADVICE.get(fname.split("(")[0])
+        raise TypeError(with_location(
+            f"np.linalg.{fname} of complex matrices ({_dtype(a).name}, shape {_shape(a)}) is not traced: tracekern's "
+            f"np.linalg takes complex matrices in solve, inv, eig, eigvals, matrix_power and the norms that need no SVD "
+            f"('fro', 1, -1, inf, -inf){'; ' + advice if advice else ''}"))
+    return a
+
+
 def solve(a, b):
     """x with a @ x = b. b is a vector (n,) or a stack of matrices (..., n, k) (NumPy 2's rule)."""
     a = _matrices(a, "solve")
@@ -91,24 +113,24 @@ def inv(a):
 
 
 def slogdet(a):
-    sign, logabsdet = bind(P.slogdet, _matrices(a, "slogdet"))
+    sign, logabsdet = bind(P.slogdet, _real_only(_matrices(a, "slogdet"), "slogdet"))
     return SlogdetResult(sign, logabsdet)
 
 
 def det(a):
     """sign * exp(log|det|), as NumPy computes it; its gradient at a singular matrix is the cofactor matrix."""
-    return bind(P.det, _matrices(a, "det"))
+    return bind(P.det, _real_only(_matrices(a, "det"), "det"))
 
 
 def cholesky(a, /, *, upper=False):
-    a = _matrices(a, "cholesky")
+    a = _real_only(_matrices(a, "cholesky"), "cholesky")
     if upper:   # (from the upper triangle: the lower of the transpose)
         return matrix_transpose(bind(P.cholesky, matrix_transpose(a)))
     return bind(P.cholesky, a)
 
 
 def qr(a, mode="reduced"):
-    a = _matrices(a, "qr", square=False)
+    a = _real_only(_matrices(a, "qr", square=False), "qr")
     m, n = _shape(a)[-2:]
     if mode == "complete" and m > n:
         raise NotImplementedError(with_location("np.linalg.qr(mode='complete') of a tall matrix is not supported while "
@@ -120,7 +142,7 @@ def qr(a, mode="reduced"):
 
 
 def eigh(a, UPLO="L"):   # noqa: N803 (NumPy's name)
-    a = _matrices(a, "eigh")
+    a = _real_only(_matrices(a, "eigh"), "eigh")
     UPLO = str(UPLO).upper()   # noqa: N806 (NumPy takes "l" and "u" too)
     if UPLO not in ("L", "U"):
         raise ValueError(with_location("np.linalg.eigh: UPLO must be 'L' or 'U'"))
@@ -129,7 +151,7 @@ def eigh(a, UPLO="L"):   # noqa: N803 (NumPy's name)
 
 
 def eigvalsh(a, UPLO="L"):   # noqa: N803
-    return eigh(a, UPLO).eigenvalues
+    return eigh(_real_only(_array(a, "eigvalsh"), "eigvalsh"), UPLO).eigenvalues
 
 
 def eig(a):
@@ -145,6 +167,7 @@ def eigvals(a):
 
 
 def svd(a, full_matrices=True, compute_uv=True, hermitian=False):
+    _real_only(_array(a, "svd"), "svd")
     if hermitian:
         return _hermitian_svd(a, compute_uv)
     a = _matrices(a, "svd", square=False)
@@ -169,7 +192,7 @@ def _hermitian_svd(a, compute_uv):
 
 
 def svdvals(x, /):
-    return svd(x, compute_uv=False)
+    return svd(_real_only(_array(x, "svdvals"), "svdvals"), compute_uv=False)
 
 
 def vector_norm(x, /, *, axis=None, keepdims=False, ord=2):
@@ -230,6 +253,7 @@ def _matrix_norm(x, axes, ord, keepdims):
         row = _sum(a, axis=c, keepdims=True)
         y = _max(row, axis=r, keepdims=True, initial=0) if ord == np.inf else _min(row, axis=r, keepdims=True)
     elif ord in (2, -2, "nuc"):
+        _real_only(x, f"norm(ord={ord!r})")
         moved = moveaxis(x, (r, c), (nd - 2, nd - 1))
         s = svd(moved, compute_uv=False)
         y = _sum(s, axis=-1) if ord == "nuc" else _max(s, axis=-1, initial=0) if ord == 2 else _min(s, axis=-1)
@@ -264,7 +288,7 @@ def norm(x, ord=None, axis=None, keepdims=False):
 
 def pinv(a, rcond=None, hermitian=False, *, rtol=np._NoValue):
     """The pseudo-inverse from the SVD, singular values below rcond * max(s) dropped (NumPy's rule)."""
-    a = _matrices(a, "pinv", square=False)
+    a = _real_only(_matrices(a, "pinv", square=False), "pinv")
     if rcond is None:
         rcond = 1e-15 if rtol is np._NoValue else (max(_shape(a)[-2:]) * np.finfo(_dtype(a)).eps if rtol is None else rtol)
     elif rtol is not np._NoValue:
@@ -401,7 +425,7 @@ def multi_dot(arrays, *, out=None):
 
 
 def matrix_rank(A, tol=None, hermitian=False, *, rtol=None):   # noqa: N803
-    A = _inexact(_array(A, "matrix_rank"), "matrix_rank")
+    A = _real_only(_inexact(_array(A, "matrix_rank"), "matrix_rank"), "matrix_rank")
     if len(_shape(A)) < 2:
         return _cast(builtins_any_nonzero(A), np.int64)
     s = svd(A, compute_uv=False, hermitian=hermitian)
@@ -423,7 +447,7 @@ def cond(x, p=None):
     """NumPy's: the ratio of extreme singular values (p None, 2, -2), else norm(x) * norm(inv(x)); a singular
     matrix's is inf (NumPy inverts without raising: where LU finds a zero pivot, slogdet's sign is 0, the
     inverse NaN), and so is a NaN from a matrix without NaN (0 / 0 of a zero matrix)."""
-    x = _matrices(x, "cond", square=p not in (None, 2, -2))
+    x = _real_only(_matrices(x, "cond", square=p not in (None, 2, -2)), "cond")
     if p in (None, 2, -2):
         s = svd(x, compute_uv=False)
         hi, lo = _max(s, axis=-1), _min(s, axis=-1)

@@ -395,12 +395,18 @@ abs = absolute   # noqa: A001
 
 
 def sign(x):
-    """-1, 0, 1; for complex x, x / |x| (0 at 0), as NumPy 2."""
+    """-1, 0, 1; for complex x, x / |x| as NumPy 2 computes it: each part divided by |x| (a zero part keeps its
+    sign), 0 at 0, and where |x| is infinite the direction of the infinite part (NaN if both are)."""
     _check_operand(x, "sign")
     if is_complex(_dtype(x)):
-        size = _cast(absolute(x), _dtype(x))
+        re, im, size = real(x), imag(x), absolute(x)
         zero = equal(size, 0)
-        return _pick(zero, 0, divide(x, _pick(zero, 1, size)))
+        safe = _pick(zero, 1, size)
+        re_inf, im_inf = isinf(re), isinf(im)
+        one_inf = logical_and(logical_or(re_inf, im_inf), logical_not(logical_and(re_inf, im_inf)))
+        unit_re = _pick(one_inf, _pick(re_inf, OPS["sign"](re), 0.0), divide(re, safe))
+        unit_im = _pick(one_inf, _pick(im_inf, OPS["sign"](im), 0.0), divide(im, safe))
+        return _pick(zero, 0, _make_complex(unit_re, unit_im))
     return OPS["sign"](x)
 
 
@@ -433,6 +439,34 @@ conjugate = conj
 def imag(val):
     _check_operand(val, "imag")
     return bind(P.imag, val) if is_complex(_dtype(val)) else zeros_like_of(val)
+
+
+def iscomplexobj(x):
+    """Whether x's dtype is complex: a dtype query, answered while tracing (a Python bool, as NumPy's)."""
+    return bool(is_complex(_dtype(x)))
+
+
+def isrealobj(x):
+    return not iscomplexobj(x)
+
+
+def iscomplex(x):
+    """imag(x) != 0 (all False for a real x), as NumPy's."""
+    return not_equal(imag(x), 0)
+
+
+def isreal(x):
+    return equal(imag(x), 0)
+
+
+def result_type(*arrays_and_dtypes):
+    """NumPy's result_type of the operands' dtypes, answered while tracing (a traced Python number stays weak)."""
+    tokens = [_token(a) if isinstance(a, Tracer) else a for a in arrays_and_dtypes]
+    return np.result_type(*[{float: 0.0, complex: 0j, int: 0}.get(t, t) if isinstance(t, type) else t for t in tokens])
+
+
+def can_cast(from_, to, casting="safe"):
+    return np.can_cast(_dtype(from_) if isinstance(from_, Tracer) else from_, to, casting)
 
 
 def angle(z, deg=False):

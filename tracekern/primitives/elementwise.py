@@ -511,10 +511,25 @@ erfc = Elementwise("erfc", None, [lambda ct, x, out: ops.mul(ct, ops.mul(_gauss(
                    dtypes="float", scalar="{erfc}({0})", numpy_impl=_scipy("erfc"))
 erfinv = Elementwise("erfinv", None, [lambda ct, x, out: ops.mul(ct, ops.mul(ops.exp(ops.mul(out, out)), _SQRT_PI_OVER_2))],
                      nin=1, dtypes="float", scalar="{erfinv}({0})", numpy_impl=_scipy("erfinv"))
-# d/dx log ndtr(x) = pdf(x) / ndtr(x) = exp(-x^2/2 - log_ndtr(x)) / sqrt(2 pi): finite far into the lower tail
-log_ndtr = Elementwise("log_ndtr", None,
-                       [lambda ct, x, out: ops.mul(ct, ops.mul(ops.exp(ops.sub(ops.mul(ops.mul(x, x), -0.5), out)),
-                                                               _INV_SQRT_2PI))],
+
+
+def _log_ndtr_slope(x, out):
+    """d/dx log ndtr(x) = pdf(x) / ndtr(x): exp(-x^2/2 - log_ndtr(x)) / sqrt(2 pi), but in the lower tail (below -20;
+    float32: -10) -x / S(x), S = 1 - 1/x^2 + 3/x^4 - 15/x^6 + ... the asymptotic series of the Mills ratio (the
+    exponential form's argument carries the rounding of x^2/2, which the second derivative, slope * (-x - slope),
+    amplifies by x^2: log_ndtr''(-1e4) was -1.54 where it is -1.0000)."""
+    tail = -10.0 if np.dtype(x.dtype) == np.float32 else -20.0
+    in_tail = ops.lt(x, tail)
+    xs = ops.select(in_tail, x, ops.full_like(x, tail))   # (the tail form's operand where it is used, a constant elsewhere)
+    z = ops.div(ops.full_like(x, 1), ops.mul(xs, xs))
+    series = ops.full_like(x, 1)
+    for k in range(12, 0, -1):   # (Horner: 1 - z (1 - 3z (1 - 5z (...))); the 13th term is below 1e-18 at x = -20)
+        series = ops.sub(ops.full_like(x, 1), ops.mul(ops.mul(z, series), float(2 * k - 1)))
+    exponent = ops.select(in_tail, ops.zeros_like(x), ops.sub(ops.mul(ops.mul(x, x), -0.5), out))
+    return ops.select(in_tail, ops.div(ops.neg(xs), series), ops.mul(ops.exp(exponent), _INV_SQRT_2PI))
+
+
+log_ndtr = Elementwise("log_ndtr", None, [lambda ct, x, out: ops.mul(ct, _log_ndtr_slope(x, out))],
                        nin=1, dtypes="float", scalar="{log_ndtr}({0})", numpy_impl=_scipy("log_ndtr"))
 i0 = Elementwise("i0", None, [lambda ct, x, out: ops.mul(ct, ops.i1(x))], nin=1, dtypes="float", scalar="{i0}({0})",
                  numpy_impl=_scipy("i0"))
@@ -526,10 +541,19 @@ i1 = Elementwise("i1", None, [lambda ct, x, out: ops.mul(ct, _at_zero(x, 0.5, op
 i1e = Elementwise("i1e", None, [lambda ct, x, out: ops.mul(ct, _at_zero(x, 0.5, ops.sub(ops.i0e(x), ops.mul(out, ops.add(
     ops.sign(x), ops.div(ops.full_like(x, 1), _safe(x)))))))], nin=1, dtypes="float", scalar="{i1e}({0})",
     numpy_impl=_scipy("i1e"))
+
+
+def _x_over(ct, x, d):
+    """ct x / d, the y-gradient of x log(y) (d = y) and of x log1p(y) (d = 1 + y): 0 where x == 0 (also where
+    d == 0, which stands in 1 there), and its x-derivative ct / d (1 / y, the mixed second derivative; a rule
+    selecting a constant 0 at x == 0 had the x-derivative 0 there)."""
+    return ops.div(ops.mul(ct, x), ops.select(ops.logical_and(ops.eq(x, 0), ops.eq(d, 0)), ops.full_like(d, 1), d))
+
+
 # x log(y) and x log1p(y), 0 where x == 0 (unless y is NaN); the y-gradient is 0 there too
 xlogy = Elementwise("xlogy", None, [lambda ct, x, y, out: ops.mul(ct, ops.log(y)),
-                                    lambda ct, x, y, out: _at_zero(x, 0, ops.div(ops.mul(ct, x), y))],
+                                    lambda ct, x, y, out: _x_over(ct, x, y)],
                     nin=2, dtypes="float", scalar="{xlogy}({0}, {1})", numpy_impl=_scipy("xlogy"))
 xlog1py = Elementwise("xlog1py", None, [lambda ct, x, y, out: ops.mul(ct, ops.log1p(y)),
-                                        lambda ct, x, y, out: _at_zero(x, 0, ops.div(ops.mul(ct, x), ops.add(y, 1)))],
+                                        lambda ct, x, y, out: _x_over(ct, x, ops.add(y, 1))],
                       nin=2, dtypes="float", scalar="{xlog1py}({0}, {1})", numpy_impl=_scipy("xlog1py"))
