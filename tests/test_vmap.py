@@ -82,9 +82,10 @@ def _merge(case, xs, cs):
 
 
 def _dtypes(cases):
-    """float64 for the float cases, complex128 for the complex ones; int64 and bool for the integer and bool ones."""
+    """float64 for the float cases, complex128 for the complex ones; int64 and bool for the integer and bool ones;
+    a row of none of these (float32 only), its own."""
     present = {d for c in cases for d in c.dtypes}
-    return [d for d in ("float64", "complex128", "int64", "bool") if d in present]
+    return [d for d in ("float64", "complex128", "int64", "bool") if d in present] or sorted(present)   # (a float32-only row)
 
 
 @functools.cache
