@@ -71,7 +71,7 @@ def functions(dtype: np.dtype, exact: bool = False) -> dict[str, str]:
             fns.update({f: f"{f}_exact_{sfx}" for f in ("sin", "cos", "tan")})
         fns.update({f: f"{f}_{sfx}" for f in ("floor", "ceil", "rint")})
         fns.update({f: f"{f}_{sfx}" for f in LIBM})
-        fns.update(sqrt=f"sqrt_{sfx}", abs="abs", sign="sign_f",
+        fns.update(sqrt=f"sqrt_{sfx}", abs="abs", sign=f"sign_{sfx}",
                    maximum="maximum_f", minimum="minimum_f", radd="radd", rmul="rmul", div="rdiv")
         fns.update({f: f"{f}_{sfx}" for f in FLOAT_FUNCTIONS})   # (issue 19)
         fns.update(to_int32=f"to_int32_{sfx}", to_int64=f"to_int64_{sfx}")
@@ -393,6 +393,9 @@ for _T, _sfx in ((f32, "f32"), (f64, "f64")):
     globals()[f"logaddexp_{_sfx}"] = jit_named(f"logaddexp_{_sfx}")(scalar_rules.logaddexp(_exp, _log1p, _T))
     globals()[f"logaddexp2_{_sfx}"] = jit_named(f"logaddexp2_{_sfx}")(
         scalar_rules.logaddexp(globals()[f"exp2_{_sfx}"], _log1p, _T, base2=True))
+
+for _T, _sfx in ((f32, "f32"), (f64, "f64")):   # (sign_f32, sign_f64: np.sign as selects, which vectorize)
+    globals()[f"sign_{_sfx}"] = jit_named(f"sign_{_sfx}")(scalar_rules.sign_float(_T))
 
 for _T, _sfx in ((f32, "f32"), (f64, "f64")):   # (to_int32_f32, ...: Convert's float -> integer)
     for _bits in (32, 64):

@@ -13,6 +13,17 @@ def sign_f(x):
     return math.tanh(x) if math.isinf(x) else x / abs(x)
 
 
+def sign_float(T):
+    """sign_f for one float type T, as selects of T's own +-1 and x - x (+0 at both zeros, NaN at NaN): the same
+    values as sign_f, but no call in the loop body (sign_f's tanh at +-inf kept the cpu backend's loop from
+    vectorizing: np.sign of 2**22 float32 took 5.5x its time before that branch)."""
+    one = T(1)
+
+    def sign(x):
+        return one if x > 0 else (-one if x < 0 else x - x)
+    return sign
+
+
 def sign_i(x):
     return int(x > 0) - int(x < 0)   # (NumPy has no bool subtraction)
 
