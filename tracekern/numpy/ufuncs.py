@@ -17,27 +17,38 @@ from ..primitives.elementwise import Elementwise
 from ..trace import WIDE
 from ._core import P, Tracer, _array, _cast, _check_dtype, _check_operand, _dtype, _promote, _reject, _shape, _token, bind, with_location
 
+_LOOPS: dict = {}   # (ufunc, operand tokens) -> _loop_dtypes' answer: resolve_dtypes and the checks once per signature
+
 
 def _loop_dtypes(ufunc, args: tuple, fname: str) -> tuple:
     """The dtypes of NumPy's loop for `ufunc` on these operands (NEP 50: Python scalars are weak), operands' then
     results'. No loop is NumPy's TypeError; a loop in a dtype tracekern has no kernels for (a bool's square is
-    int8, its sqrt float16) is a TypeError saying so."""
+    int8, its sqrt float16) is a TypeError saying so. Answers are kept per (ufunc, tokens): every traced operator
+    comes through here, and resolve_dtypes with the dtype names of the messages made a loop of 1,000 x[i] + s
+    trace 20% slower."""
     tokens = tuple(_token(a) for a in args)
     if all(isinstance(t, type) for t in tokens):   # Python scalars only (weak ones traced): their own dtypes
         tokens = tuple(_dtype(a) for a in args)
-    names = ", ".join(getattr(t, "name", getattr(t, "__name__", str(t))) for t in tokens)
+    key = (ufunc, tokens)
+    known = _LOOPS.get(key)
+    if known is not None:
+        return known
+
+    def names():
+        return ", ".join(getattr(t, "name", getattr(t, "__name__", str(t))) for t in tokens)
     try:
         dtypes = ufunc.resolve_dtypes(tokens + (None,) * ufunc.nout)
     except (TypeError, ValueError, np.exceptions.DTypePromotionError):
         advice = ("; NumPy has no complex loop for it (the imaginary part would be lost): take np.real(z), np.imag(z) "
                   "or np.abs(z) first" if any(getattr(t, "kind", "") == "c" or t is complex for t in tokens) else "")
-        raise TypeError(with_location(f"np.{ufunc.__name__} is not defined for operands of dtype {names}{advice}")) from None
+        raise TypeError(with_location(f"np.{ufunc.__name__} is not defined for operands of dtype {names()}{advice}")) from None
     for dtype in dtypes[ufunc.nin:]:
         if np.dtype(dtype) not in SUPPORTED_DTYPES:
             raise TypeError(with_location(
-                f"{fname}: NumPy computes np.{ufunc.__name__} of {names} in {np.dtype(dtype).name}, a dtype tracekern "
+                f"{fname}: NumPy computes np.{ufunc.__name__} of {names()} in {np.dtype(dtype).name}, a dtype tracekern "
                 f"does not support (it supports {', '.join(d.name for d in SUPPORTED_DTYPES)}); cast the operands "
                 "first, e.g. x.astype(np.int32) or x.astype(np.float32)"))
+    _LOOPS[key] = dtypes
     return dtypes
 
 
