@@ -677,6 +677,8 @@ def test_memory_order_a_and_k_raise_where_the_layout_decides(fn):
         tk.jit(fn, backend="interpret")(x)
     assert "test_numpy.py" in str(got.value) and "memory order" in str(got.value), got.value
     assert np.array_equal(tk.jit(lambda x: x[:, :1, :1].T.ravel("K"), backend="interpret")(x), x[:, :1, :1].T.ravel("K"))
+    for shape in ((2, 3, 4), (1, 2, 3, 1, 4), (2, 1, 3, 4, 1)):   # (axes of length 1 only: every order agrees)
+        assert np.array_equal(tk.jit(lambda x: x.reshape(shape, order="A"), backend="interpret")(x), x.reshape(shape))
     # tk.numpy called on NumPy arrays outside a trace knows their layout: NumPy's own reading
     for order in "AK":
         assert np.array_equal(tnp.ravel(x.T, order), np.ravel(x.T, order))

@@ -76,12 +76,18 @@ def _layout_free(a, fname: str, order: str, shape: tuple = ()) -> None:
     """order='A' (and ravel's 'K') read the array in its memory order: Fortran's for a Fortran-contiguous
     array (x.T of a C array, np.asfortranarray(x), a ufunc of either), C's otherwise. A traced value has no
     memory layout, so these orders are traced only where C's and Fortran's readings agree: an array (and,
-    for reshape, a target shape) with at most one axis longer than 1. Elsewhere a clear error, never C's
+    for reshape, a target shape) with at most one axis longer than 1, or a reshape that only adds or removes
+    axes of length 1 (x.reshape(x.shape, order='A')). Elsewhere a clear error, never C's
     reading where NumPy's may be Fortran's."""
     def line(s):
         return builtins.sum(1 for n in s if n != 1) <= 1 or 0 in s
+
+    def long_axes(s):
+        return [n for n in s if n != 1]
     if line(_shape(a)) and line(shape):
         return
+    if fname == "reshape" and long_axes(_shape(a)) == long_axes(shape):   # (only axes of length 1 added or removed:
+        return                                                           # every order reads the same elements)
     raise NotImplementedError(with_location(
         f"np.{fname}(order={order!r}) of an array of shape {_shape(a)}: NumPy reads the array in its memory order "
         "(Fortran's for x.T of a C array or np.asfortranarray(x), C's for a C-contiguous array), and a traced value "
