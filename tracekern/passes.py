@@ -96,42 +96,10 @@ def fold_constants(graph: Graph) -> Graph:
     return Graph(graph.inputs, tuple(eqns), graph.outputs, graph.input_notes)
 
 
-def even_powers_of_abs(graph: Graph) -> Graph:
-    """|x| * |x| and |x| ** k for a constant even integer k, of a real x, as x * x and x ** k: the same
-    bits (a product's sign, pow of an even power), and the same first derivative, but a second
-    derivative that is right at x = 0, where |x|'s derivative is 0 by convention (np.abs(x) ** 2's
-    Hessian at 0 was 0; it is 2)."""
-    made: dict[Var, Eqn] = {}
-    eqns: list[Eqn] = []
-    changed = False
-    for e in graph.eqns:
-        name = e.primitive.name
-        if name in ("mul", "pow") and len(e.inputs) == 2:
-            base = made.get(e.inputs[0])
-            if base is not None and base.primitive.name == "abs" and base.inputs[0].dtype == e.outputs[0].dtype \
-                    and base.inputs[0].dtype.kind in "fiu":
-                x = base.inputs[0]
-                other = made.get(e.inputs[1])
-                if name == "mul" and (e.inputs[1] is e.inputs[0] or (
-                        other is not None and other.primitive.name == "abs" and other.inputs[0] is x)):
-                    e, changed = Eqn(e.primitive, (x, x), e.outputs, e.params, e.source), True
-                elif name == "pow" and _even_integer(made.get(e.inputs[1])) and x.shape == e.inputs[0].shape:
-                    e, changed = Eqn(e.primitive, (x, e.inputs[1]), e.outputs, e.params, e.source), True
-        for v in e.outputs:
-            made[v] = e
-        eqns.append(e)
-    if not changed:
-        return graph
-    return Graph(graph.inputs, tuple(eqns), graph.outputs, graph.input_notes)
-
-
-def even_powers_at_apexes(graph: Graph) -> Graph:
-    """r * r and r ** k (a constant even integer k) of an r that is 0 at a cone's apex, where its gradient is 0 by
-    convention: the 2-norm and std (`where(s == 0, 0, sqrt(where(s == 0, 1, s)))`, reductions._sqrt_or_zero) and
-    hypot(a, b) (complex abs). r ** 2 is smooth there (it is s, or a*a + b*b), but the product rule through r's
-    convention gave it the second derivative 0 (np.linalg.norm(x) ** 2 at x = 0: its Hessian is 2I, JAX's NaN).
-    Each such power becomes `where(at the apex, s ** (k / 2), r ** k)`: the same bits (both are 0 at the apex,
-    r ** k elsewhere) and, at the apex, the smooth form's derivatives."""
+def _rewrite(graph: Graph, rewrite) -> Graph:
+    """The graph with each equation e replaced by rewrite(e, made, emit) where that is not None: `made` maps each
+    variable made so far to its equation, and emit(prim, inputs, aval, params, source) appends an equation before
+    the replacement and returns its output. The graph itself where nothing was replaced."""
     made: dict[Var, Eqn] = {}
     eqns: list[Eqn] = []
     changed = False
@@ -143,30 +111,69 @@ def even_powers_at_apexes(graph: Graph) -> Graph:
         return out
 
     for e in graph.eqns:
-        apex = _apex_power(e, made)
-        if apex is not None:
-            kind, args, k = apex
-            out = e.outputs[0]
-            scalar = Aval((), out.dtype)
-            if kind == "sqrt":   # r = sqrt_or_zero(s), at_apex = (s == 0)
-                at_apex, s = args
-            else:   # r = hypot(a, b), of r's shape (the smooth form a*a + b*b broadcasts as hypot did)
-                a, b = args
-                zero = emit(const, (), scalar, {"value": np.zeros((), out.dtype)}, e.source)
-                at_apex = emit(el.eq, (e.inputs[0], zero), Aval(out.shape, np.dtype(np.bool_)), source=e.source)
-                s = emit(el.add, (emit(el.mul, (a, a), a.aval, source=e.source),
-                                  emit(el.mul, (b, b), b.aval, source=e.source)), out.aval, source=e.source)
-            if k != 2:
-                half = emit(const, (), scalar, {"value": np.asarray(k // 2, out.dtype)}, e.source)
-                s = emit(el.power, (s, half), out.aval, source=e.source)
-            kept = emit(e.primitive, e.inputs, out.aval, e.params, e.source)
-            e, changed = Eqn(el.select, (at_apex, s, kept), e.outputs, {}, e.source), True
+        new = rewrite(e, made, emit)
+        if new is not None:
+            e, changed = new, True
         for v in e.outputs:
             made[v] = e
         eqns.append(e)
     if not changed:
         return graph
     return Graph(graph.inputs, tuple(eqns), graph.outputs, graph.input_notes)
+
+
+def even_powers_of_abs(graph: Graph) -> Graph:
+    """|x| * |x| and |x| ** k for a constant even integer k, of a real x, as x * x and x ** k: the same
+    bits (a product's sign, pow of an even power), and the same first derivative, but a second
+    derivative that is right at x = 0, where |x|'s derivative is 0 by convention (np.abs(x) ** 2's
+    Hessian at 0 was 0; it is 2)."""
+    def rewrite(e: Eqn, made: dict[Var, Eqn], emit) -> Eqn | None:
+        name = e.primitive.name
+        if name not in ("mul", "pow") or len(e.inputs) != 2:
+            return None
+        base = made.get(e.inputs[0])
+        if base is None or base.primitive.name != "abs" or base.inputs[0].dtype != e.outputs[0].dtype \
+                or base.inputs[0].dtype.kind not in "fiu":
+            return None
+        x = base.inputs[0]
+        other = made.get(e.inputs[1])
+        if name == "mul" and (e.inputs[1] is e.inputs[0] or (
+                other is not None and other.primitive.name == "abs" and other.inputs[0] is x)):
+            return Eqn(e.primitive, (x, x), e.outputs, e.params, e.source)
+        if name == "pow" and _even_integer(other) and x.shape == e.inputs[0].shape:
+            return Eqn(e.primitive, (x, e.inputs[1]), e.outputs, e.params, e.source)
+        return None
+    return _rewrite(graph, rewrite)
+
+
+def even_powers_at_apexes(graph: Graph) -> Graph:
+    """r * r and r ** k (a constant even integer k) of an r that is 0 at a cone's apex, where its gradient is 0 by
+    convention: the 2-norm and std (`where(s == 0, 0, sqrt(where(s == 0, 1, s)))`, reductions._sqrt_or_zero) and
+    hypot(a, b) (complex abs). r ** 2 is smooth there (it is s, or a*a + b*b), but the product rule through r's
+    convention gave it the second derivative 0 (np.linalg.norm(x) ** 2 at x = 0: its Hessian is 2I, JAX's NaN).
+    Each such power becomes `where(at the apex, s ** (k / 2), r ** k)`: the same bits (both are 0 at the apex,
+    r ** k elsewhere) and, at the apex, the smooth form's derivatives."""
+    def rewrite(e: Eqn, made: dict[Var, Eqn], emit) -> Eqn | None:
+        apex = _apex_power(e, made)
+        if apex is None:
+            return None
+        kind, args, k = apex
+        out = e.outputs[0]
+        scalar = Aval((), out.dtype)
+        if kind == "sqrt":   # r = sqrt_or_zero(s), at_apex = (s == 0)
+            at_apex, s = args
+        else:   # r = hypot(a, b), of r's shape (the smooth form a*a + b*b broadcasts as hypot did)
+            a, b = args
+            zero = emit(const, (), scalar, {"value": np.zeros((), out.dtype)}, e.source)
+            at_apex = emit(el.eq, (e.inputs[0], zero), Aval(out.shape, np.dtype(np.bool_)), source=e.source)
+            s = emit(el.add, (emit(el.mul, (a, a), a.aval, source=e.source),
+                              emit(el.mul, (b, b), b.aval, source=e.source)), out.aval, source=e.source)
+        if k != 2:
+            half = emit(const, (), scalar, {"value": np.asarray(k // 2, out.dtype)}, e.source)
+            s = emit(el.power, (s, half), out.aval, source=e.source)
+        kept = emit(e.primitive, e.inputs, out.aval, e.params, e.source)
+        return Eqn(el.select, (at_apex, s, kept), e.outputs, {}, e.source)
+    return _rewrite(graph, rewrite)
 
 
 def _apex_power(e: Eqn, made: dict[Var, Eqn]):
