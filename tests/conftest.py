@@ -41,6 +41,24 @@ def backend(request):
 INPUT_KINDS = ("any", "pos", "unit", "nz", "gt1")   # (tests/numpy_cases.make adds its own kinds to these)
 
 
+def stand_in_or_recorded(module, stand_in, recording, what: str):
+    """The library object a cuda test gives `module` (tracekern.backends.cublas or cufft) through use_library: the
+    stand-in on Numba's simulator (the NVIDIA library cannot run there), on a GPU the real library with its calls
+    recorded (`recording(real)`), so that one test's assertions check either; the test is skipped on a GPU without
+    nvmath-python. The caller puts use_library(None) back."""
+    from tracekern.backends import cuda as tkcuda
+
+    if tkcuda.launch_config().simulator:
+        lib = stand_in()
+    else:
+        real = module.library()
+        if real is None:
+            pytest.skip(f"a GPU without nvmath-python: no {what} to record")
+        lib = recording(real)
+    module.use_library(lib)
+    return lib
+
+
 def make_input(kind: str, shape, rng, dtype=np.float64):
     if kind == "any":
         x = rng.standard_normal(shape)

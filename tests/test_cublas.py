@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import tracekern as tk
-from tests.conftest import to_host
+from tests.conftest import stand_in_or_recorded, to_host
 from tracekern.backends import cublas
 from tracekern.backends import cuda as tkcuda
 
@@ -137,14 +137,7 @@ class RecordingCublas(FakeCublas):
 def fake(monkeypatch):
     """The cuda backend with matmuls on the stand-in (on the simulator: cuBLAS cannot run there), or
     on a GPU on the real cuBLAS with its calls recorded."""
-    if tkcuda.launch_config().simulator:
-        lib = FakeCublas()
-    else:
-        real = cublas.library()
-        if real is None:
-            pytest.skip("a GPU without nvmath-python: no cuBLAS to record")
-        lib = RecordingCublas(real)
-    cublas.use_library(lib)
+    lib = stand_in_or_recorded(cublas, FakeCublas, RecordingCublas, "cuBLAS")
     launch = tkcuda.launch_config()
     monkeypatch.setattr(tkcuda, "launch_config", lambda: tkcuda.Launch(**{**launch.__dict__, "cublas": True}))
     yield lib

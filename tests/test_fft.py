@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import tracekern as tk
-from tests.conftest import to_host
+from tests.conftest import stand_in_or_recorded, to_host
 from tracekern.backends import cuda as tkcuda
 from tracekern.backends import cufft
 from tracekern.errors import TracekernError
@@ -127,14 +127,7 @@ def _on_simulator() -> bool:
 def fake():
     """cuFFT's calls on the stand-in (on the simulator: cuFFT cannot run there), or on a GPU on the real
     cuFFT with its calls recorded."""
-    if _on_simulator():
-        lib = FakeCufft()
-    else:
-        real = cufft.library()
-        if real is None:
-            pytest.skip("a GPU without nvmath-python: no cuFFT to record")
-        lib = RecordingCufft(real)
-    cufft.use_library(lib)
+    lib = stand_in_or_recorded(cufft, FakeCufft, RecordingCufft, "cuFFT")
     yield lib
     cufft.use_library(None)
 
