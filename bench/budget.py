@@ -36,9 +36,9 @@ import json
 import os
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 from bench.harness import (
+    Job,
     Section,
     in_process,
     interleaved,
@@ -48,6 +48,7 @@ from bench.harness import (
     ms,
     peer_tools,
     sampled_peak,
+    two_lanes,
 )
 
 WORKLOADS = ("mlp", "transformer", "chain")
@@ -185,8 +186,8 @@ def _configs(module, budgets: list[int]) -> dict:
 
 def warm(name: str, size: str, budgets: list[int], part: int, parts: int) -> dict:
     """Compile every `parts`-th point of a workload (from the `part`-th) into the disk cache: its step and
-    tk.vjp's halves at its budget (run before the timing process, two of these at a time, one per core:
-    the timing process then loads them; compiling them there, one after another, was half its time)."""
+    tk.vjp's halves at its budget (on one core, beside another workload's timing process: the timing process
+    then loads them; compiling them there, one after another, was half its time)."""
     import numpy as np
 
     import tracekern as tk
@@ -292,36 +293,53 @@ def run(options: argparse.Namespace) -> dict:
              and (not options.tools or t in options.tools)]
     names = [n for n in WORKLOADS if not options.only or n in options.only]
     start = time.perf_counter()
-    rows, workloads = [], {}
-    # first, with no timing running, two processes at a time (one per core): each workload's budgets, then
-    # tracekern's points compiled into the disk cache, half of a workload's in each of two processes
-    print("budget: planning and compiling ...", end="", flush=True, file=sys.stderr)
-    with ThreadPoolExecutor(2) as pool:
-        for name, info in zip(names, pool.map(lambda n: in_process("bench.budget", "--plan", n, size, env=THREAD_ENV),
-                                              names)):
-            workloads[name] = info
-        if "tracekern" in tools:
-            jobs = [(n, k, parts) for n in names for parts in [1 + (len(workloads[n]["budgets"]) > 1)]
-                    for k in range(parts)]
-            list(pool.map(lambda j: in_process("bench.budget", "--warm", j[0], size, json.dumps(workloads[j[0]]["budgets"]),
-                                               str(j[1]), str(j[2]), env=dict(THREAD_ENV, TRACEKERN_COMPILE_WORKERS="0")),
-                          jobs))
-    print(f" {time.perf_counter() - start:.0f} s", file=sys.stderr)
-    for name in names:
-        print(f"budget: {name} ...", end="", flush=True, file=sys.stderr)
-        info = workloads[name]
-        if len(info["budgets"]) == 1:
-            notes.append(f"{name}: one point: its value_and_grad step has one plan whatever the budget "
-                         f"({_size(info['budgets'][0])}, the smallest feasible): a fused step remakes elementwise "
-                         "values from the forward's arrays, and this one makes no others (tk.vjp, whose halves are "
-                         "separate functions, can save more)")
-        for tool in tools:
-            args = [json.dumps(info["budgets"])] if tool == "tracekern" else []
+    workloads: dict = {}
+    # Two lanes (harness.two_lanes): every timing process runs alone, one thread per tool, and what measures nothing
+    # (each workload's plan, its points compiled into the disk cache by two processes, and the jobs of later sections
+    # that measure nothing: options.lane_jobs, the calls table's counts) runs beside it on the other core. A timing
+    # process uses one core; the targets compare CPU time per step in paired rounds. Beside a compiling process, the
+    # mlp's nine points measured within 1% of the same points quiet, in wall and in CPU time (README "Budgets").
+    def plan_job(name):
+        def fn():
+            workloads[name] = in_process("bench.budget", "--plan", name, size, env=THREAD_ENV)
+        return Job(f"plan {name}", fn, timing=False)
+
+    def warm_job(name, part, parts):
+        return Job(f"compile {name} {part}", lambda: in_process(
+            "bench.budget", "--warm", name, size, json.dumps(workloads[name]["budgets"]), str(part), str(parts),
+            env=dict(THREAD_ENV, TRACEKERN_COMPILE_WORKERS="0")), timing=False, after=(f"plan {name}",))
+
+    def time_job(name, tool, after):
+        def fn():
+            args = [json.dumps(workloads[name]["budgets"])] if tool == "tracekern" else []
             try:
-                rows += in_process("bench.budget", "--time", tool, name, size, *args, env=THREAD_ENV)
+                return in_process("bench.budget", "--time", tool, name, size, *args, env=THREAD_ENV)
             except RuntimeError as err:     # a peer that fails is a result, not a crash of the job
                 notes.append(f"{name} ({tool}): failed: {str(err).splitlines()[-1][:200]}")
-        print(f" {time.perf_counter() - start:.0f} s", file=sys.stderr)
+                return []
+        return Job(f"time {name} {tool}", fn, timing=True, after=after)
+
+    timing, work = [], [plan_job(n) for n in names]
+    for name in names:
+        compiles = [warm_job(name, k, 2) for k in range(2)] if "tracekern" in tools else []
+        work += compiles
+        timing += [time_job(name, tool, tuple(c.name for c in compiles) if tool == "tracekern" else ())
+                   for tool in tools]
+    lane_jobs = list(getattr(options, "lane_jobs", None) or [])
+    print(f"budget: {len(timing)} timing processes, one at a time, beside {len(work)} that plan and compile"
+          + (f" and {len(lane_jobs)} of later sections" if lane_jobs else "") + " ...", file=sys.stderr)
+    # (timing jobs first: one starts whenever it can; the lane beside takes the work in order)
+    done = two_lanes(timing + work + lane_jobs, progress=lambda job: print(
+        f"budget: {job} ({time.perf_counter() - start:.0f} s)", file=sys.stderr))
+    if hasattr(options, "lane_results"):
+        options.lane_results.update({j.name: done[j.name] for j in lane_jobs})
+    rows = [r for name in names for tool in tools for r in done[f"time {name} {tool}"]]
+    for name in names:
+        if len(workloads[name]["budgets"]) == 1:
+            notes.append(f"{name}: one point: its value_and_grad step has one plan whatever the budget "
+                         f"({_size(workloads[name]['budgets'][0])}, the smallest feasible): a fused step remakes "
+                         "elementwise values from the forward's arrays, and this one makes no others (tk.vjp, whose "
+                         "halves are separate functions, can save more)")
     notes += _targets(rows, names)
     if "torch" not in tools:
         notes.append("PyTorch's activation_memory_budget (torch.compile's min-cut partitioner) is not shown: torch is "
@@ -474,7 +492,7 @@ def plot(result: dict, path: str) -> str | None:
     return path
 
 
-SECTION = Section("budget", run, table, plot, compare, markdown)
+SECTION = Section("budget", run, table, plot, compare, markdown, hosts_lanes=True)
 
 
 def main(argv=None) -> None:

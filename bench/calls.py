@@ -29,9 +29,8 @@ import os
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 
-from bench.harness import ROOT, Section, in_process, main_job
+from bench.harness import ROOT, Job, Section, in_process, main_job, two_lanes
 
 
 def _count(staged, args) -> tuple[int, int, int]:
@@ -126,38 +125,51 @@ def _old_tracekern(checkout: str) -> dict:
     return {"PYTHONPATH": os.pathsep.join([shim, ROOT])}
 
 
-def run(options: argparse.Namespace) -> dict:
+def jobs(options: argparse.Namespace) -> tuple[list, object]:
+    """The section's work as harness Jobs (counting processes: nothing is timed) and the function that turns their
+    results into the section's result. Each process counts every other workload (a process's start-up, about a
+    second, is paid twice, not once a workload); compile workers off: a process uses one core."""
     import kernels
 
     size = "quick" if options.quick else "full"
     names = [n for n in kernels.MODULES if not getattr(options, "only", None) or n in options.only]
-    rows, start = [], time.perf_counter()
     against = getattr(options, "against", None)
-    # (nothing is timed: the workloads are counted in two processes at once, one per core)
-    print(f"counting {len(names)} workloads, two at a time ...", end="", flush=True, file=sys.stderr)
-    # (one process counts every other workload: a process's start-up, about a second, is paid twice, not once a workload)
-    halves = [names[0::2], names[1::2]]
+    halves = [h for h in (names[0::2], names[1::2]) if h]
+    env = {"TRACEKERN_COMPILE_WORKERS": "0"}
 
-    def count(half, env=None):
-        return in_process("bench.calls", "--count", size, *half, env=env) if half else []
+    def count(half, old=False):
+        return lambda: in_process("bench.calls", "--count", size, *half, env=dict(env, **(_old_tracekern(against) if old else {})))
 
-    with ThreadPoolExecutor(2) as pool:
-        got_halves = list(pool.map(count, halves))
-        old_halves = list(pool.map(lambda h: count(h, _old_tracekern(against)), halves)) if against else [[], []]
-    by_name = {n: rows for half, got in zip(halves, got_halves) for n, rows in zip(half, got)}
-    old_by_name = {n: rows for half, got in zip(halves, old_halves) for n, rows in zip(half, got)}
-    counted = [by_name[n] for n in names]
-    old = [old_by_name.get(n) for n in names]
-    for got, was in zip(counted, old):
-        for r, o in zip(got, was or []):
-            r.update({k: v for k, v in o.items() if k.startswith("old_")})
-        rows += got
+    work = [Job(f"calls {k}", count(h), timing=False) for k, h in enumerate(halves)]
+    work += [Job(f"calls old {k}", count(h, old=True), timing=False) for k, h in enumerate(halves) if against]
+
+    def finish(results: dict) -> dict:
+        by_name = {n: rows for k, h in enumerate(halves) for n, rows in zip(h, results[f"calls {k}"])}
+        old_by_name = {n: rows for k, h in enumerate(halves) if against for n, rows in zip(h, results[f"calls old {k}"])}
+        rows = []
+        for n in names:
+            got = by_name[n]
+            for r, o in zip(got, old_by_name.get(n) or []):
+                r.update({k: v for k, v in o.items() if k.startswith("old_")})
+            rows += got
+        notes = ["kernel calls: a step's kernel calls, loop steps included; from Python: calls from the interpreter into "
+                 "compiled code a step, with loops driven from the step (before) and compiled whole (now)"]
+        if against:
+            notes.append(f"old: the tracekern of {against} (kernels/ and bench/ of this tree); '-': it cannot run that strategy")
+        return {"size": size, "notes": notes, "rows": rows, "against": against}
+
+    return work, finish
+
+
+def run(options: argparse.Namespace) -> dict:
+    """The counts, two processes at once (one per core); in the main job these processes run beside the budget
+    section's single-core timing instead (harness.Section.jobs)."""
+    start = time.perf_counter()
+    work, finish = jobs(options)
+    print(f"counting in {len(work)} processes, two at a time ...", end="", flush=True, file=sys.stderr)
+    result = finish(two_lanes(work))
     print(f" ({time.perf_counter() - start:.0f} s)", file=sys.stderr)
-    notes = ["kernel calls: a step's kernel calls, loop steps included; from Python: calls from the interpreter into "
-             "compiled code a step, with loops driven from the step (before) and compiled whole (now)"]
-    if against:
-        notes.append(f"old: the tracekern of {against} (kernels/ and bench/ of this tree); '-': it cannot run that strategy")
-    return {"size": size, "notes": notes, "rows": rows, "against": against}
+    return result
 
 
 def _n(v) -> str:
@@ -195,7 +207,7 @@ def markdown(result: dict) -> str:
     return "\n".join(lines)
 
 
-SECTION = Section("calls", run, table, markdown=markdown)
+SECTION = Section("calls", run, table, markdown=markdown, jobs=jobs)
 
 
 def main(argv=None):

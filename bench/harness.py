@@ -245,6 +245,67 @@ def _run(cmd: list[str], env: dict) -> tuple[subprocess.CompletedProcess, float]
             round(usage.ru_utime + usage.ru_stime, 3))
 
 
+@dataclass
+class Job:
+    """A piece of a section's work for two_lanes: fn() runs one process and returns its result. `timing`: it measures
+    time (never beside another timing job); otherwise it measures nothing (compiles into the disk cache, counts), runs
+    on one core, and may run beside a timing job whose process uses one core. `after`: names of jobs that end first."""
+    name: str
+    fn: Callable[[], object]
+    timing: bool
+    after: tuple[str, ...] = ()
+
+
+def two_lanes(jobs: list[Job], lanes: int = 2, progress: Callable[[str], None] | None = None) -> dict[str, object]:
+    """Runs the jobs on `lanes` threads (each job a process on one core): whenever a lane is free it takes the first job,
+    in list order, whose `after` jobs have ended, a timing job only while no other timing job runs. {name: result}; the
+    first job that raised raises again once every job has ended (a job after it runs all the same)."""
+    names = {j.name for j in jobs}
+    missing = {a for j in jobs for a in j.after} - names
+    if missing or len(names) != len(jobs):
+        raise ValueError(f"two_lanes: jobs named twice, or after unknown jobs: {sorted(missing)}")
+    done: dict[str, object] = {}
+    errors: list[BaseException] = []
+    pending = list(jobs)
+    state = {"timing": False}
+    cond = threading.Condition()
+
+    def ready(j: Job) -> bool:
+        return all(a in done for a in j.after) and not (j.timing and state["timing"])
+
+    def lane() -> None:
+        while True:
+            with cond:
+                while pending and not any(ready(j) for j in pending):
+                    cond.wait()
+                if not pending:
+                    return
+                job = next(j for j in pending if ready(j))
+                pending.remove(job)
+                state["timing"] |= job.timing
+            try:
+                result = job.fn()
+            except BaseException as err:   # noqa: BLE001 (raised again below, after the other lanes end)
+                result = None
+                errors.append(err)
+            with cond:
+                done[job.name] = result
+                if job.timing:
+                    state["timing"] = False
+                cond.notify_all()
+            if progress:
+                progress(job.name)
+
+    threads = [threading.Thread(target=lane) for _ in range(lanes)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return done
+
+
 def peer_tools() -> tuple[list[str], list[str]]:
     """(the peer tools importable here, a note for each absent one saying how to add it)."""
     from kernels import peers
@@ -331,6 +392,14 @@ class Section:
     plot: Callable[[dict, str], str | None] | None = None
     compare: Callable[[dict, dict], str] | None = None
     markdown: Callable[[dict], str] | None = None
+    # A section that measures nothing (counts, say): jobs(options) -> (its Jobs, none of them timing; finish, which
+    # turns {job name: result} into the section's result). run(options) runs them on both cores; the main job gives
+    # them instead to a section that hosts lanes (below), which runs them beside its own single-core timing.
+    jobs: Callable[[argparse.Namespace], tuple[list[Job], Callable[[dict], dict]]] | None = None
+    # A section whose timing processes use one core each (bench.budget: one thread per tool, CPU time compared): its
+    # run takes options.lane_jobs (Jobs of later sections that measure nothing) into its own two_lanes, and puts their
+    # results in options.lane_results.
+    hosts_lanes: bool = False
 
 
 def _sections_of(result: dict, first: str) -> dict:
@@ -375,8 +444,13 @@ def main_job(sections: list[Section], argv=None, prog: str = "python -m bench", 
         return None
     result = dict(machine(), size="quick" if args.quick else "full", sections={})
     start = time.perf_counter()
+    # sections that measure nothing, after one that hosts lanes: their jobs run there, beside its timing
+    host = next((s for s in chosen if s.hosts_lanes), None)
+    laned = {s.name: s.jobs(args) for s in chosen[chosen.index(host) + 1:] if s.jobs} if host else {}
+    args.lane_jobs = [j for jobs, _ in laned.values() for j in jobs]
+    args.lane_results = {}
     for s in chosen:
-        part = s.run(args)
+        part = laned[s.name][1](args.lane_results) if s.name in laned else s.run(args)
         result["sections"][s.name] = part
         print(f"== {s.name}\n{s.table(part)}")
         for note in part.get("notes", []):

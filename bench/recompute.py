@@ -8,8 +8,8 @@ are installed, side by side.
     python -m bench [--quick] [--only WORKLOAD ...] [--tools TOOL ...] [--load N ...] [--json PATH] [--plot PATH]
     python -m bench --compare OLD.json NEW.json
 
-How it runs: tracekern's configurations are compiled first, by four processes, two at a time on two
-cores, each compiling every fourth configuration in turn, each workload's "none" first, compile workers off
+How it runs: tracekern's configurations are compiled first, by one process a core, each taking the next
+configuration no other has taken (every workload's "none" first), compile workers off
 (each configuration's first call minus a second is its cold compile time; the kernels land in the disk cache). Then,
 workload by workload, one process per tool times all of that workload's strategies in interleaved
 rounds (so that the machine's load hits each alike), and samples the peak memory of a few more
@@ -34,6 +34,7 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -80,6 +81,21 @@ def compile_one(name: str, strategy: str, size: str) -> dict:
     # need not trace and plan the configuration again (0.8 s a configuration)
     return {"compile_s": max(first - second, 0.0), "compiled": _compiled() > before,
             **_memory(tk.jit(w.loss).lower(*w.args).memory, step.lower(*w.args).memory)}
+
+
+def compile_queue(size: str, queue: str) -> list:
+    """compile_one of every configuration of DIR/configs.json ("workload:strategy", in order) that this process
+    takes: a configuration is taken by creating DIR/<its index> (O_EXCL: by one process only). [[config, row]]."""
+    with open(os.path.join(queue, "configs.json")) as fh:
+        configs = json.load(fh)
+    got = []
+    for k, config in enumerate(configs):
+        try:
+            os.close(os.open(os.path.join(queue, str(k)), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            continue
+        got.append([config, compile_one(*config.split(":"), size)])
+    return got
 
 
 def _memory(plain, joint) -> dict:
@@ -179,15 +195,16 @@ def run(options: argparse.Namespace) -> dict:
         configs = [(n, s) for depth in range(deepest) for n in names for s in kernels.MODULES[n].STRATEGIES[depth:depth + 1]]
         workers = max(1, min(os.cpu_count() or 1, len(configs)))
         progress(f"compiling {len(configs)} tracekern configurations, {workers} processes at once ...", end="")
-        # two processes a core, each compiling every (2 x cores)-th configuration in turn, `workers` at once (a
-        # process's start-up, about a second, is paid four times on two cores, not once a configuration; two a
-        # core balance the cores better than one); compile workers off: the processes already use every core
-        shares = [share for k in range(2 * workers) if (share := configs[k::2 * workers])]
-        with ThreadPoolExecutor(workers) as pool:
-            for share, got in zip(shares, pool.map(
-                    lambda share: in_process("bench.recompute", "--compile-many", size, *(f"{n}:{s}" for n, s in share),
-                                             env={"TRACEKERN_COMPILE_WORKERS": "0"}), shares)):
-                compiled.update(zip(share, got))
+        # one process a core, each taking the next configuration not yet taken, in order, until none is left (a
+        # process's start-up, about a second, is paid once a core, not once a configuration, and no core waits for
+        # another's longer share); compile workers off: the processes already use every core
+        with tempfile.TemporaryDirectory() as queue:
+            with open(os.path.join(queue, "configs.json"), "w") as fh:
+                json.dump([f"{n}:{s}" for n, s in configs], fh)
+            with ThreadPoolExecutor(workers) as pool:
+                for got in pool.map(lambda _: in_process("bench.recompute", "--compile-queue", size, queue,
+                                                         env={"TRACEKERN_COMPILE_WORKERS": "0"}), range(workers)):
+                    compiled.update({tuple(c.split(":")): r for c, r in got})
         progress(f" {time.perf_counter() - start:.0f} s")
     rows = []
     for busy in loads:
@@ -309,8 +326,8 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--compile"]:
         print(json.dumps(compile_one(*argv[1:4])))
-    elif argv[:1] == ["--compile-many"]:    # --compile-many SIZE WORKLOAD:STRATEGY ...: compile_one of each, in turn
-        print(json.dumps([compile_one(*c.split(":"), argv[1]) for c in argv[2:]]))
+    elif argv[:1] == ["--compile-queue"]:    # --compile-queue SIZE DIR: compile_one of each configuration it takes
+        print(json.dumps(compile_queue(argv[1], argv[2])))
     elif argv[:1] == ["--time"]:
         tool, name, size = argv[1:4]
         print(json.dumps(time_tracekern(name, size, memory="--memory-known" not in argv) if tool == "tracekern"

@@ -154,6 +154,34 @@ def test_lower_reports_the_plan():
     assert (jitted.residual_bytes, jitted.solver, jitted.memory_budget) == (m.residual_bytes, m.solver, m.memory_budget)
 
 
+def test_a_budget_planned_again_reuses_its_solutions(monkeypatch):
+    """Tracing the same function under the same budget again (tk.vjp in a loop, a step's lower() then its call)
+    asks the MILP solver nothing new: the plans are the same, from remembered solutions; another budget solves."""
+    from scipy import optimize
+
+    calls = []
+    real = optimize.milp
+    monkeypatch.setattr(optimize, "milp", lambda *a, **k: calls.append(1) or real(*a, **k))
+    monkeypatch.setattr(remat, "_SOLVED", {})
+    ws, x = mlp_args(depth=5, width=10)
+    probe = tk.make_ir(mlp_loss, mode="vjp", memory_budget=1.0)(ws, x)
+    top, low = probe.unconstrained_bytes, probe.smallest_budget
+    assert low < top
+    first = tk.make_ir(mlp_loss, mode="vjp", memory_budget=(top + low) // 2)(ws, x)
+    solved = len(calls)
+    assert solved >= 2
+    again = tk.make_ir(mlp_loss, mode="vjp", memory_budget=(top + low) // 2)(ws, x)
+    assert len(calls) == solved
+    assert (again.residual_bytes, again.solver, [str(v.aval) for v in again.residuals]) == \
+        (first.residual_bytes, first.solver, [str(v.aval) for v in first.residuals])
+    other = tk.make_ir(mlp_loss, mode="vjp", memory_budget=low)(ws, x)
+    assert len(calls) > solved and other.residual_bytes <= again.residual_bytes
+    # (the oldest solutions go first beyond remat._SOLVED_MAX)
+    monkeypatch.setattr(remat, "_SOLVED_MAX", 2)
+    tk.make_ir(mlp_loss, mode="vjp", memory_budget=(top + 3 * low) // 4)(ws, x)
+    assert len(remat._SOLVED) <= 2
+
+
 def test_a_budgeted_grad_step_runs_the_plan():
     """The grad step under a budget is the plan's forward, then its backward: the equations it
     re-runs read saved values through barriers (so CSE cannot merge them back into the forward)."""

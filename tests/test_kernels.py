@@ -291,3 +291,90 @@ def test_a_measuring_process_s_cpu_time_counts_the_processes_it_waited_for(tmp_p
     assert 0.55 <= ran[0]["cpu_s"] < ran[0]["wall_s"] + 5, ran
     with pytest.raises(RuntimeError, match="tk_burn"):   # (a failing process still raises with its output)
         harness.in_process("tk_burn", "x", "y", env={"PYTHONPATH": "/nonexistent"})
+
+
+def test_two_lanes_never_runs_two_timing_jobs_at_once_and_keeps_each_job_after_its_own():
+    """harness.two_lanes: a timing job runs alone or beside work (never beside another timing job), a job starts
+    only after those it names, a free lane takes the first ready job in list order, and a job that raised raises
+    again once every job has ended (the jobs after it ran all the same)."""
+    import threading
+    import time
+
+    running, log, lock = set(), [], threading.Lock()
+
+    def job(name, seconds):
+        def fn():
+            with lock:
+                log.append(("start", name, frozenset(running)))
+                running.add(name)
+            time.sleep(seconds)
+            with lock:
+                running.discard(name)
+                log.append(("end", name, None))
+            return name.upper()
+        return fn
+
+    J = harness.Job
+    jobs = [J("time a", job("time a", 0.05), True, after=("compile a",)), J("time b", job("time b", 0.05), True),
+            J("time c", job("time c", 0.05), True), J("compile a", job("compile a", 0.08), False),
+            J("count", job("count", 0.02), False)]
+    done = harness.two_lanes(jobs)
+    assert done == {j.name: j.name.upper() for j in jobs}
+    starts = {name: beside for kind, name, beside in log if kind == "start"}
+    order = [name for kind, name, _ in log if kind == "end"]
+    assert all(not any(b.startswith("time") for b in beside) for name, beside in starts.items() if name.startswith("time"))
+    assert order.index("compile a") < [n for k, n, _ in log if k == "start"].index("time a")
+    # the first lane takes "time b" (time a waits for its compile), the second "compile a": both at once
+    assert log[0][1] == "time b" and log[1][1] == "compile a"
+    assert any("compile a" in beside for name, beside in starts.items() if name.startswith("time"))
+
+    def boom():
+        raise RuntimeError("the compile failed")
+    after = []
+    with pytest.raises(RuntimeError, match="the compile failed"):
+        harness.two_lanes([J("compile", boom, False), J("time", lambda: after.append(1), True, after=("compile",))])
+    assert after == [1]
+    with pytest.raises(ValueError, match="unknown"):
+        harness.two_lanes([J("time", lambda: None, True, after=("nothing",))])
+
+
+def test_the_main_job_runs_the_jobs_of_a_section_that_measures_nothing_in_the_lanes_of_one_that_hosts_them(tmp_path):
+    """A section with jobs (bench.calls) that comes after one that hosts lanes (bench.budget) is not run on its own:
+    its jobs go to options.lane_jobs, the host runs them, and the section's result is made from their results."""
+    seen = {}
+
+    def host_run(options):
+        seen["lane_jobs"] = [j.name for j in options.lane_jobs]
+        options.lane_results.update(harness.two_lanes(list(options.lane_jobs)))
+        return {"rows": [], "notes": []}
+
+    def counting_jobs(options):
+        jobs = [harness.Job(f"count {k}", lambda k=k: [k, k * 10], False) for k in range(2)]
+        return jobs, lambda results: {"rows": [results["count 0"], results["count 1"]], "notes": []}
+
+    def counting_run(options):
+        jobs, finish = counting_jobs(options)
+        seen["ran alone"] = True
+        return finish(harness.two_lanes(jobs))
+
+    host = harness.Section("host", host_run, lambda r: "host table", hosts_lanes=True)
+    counting = harness.Section("counting", counting_run, lambda r: "counting table", jobs=counting_jobs)
+    out = [str(tmp_path / "r.json"), "--plot", str(tmp_path / "r.png")]
+    harness.main_job([host, counting], ["--json", *out])
+    saved = json.loads((tmp_path / "r.json").read_text())
+    assert seen == {"lane_jobs": ["count 0", "count 1"]}
+    assert saved["sections"]["counting"]["rows"] == [[0, 0], [1, 10]]
+    # alone (or before the host), it runs its own jobs
+    harness.main_job([counting, host], ["--json", *out])
+    assert seen["ran alone"] and seen["lane_jobs"] == []
+
+
+def test_the_compile_phase_s_processes_take_each_configuration_once(tmp_path):
+    """recompute.compile_queue: processes that share a queue directory take every configuration exactly once, in
+    order (each workload's "none" first), whichever process takes it."""
+    (tmp_path / "configs.json").write_text(json.dumps(["softplus:none", "chain:none", "softplus:custom"]))
+    (tmp_path / "1").write_text("")      # (taken by another process)
+    got = recompute.compile_queue("test", str(tmp_path))
+    assert [c for c, _ in got] == ["softplus:none", "softplus:custom"]
+    assert all(r["compile_s"] >= 0 and r["residual_bytes"] > 0 for _, r in got)
+    assert recompute.compile_queue("test", str(tmp_path)) == []     # (all taken)

@@ -10,6 +10,7 @@ equations is cheap too: its inputs need not be saved either when what they are m
 (The recompute region's own rule, which re-emits it in the backward pass, is in tracekern.autodiff.)"""
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -357,6 +358,21 @@ def _rename_eqn(e: Eqn, rename: dict[Var, Var]) -> Eqn:
 EXACT_LIMIT = 3000
 MILP_TIME_LIMIT = 60.0     # seconds; a plan cut short by it says so in its solver name
 _SCALE = 1e12              # costs go to the solver as integer picoseconds (exact comparisons)
+# Solutions by a digest of the problem's arrays (the objective, bounds, constraint rows and the solver's time
+# limit): a budget is planned again for every trace of the same function (tk.vjp(f, x, memory_budget=b) in a
+# loop, a step's lower() and its call, each point of a sweep shares the smallest-bytes problem), and one MILP
+# takes 10 to 100 ms. The oldest of _SOLVED_MAX entries goes first.
+_SOLVED: dict[bytes, tuple] = {}
+_SOLVED_MAX = 256
+
+
+def _digest(*arrays: np.ndarray) -> bytes:
+    h = hashlib.blake2b(digest_size=20)
+    for a in arrays:
+        a = np.ascontiguousarray(a)
+        h.update(f"{a.dtype.str}{a.shape}".encode())
+        h.update(a.tobytes())
+    return h.digest()
 
 
 @dataclass(frozen=True)
@@ -607,6 +623,10 @@ class _Problem:
         if not self.size:   # (nothing to choose: the backward reads no forward value)
             return np.zeros(0), True
         r, k, d, n = self.closure
+        key = _digest(c, self.lower, r, k, d, np.array([n, MILP_TIME_LIMIT]), *(x for a, b in extra for x in (a, np.array([b]))))
+        if key in _SOLVED:
+            x, optimal = _SOLVED[key]
+            return (None if x is None else x.copy()), optimal
         constraints = []
         if n:
             constraints.append(optimize.LinearConstraint(sparse.csr_array((d, (r, k)), shape=(n, self.size)), -np.inf, 0.0))
@@ -614,9 +634,11 @@ class _Problem:
             constraints.append(optimize.LinearConstraint(a.reshape(1, -1), -np.inf, b))
         res = optimize.milp(c, integrality=np.ones(self.size), bounds=optimize.Bounds(self.lower, np.ones(self.size)),
                             constraints=constraints, options={"time_limit": MILP_TIME_LIMIT, "mip_rel_gap": 0.0})
-        if res.x is None:
-            return None, False
-        return np.round(res.x), res.status == 0
+        x, optimal = (None, False) if res.x is None else (np.round(res.x), res.status == 0)
+        while _SOLVED and len(_SOLVED) >= _SOLVED_MAX:
+            _SOLVED.pop(next(iter(_SOLVED)))
+        _SOLVED[key] = (None if x is None else x.copy(), optimal)
+        return x, optimal
 
     def used_bytes(self, x: np.ndarray) -> int:
         return int(round(float(self.bytes @ x)))
