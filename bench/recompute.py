@@ -38,7 +38,7 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from bench.harness import Section, first_call, in_process, interleaved, load, main_job, mb, ms, peer_tools, sampled_peak
+from bench.harness import RESULTS, Section, first_call, in_process, interleaved, load, main_job, mb, ms, peer_tools, sampled_peak
 from bench.plot import plot
 
 TOOLS = ("tracekern", "jax", "tensorflow", "torch", "torch_compile")
@@ -96,6 +96,19 @@ def compile_queue(size: str, queue: str) -> list:
             continue
         got.append([config, compile_one(*config.split(":"), size)])
     return got
+
+
+def _compile_hints(size: str) -> dict:
+    """{(workload, strategy): tracekern's cold compile seconds} of the last run's results at this size, for the rows
+    that compiled (not loaded from the disk cache); {} without them."""
+    try:
+        with open(os.path.join(RESULTS, "recompute-quick.json" if size == "quick" else "recompute.json")) as fh:
+            saved = json.load(fh)
+        rows = saved.get("sections", {}).get("recompute", saved)["rows"]
+        return {(r["workload"], r["strategy"]): r["compile_s"] for r in rows
+                if r.get("tool") == "tracekern" and r.get("compiled") and r.get("compile_s") is not None}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return {}
 
 
 def _memory(plain, joint) -> dict:
@@ -191,8 +204,12 @@ def run(options: argparse.Namespace) -> dict:
     if "tracekern" in tools:
         # configurations of different workloads side by side, each workload's "none" first
         # (every strategy: one the compile phase left out would compile in its timing process, without a compile time)
-        deepest = max(len(kernels.MODULES[n].STRATEGIES) for n in names)
-        configs = [(n, s) for depth in range(deepest) for n in names for s in kernels.MODULES[n].STRATEGIES[depth:depth + 1]]
+        # (every workload's "none" first, then the rest; in each group the longest compiles first, by the compile
+        # times of the last run's results where it compiled them, so that no core is left with a long one at the end)
+        hints = _compile_hints(size)
+        longest = lambda c: -hints.get(c, float("inf"))  # noqa: E731   (unknown: first)
+        configs = sorted([(n, "none") for n in names], key=longest) + \
+            sorted([(n, s) for n in names for s in kernels.MODULES[n].STRATEGIES if s != "none"], key=longest)
         workers = max(1, min(os.cpu_count() or 1, len(configs)))
         progress(f"compiling {len(configs)} tracekern configurations, {workers} processes at once ...", end="")
         # one process a core, each taking the next configuration not yet taken, in order, until none is left (a
