@@ -10,7 +10,7 @@ unset PYTHONDONTWRITEBYTECODE
 trap 'kill $LOAD' EXIT
 rm -rf .venv
 /usr/bin/time -f "install wall %e s" -o "$OUT/install.time" \
-    bash -c 'python3 -m venv .venv && .venv/bin/pip install -q -e ".[bench]"'
+    bash -c 'python3 -m venv .venv && .venv/bin/pip install -q --no-compile -e ".[bench]"'
 rm -f tracekern/backends/__pycache__/*.nb[ic]          # the math library's machine code, compiled again
 export TRACEKERN_CACHE_DIR=$(mktemp -d /tmp/tkc1.XXXX)   # an empty tracekern cache
 /usr/bin/time -f "main job wall %e s, user %U s, sys %S s" -o "$OUT/main.time" \
