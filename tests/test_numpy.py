@@ -553,6 +553,27 @@ def test_insert_and_delete_at_traced_positions_name_the_line(fn):
 # ----------------------------------------------------------------------------- the table itself
 
 
+@pytest.mark.parametrize("backend", ["interpret", "cpu"])
+def test_solve_propagates_non_finite_entries_and_raises_on_a_singular_matrix_as_numpy_does(backend):
+    """np.linalg.solve: NaN or inf in a matrix or right-hand side gives LAPACK's result, as NumPy's (the cpu kernel
+    raised "Array must not contain infs or NaNs", Numba's check, until 2026-11-27), the other matrices of a batch
+    their exact solutions; a singular matrix raises NumPy's LinAlgError("Singular matrix")."""
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((3, 4, 4)) + 4 * np.eye(4)
+    b = rng.standard_normal((3, 4, 2))
+    a[1, 2, 2], b[2, 0, 1] = np.nan, np.inf
+    want = np.linalg.solve(a, b)
+    got = tk.jit(np.linalg.solve, backend=backend)(a, b)
+    assert got.shape == want.shape and got.dtype == want.dtype
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-13)
+    np.testing.assert_allclose(np.nan_to_num(got), np.nan_to_num(want), rtol=1e-12)
+    vector = tk.jit(lambda a, v: np.linalg.solve(a, v), backend=backend)
+    np.testing.assert_allclose(vector(a[0], b[0, :, 0]), np.linalg.solve(a[0], b[0, :, 0]), rtol=1e-13)
+    with pytest.raises(np.linalg.LinAlgError, match="Singular matrix"):
+        vector(np.ones((3, 3)), np.ones(3))
+
+
 def test_linalg_factorizations_raise_on_cuda_naming_the_function():
     a = np.eye(3) * 2.0
     for fn, name in ((np.linalg.solve, "np.linalg.solve"), (np.linalg.inv, "np.linalg.inv"),

@@ -11,6 +11,7 @@ import math
 import numpy as np
 from numba import njit, types
 from numba.extending import intrinsic, overload
+from numba.np import linalg as numba_linalg
 from numba.np.numpy_support import from_dtype
 
 from ..primitives import random as random_primitives
@@ -219,9 +220,50 @@ def put(dst, src):
 # NumPy's library calls inside kernels, compiled once per machine and signature and cached with the math
 # library: written in a kernel, Numba typed and lowered their implementations again in every kernel's
 # compile (np.linalg.solve alone: 4.6 s of a first call)
+def _gesv(a, ipiv, b):
+    """LAPACK's ?gesv on column-major storage: a (n x n) and b (n x nrhs) given as C-ordered arrays of their
+    transposes; the solution replaces b. Its info (0, or > 0 where the matrix is singular)."""
+
+
+@overload(_gesv)
+def _gesv_lapack(a, ipiv, b):
+    numba_linalg.ensure_lapack()
+    xgesv = numba_linalg._LAPACK().numba_xgesv(a.dtype)
+    kind = ord(numba_linalg.get_blas_kind(a.dtype, "solve"))
+
+    def impl(a, ipiv, b):
+        n = a.shape[0]
+        return xgesv(kind, n, b.shape[0], a.ctypes, n, ipiv.ctypes, b.ctypes, n)
+    return impl
+
+
 @njit(**INLINE)
 def np_solve(a, b):
-    return np.linalg.solve(a, b)
+    """np.linalg.solve of one square matrix a and b (n,) or (n, k), both C-contiguous, by LAPACK's ?gesv, as NumPy:
+    non-finite entries are LAPACK's to propagate (Numba's np.linalg.solve raised on them), a singular matrix
+    raises LinAlgError("Singular matrix"). Written out rather than Numba's np.linalg.solve, whose checks, copies
+    and error messages took 3.9 s to compile, the largest of the math library's helpers (now about 0.5 s)."""
+    n = a.shape[0]
+    nrhs = 1 if b.ndim == 1 else b.shape[b.ndim - 1]
+    bv = b.reshape(n, nrhs)
+    at = np.empty((n, n), a.dtype)          # a's column-major storage: at[j, i] = a[i, j]
+    for i in range(n):
+        for j in range(n):
+            at[j, i] = a[i, j]
+    bt = np.empty((nrhs, n), a.dtype)       # b's
+    for i in range(n):
+        for j in range(nrhs):
+            bt[j, i] = bv[i, j]
+    if n > 0:
+        ipiv = np.empty(n, numba_linalg.F_INT_nptype)
+        if _gesv(at, ipiv, bt) > 0:
+            raise np.linalg.LinAlgError("Singular matrix")
+    x = np.empty(b.shape, a.dtype)
+    xv = x.reshape(n, nrhs)
+    for i in range(n):
+        for j in range(nrhs):
+            xv[i, j] = bt[j, i]
+    return x
 
 
 @njit(**INLINE)
