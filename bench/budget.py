@@ -188,44 +188,21 @@ def _configs(module, budgets: list[int]) -> dict:
 def warm(name: str, size: str, budgets: list[int], part: int, parts: int) -> dict:
     """Compile every `parts`-th point of a workload (from the `part`-th) into the disk cache: its step and
     tk.vjp's halves at its budget (on one core, beside another workload's timing process: the timing process
-    then loads them; compiling them there, one after another, was half its time); {"points", "planned": {label:
-    the point's planned figures}}, which the timing process then need not trace and plan again."""
+    then loads them; compiling them there, one after another, was half its time)."""
     import numpy as np
 
     import tracekern as tk
 
     tk.value_and_grad(lambda x: np.sum(np.tanh(x)))(np.ones(8, np.float32))
     module, args = _workload(name, size)
-    configs = list(_configs(module, budgets).items())[part::parts]
-    planned = {}
-    for label, (_, loss, budget) in configs:
-        step = tk.jit(tk.value_and_grad(loss, memory_budget=budget))
-        step(*args)
+    configs = list(_configs(module, budgets).values())[part::parts]
+    for _, loss, budget in configs:
+        tk.jit(tk.value_and_grad(loss, memory_budget=budget))(*args)
         tk.vjp(loss, *args, memory_budget=budget)
-        planned[label] = _plan_fields(step, loss, args, budget)
-    return {"points": len(configs), "planned": planned}
+    return {"points": len(configs)}
 
 
-def _plan_fields(step, loss, args, budget) -> dict:
-    """A point's planned figures (what its row shows of the plans): the step's residuals and plan, tk.vjp's split at
-    the same budget, the step's planned peak. `step` has run once."""
-    import tracekern as tk
-
-    low = step.lower(*args)
-    # (a hand-placed strategy: what its step keeps, the fused step's unconstrained residuals)
-    plan = low.vjp if budget is not None else tk.value_and_grad(loss, memory_budget=1.0).lower(*args).vjp
-    split = tk.make_ir(loss, mode="vjp", memory_budget=budget)(*args)
-    return {"fraction": None if budget is None else budget / plan.unconstrained_bytes,
-            # (a hand-placed strategy's step keeps the arrays behind its unplanned residuals)
-            "residual_bytes": plan.unconstrained_bytes if budget is None else plan.residual_bytes,
-            "recompute_cost_s": None if budget is None else plan.recompute_cost,
-            "solver": None if budget is None else plan.solver, "vjp_residual_bytes": split.residual_bytes,
-            "planned_peak_bytes": low.memory.peak_bytes["step"]}
-
-
-def time_tracekern(name: str, size: str, budgets: list[int], planned: dict | None = None) -> list[dict]:
-    """The rows of a workload's tracekern points; `planned` ({label: _plan_fields}, from the processes that compiled
-    them, budget.warm) saves tracing and planning each point again here; a point it lacks is planned here."""
+def time_tracekern(name: str, size: str, budgets: list[int]) -> list[dict]:
     import numpy as np
 
     import tracekern as tk
@@ -233,20 +210,33 @@ def time_tracekern(name: str, size: str, budgets: list[int], planned: dict | Non
     tk.value_and_grad(lambda x: np.sum(np.tanh(x)))(np.ones(8, np.float32))   # Numba and the math library
     module, args = _workload(name, size)
     configs = _configs(module, budgets)
-    steps, fields = {}, {}
+    steps, lowered, step_plan = {}, {}, {}
     for label, (_, loss, budget) in configs.items():
         step = tk.jit(tk.value_and_grad(loss, memory_budget=budget))
         steps[label] = (lambda step=step: step(*args))
         steps[label]()                                            # compile (or load from the disk cache)
-        fields[label] = (planned or {}).get(label) or _plan_fields(step, loss, args, budget)
+        low = step.lower(*args)
+        # (a hand-placed strategy: what its step keeps, the fused step's unconstrained residuals)
+        step_plan[label] = low.vjp if budget is not None else \
+            tk.value_and_grad(loss, memory_budget=1.0).lower(*args).vjp
+        lowered[label] = (low.memory, tk.make_ir(loss, mode="vjp", memory_budget=budget)(*args))
     _settle()
     timings = interleaved(steps, *RUNS[size])
     cpu = cpu_times(steps, CPU_RUNS[size])
     rows = []
     for label, (kind, loss, budget) in configs.items():
+        memory, split = lowered[label]
         saved = _saved_state(lambda loss=loss, budget=budget: tk.vjp(loss, *args, memory_budget=budget))
+        plan = step_plan[label]       # the residuals the step keeps, as planned
         rows.append({"workload": name, "tool": "tracekern", "kind": kind, "label": label if kind == "hand-placed" else
-                     f"budget {_size(budget)}", "budget_bytes": budget, **fields[label], "saved_state_bytes": saved,
+                     f"budget {_size(budget)}", "budget_bytes": budget,
+                     "fraction": None if budget is None else budget / plan.unconstrained_bytes,
+                     # (a hand-placed strategy's step keeps the arrays behind its unplanned residuals)
+                     "residual_bytes": plan.unconstrained_bytes if budget is None else plan.residual_bytes,
+                     "recompute_cost_s": None if budget is None else plan.recompute_cost,
+                     "solver": None if budget is None else plan.solver, "vjp_residual_bytes": split.residual_bytes,
+                     "saved_state_bytes": saved,
+                     "planned_peak_bytes": memory.peak_bytes["step"],
                      "peak_bytes": sampled_peak(steps[label]), **timings[label].as_dict(), **cpu[label]})
     return rows
 
@@ -315,20 +305,14 @@ def run(options: argparse.Namespace) -> dict:
             workloads[name] = in_process("bench.budget", "--plan", name, size, env=THREAD_ENV)
         return Job(f"plan {name}", fn, timing=False)
 
-    done_so_far: dict = {}     # (the warm processes' results, for the timing process after them)
-
     def warm_job(name, part, parts):
-        def fn():
-            done_so_far[f"compile {name} {part}"] = got = in_process(
-                "bench.budget", "--warm", name, size, json.dumps(workloads[name]["budgets"]), str(part), str(parts),
-                env=dict(THREAD_ENV, TRACEKERN_COMPILE_WORKERS="0"))
-            return got
-        return Job(f"compile {name} {part}", fn, timing=False, after=(f"plan {name}",))
+        return Job(f"compile {name} {part}", lambda: in_process(
+            "bench.budget", "--warm", name, size, json.dumps(workloads[name]["budgets"]), str(part), str(parts),
+            env=dict(THREAD_ENV, TRACEKERN_COMPILE_WORKERS="0")), timing=False, after=(f"plan {name}",))
 
     def time_job(name, tool, after):
         def fn():
-            planned = {k: v for a in after for k, v in ((done_so_far.get(a) or {}).get("planned") or {}).items()}
-            args = [json.dumps(workloads[name]["budgets"]), json.dumps(planned)] if tool == "tracekern" else []
+            args = [json.dumps(workloads[name]["budgets"])] if tool == "tracekern" else []
             try:
                 return in_process("bench.budget", "--time", tool, name, size, *args, env=THREAD_ENV)
             except RuntimeError as err:     # a peer that fails is a result, not a crash of the job
@@ -521,7 +505,7 @@ def main(argv=None) -> None:
     elif argv[:1] == ["--time"]:
         tool, name, size = argv[1:4]
         if tool == "tracekern":
-            out = time_tracekern(name, size, json.loads(argv[4]), json.loads(argv[5]) if len(argv) > 5 else None)
+            out = time_tracekern(name, size, json.loads(argv[4]))
         else:
             out = {"jax": time_jax, "torch": time_torch}[tool](name, size)
         print(json.dumps(out))

@@ -596,15 +596,8 @@ def test_the_budget_benchmark_plans_its_sweep_and_checks_its_targets(tmp_path):
     # the points compiled ahead of the timing process, split between two processes: every point once
     configs = budget._configs(budget._workload("chain", "test")[0], info["budgets"])
     assert list(configs)[-1] == f"budget {256 * 4}" and len(configs) >= 2
-    warmed = [budget.warm("chain", "test", info["budgets"], k, 2) for k in range(2)]
-    assert [w["points"] for w in warmed] == [len(configs) - len(configs) // 2, len(configs) // 2]
-    # their planned figures, given to the timing process, are those it would plan itself
-    planned = {k: v for w in warmed for k, v in w["planned"].items()}
-    assert sorted(planned) == sorted(configs)
-    fields = ("fraction", "residual_bytes", "recompute_cost_s", "solver", "vjp_residual_bytes", "planned_peak_bytes")
-    given, own = (budget.time_tracekern("chain", "test", info["budgets"], p) for p in (json.loads(json.dumps(planned)), None))
-    assert [{k: r[k] for k in fields} for r in given] == [{k: r[k] for k in fields} for r in own]
-    assert all(r["residual_bytes"] > 0 and r["time_s"] > 0 for r in given)
+    assert [budget.warm("chain", "test", info["budgets"], k, 2)["points"] for k in range(2)] == \
+        [len(configs) - len(configs) // 2, len(configs) // 2]
     # the targets: a curve that keeps more at a smaller budget, or runs faster, is named; so is a budget
     # that is slower than a hand-placed strategy keeping no more memory
     good = [_row("none", "hand-placed", 100, 1.0), _row("b100", "budget", 100, 1.0), _row("b50", "budget", 50, 1.2)]
