@@ -299,7 +299,7 @@ def run(options: argparse.Namespace) -> dict:
     # (each workload's plan, its points compiled into the disk cache by two processes, and the jobs of later sections
     # that measure nothing: options.lane_jobs, the calls table's counts) runs beside it on the other core. A timing
     # process uses one core; the targets compare CPU time per step in paired rounds. Beside a compiling process, the
-    # mlp's nine points measured within 1% of the same points quiet, in wall and in CPU time (README "Budgets").
+    # mlp's nine points measured within 1% of the same points quiet, in wall and in CPU time (README "Memory budgets").
     def plan_job(name):
         def fn():
             workloads[name] = in_process("bench.budget", "--plan", name, size, env=THREAD_ENV)

@@ -4,7 +4,9 @@ measurement in a process of its own, the peers' availability notes, JSON, and th
 The main job (`python -m bench`) runs a list of sections (SECTIONS in bench/__main__.py). A
 Section turns options into a result dict ({"rows": [...], "notes": [...], ...}), prints it as a
 table, may plot it and compare two runs of it; the JSON holds one entry per section under
-"sections". Adding a section to the main job is adding one Section to that list."""
+"sections". Adding a section to the main job is adding one Section to that list. Sections run one after another;
+a section that measures nothing (Section.jobs) runs its processes beside the single-core timing of an earlier section
+that hosts lanes (Section.hosts_lanes; two_lanes), on the core that timing leaves free."""
 from __future__ import annotations
 
 import argparse
