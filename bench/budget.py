@@ -300,15 +300,16 @@ def run(options: argparse.Namespace) -> dict:
     # that measure nothing: options.lane_jobs, the calls table's counts) runs beside it on the other core. A timing
     # process uses one core; the targets compare CPU time per step in paired rounds. Beside a compiling process, the
     # mlp's nine points measured within 1% of the same points quiet, in wall and in CPU time (README "Memory budgets").
-    def plan_job(name):
-        def fn():
-            workloads[name] = in_process("bench.budget", "--plan", name, size, env=THREAD_ENV)
-        return Job(f"plan {name}", fn, timing=False)
+    def plan_all():     # (one process plans every workload: a process's start-up is about half a second)
+        workloads.update(in_process("bench.budget", "--plan", ",".join(names), size, env=THREAD_ENV))
 
-    def warm_job(name, part, parts):
-        return Job(f"compile {name} {part}", lambda: in_process(
-            "bench.budget", "--warm", name, size, json.dumps(workloads[name]["budgets"]), str(part), str(parts),
-            env=dict(THREAD_ENV, TRACEKERN_COMPILE_WORKERS="0")), timing=False, after=(f"plan {name}",))
+    def warm_job(name, part):
+        def fn():   # (two processes compile a workload's points, each every other one; one where it has one budget)
+            parts = 1 if len(workloads[name]["budgets"]) == 1 else 2
+            if part < parts:
+                return in_process("bench.budget", "--warm", name, size, json.dumps(workloads[name]["budgets"]), str(part),
+                                  str(parts), env=dict(THREAD_ENV, TRACEKERN_COMPILE_WORKERS="0"))
+        return Job(f"compile {name} {part}", fn, timing=False, after=("plan",))
 
     def time_job(name, tool, after):
         def fn():
@@ -320,14 +321,14 @@ def run(options: argparse.Namespace) -> dict:
                 return []
         return Job(f"time {name} {tool}", fn, timing=True, after=after)
 
-    timing, work = [], [plan_job(n) for n in names]
+    timing, work = [], [Job("plan", plan_all, timing=False)]
     for name in names:
-        compiles = [warm_job(name, k, 2) for k in range(2)] if "tracekern" in tools else []
+        compiles = [warm_job(name, k) for k in range(2)] if "tracekern" in tools else []
         work += compiles
         timing += [time_job(name, tool, tuple(c.name for c in compiles) if tool == "tracekern" else ())
                    for tool in tools]
     lane_jobs = list(getattr(options, "lane_jobs", None) or [])
-    print(f"budget: {len(timing)} timing processes, one at a time, beside {len(work)} that plan and compile"
+    print(f"budget: {len(timing)} timing processes, one at a time, beside the plans and {len(work) - 1} compiling jobs"
           + (f" and {len(lane_jobs)} of later sections" if lane_jobs else "") + " ...", file=sys.stderr)
     # (timing jobs first: one starts whenever it can; the lane beside takes the work in order)
     done = two_lanes(timing + work + lane_jobs, progress=lambda job: print(
@@ -498,8 +499,8 @@ SECTION = Section("budget", run, table, plot, compare, markdown, hosts_lanes=Tru
 
 def main(argv=None) -> None:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["--plan"]:
-        print(json.dumps(plan(argv[1], argv[2])))
+    if argv[:1] == ["--plan"]:       # --plan WORKLOAD[,WORKLOAD...] SIZE: {workload: plan(workload, SIZE)}
+        print(json.dumps({name: plan(name, argv[2]) for name in argv[1].split(",")}))
     elif argv[:1] == ["--warm"]:
         print(json.dumps(warm(argv[1], argv[2], json.loads(argv[3]), int(argv[4]), int(argv[5]))))
     elif argv[:1] == ["--time"]:

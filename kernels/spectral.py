@@ -11,7 +11,6 @@ Strategies: keep every step's state, or checkpoint=k (binomial checkpointing of 
 loss() takes the namespaces it runs with (xp, erf, scan), so kernels/peers runs this same code with
 jax.numpy, jax.scipy.special.erf and lax.scan."""
 import numpy as np
-import scipy.special
 
 import tracekern as tk
 
@@ -32,8 +31,13 @@ def _scan(step, psi, steps, checkpoint):
     return tk.scan(lambda p, _: (step(p), None), psi, None, length=steps, checkpoint=checkpoint)[0]
 
 
-def evolve(params, psi0, x, steps, checkpoint=None, xp=np, erf=scipy.special.erf, scan=_scan):
-    """psi after `steps` split steps, from psi0 (packets, points) on the grid x."""
+def evolve(params, psi0, x, steps, checkpoint=None, xp=np, erf=None, scan=_scan):
+    """psi after `steps` split steps, from psi0 (packets, points) on the grid x; erf: scipy.special.erf unless given
+    (imported here: SciPy's special functions take 0.1 s to import, in every benchmark process that imports kernels/)."""
+    if erf is None:
+        import scipy.special
+
+        erf = scipy.special.erf
     h, a, g = params[0], params[1], params[2]
     n = x.shape[-1]
     k = 2 * np.pi * np.fft.fftfreq(n, LENGTH / n)
