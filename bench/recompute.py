@@ -11,11 +11,10 @@ are installed, side by side.
 How it runs: tracekern's configurations are compiled first, by one process a core, each taking the next
 configuration no other has taken (every workload's "none" first), compile workers off
 (each configuration's first call minus a second is its cold compile time; the kernels land in the disk cache). Then,
-one process times all of tracekern's workloads, one after another, then workload by workload one process per
-peer; each times all of a workload's strategies in interleaved rounds (so that the machine's load hits each
-alike), and samples the peak memory of a few more calls of each. A peer's compile time is its first call minus a
-later one, after its runtime has started (a trivial function compiled first); tracekern's is the same, measured in
-the compile phase.
+workload by workload, one process per tool times all of that workload's strategies in interleaved
+rounds (so that the machine's load hits each alike), and samples the peak memory of a few more
+calls of each. A peer's compile time is its first call minus a later one, after its runtime has
+started (a trivial function compiled first); tracekern's is the same, measured in the compile phase.
 PyTorch runs twice where installed: eager, and under torch.compile (the peer at its best).
 --load N runs every timing process beside N busy processes (harness.load), once per N given:
 --load 0 1 gives every row quiet and beside one busy process ("load" in each row).
@@ -226,27 +225,13 @@ def run(options: argparse.Namespace) -> dict:
         progress(f" {time.perf_counter() - start:.0f} s")
     rows = []
     for busy in loads:
-        ours = {}
-        if "tracekern" in tools:
-            # tracekern times every workload in one process, one workload after another (a process's start-up, about
-            # half a second, is paid once: the steps' times and peaks are each workload's own, its compile times
-            # come from the compile phase); its memory plans, from the compile phase where it ran
-            progress(f"all workloads (tracekern{f', load {busy}' if busy else ''}) ...", end="")
-            known = all((n, st) in compiled for n in names for st in kernels.MODULES[n].STRATEGIES)
-            with load(busy):
-                got = in_process("bench.recompute", "--time", "tracekern", ",".join(names), size,
-                                 *(["--memory-known"] * known))
-            for r in got:
-                ours.setdefault(r["workload"], []).append(r)
-            progress(f"  ({time.perf_counter() - start:.0f} s)")
         for name in names:
             for tool in tools:
                 progress(f"{name} ({LABELS[tool]}{f', load {busy}' if busy else ''}) ...", end="")
-                if tool == "tracekern":
-                    got = ours[name]
-                else:
-                    with load(busy):
-                        got = in_process("bench.recompute", "--time", tool, name, size)
+                # (tracekern's memory plans: from the compile phase where it ran)
+                known = tool == "tracekern" and all((name, st) in compiled for st in kernels.MODULES[name].STRATEGIES)
+                with load(busy):
+                    got = in_process("bench.recompute", "--time", tool, name, size, *(["--memory-known"] * known))
                 for r in got:
                     r.update(compiled.get((name, r["strategy"]), {}) if tool == "tracekern" else {})
                     r["load"] = busy
@@ -360,10 +345,10 @@ def main(argv=None):
         print(json.dumps(compile_one(*argv[1:4])))
     elif argv[:1] == ["--compile-queue"]:    # --compile-queue SIZE DIR: compile_one of each configuration it takes
         print(json.dumps(compile_queue(argv[1], argv[2])))
-    elif argv[:1] == ["--time"]:     # --time TOOL WORKLOAD SIZE; tracekern: WORKLOAD[,WORKLOAD...], one after another
+    elif argv[:1] == ["--time"]:
         tool, name, size = argv[1:4]
-        print(json.dumps([r for n in name.split(",") for r in time_tracekern(n, size, memory="--memory-known" not in argv)]
-                         if tool == "tracekern" else time_peer(tool, name, size)))
+        print(json.dumps(time_tracekern(name, size, memory="--memory-known" not in argv) if tool == "tracekern"
+                         else time_peer(tool, name, size)))
     else:
         return main_job([SECTION], argv, prog="python -m bench.recompute", doc=__doc__)
 

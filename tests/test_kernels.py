@@ -378,16 +378,3 @@ def test_the_compile_phase_s_processes_take_each_configuration_once(tmp_path):
     assert [c for c, _ in got] == ["softplus:none", "softplus:custom"]
     assert all(r["compile_s"] >= 0 and r["residual_bytes"] > 0 for _, r in got)
     assert recompute.compile_queue("test", str(tmp_path)) == []     # (all taken)
-
-
-def test_one_timing_process_times_every_tracekern_workload_it_is_given(capsys):
-    """bench.recompute --time tracekern W1,W2 SIZE: the rows of each workload's strategies, workload after workload,
-    each the same as its own process would give (the main job times all of tracekern's workloads in one process)."""
-    recompute.main(["--time", "tracekern", "chain,softplus", "test"])
-    rows = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert [(r["workload"], r["strategy"]) for r in rows] == \
-        [("chain", s) for s in kernels.MODULES["chain"].STRATEGIES] + [("softplus", s) for s in kernels.MODULES["softplus"].STRATEGIES]
-    alone = recompute.time_tracekern("softplus", "test")
-    fields = ("residual_bytes", "saved_bytes", "planned_peak_bytes", "kept_at_run_time_bytes")
-    assert [{k: r[k] for k in fields} for r in rows[-len(alone):]] == [{k: r[k] for k in fields} for r in alone]
-    assert all(r["time_s"] > 0 for r in rows)
