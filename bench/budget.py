@@ -321,7 +321,7 @@ def run(options: argparse.Namespace) -> dict:
                 return []
         return Job(f"time {name} {tool}", fn, timing=True, after=after)
 
-    timing, work = [], [Job("plan", plan_all, timing=False)]
+    timing, work = [], [Job("plan", plan_all, timing=False)] if names else []
     for name in names:
         compiles = [warm_job(name, k) for k in range(2)] if "tracekern" in tools else []
         work += compiles

@@ -266,6 +266,14 @@ def two_lanes(jobs: list[Job], lanes: int = 2, progress: Callable[[str], None] |
     missing = {a for j in jobs for a in j.after} - names
     if missing or len(names) != len(jobs):
         raise ValueError(f"two_lanes: jobs named twice, or after unknown jobs: {sorted(missing)}")
+    ordered, left = set(), {j.name: set(j.after) for j in jobs}
+    while left:     # (a job after itself, or a cycle, would leave both lanes waiting for ever)
+        free = [n for n, a in left.items() if a <= ordered]
+        if not free:
+            raise ValueError(f"two_lanes: jobs that wait for each other: {sorted(left)}")
+        ordered.update(free)
+        for n in free:
+            del left[n]
     done: dict[str, object] = {}
     errors: list[BaseException] = []
     pending = list(jobs)
@@ -295,8 +303,11 @@ def two_lanes(jobs: list[Job], lanes: int = 2, progress: Callable[[str], None] |
                 if job.timing:
                     state["timing"] = False
                 cond.notify_all()
-            if progress:
-                progress(job.name)
+            try:
+                if progress:
+                    progress(job.name)
+            except Exception as err:   # noqa: BLE001 (likewise: the lane goes on with the other jobs)
+                errors.append(err)
 
     threads = [threading.Thread(target=lane) for _ in range(lanes)]
     for t in threads:

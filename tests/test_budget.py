@@ -598,6 +598,14 @@ def test_the_budget_benchmark_plans_its_sweep_and_checks_its_targets(tmp_path):
     assert list(configs)[-1] == f"budget {256 * 4}" and len(configs) >= 2
     assert [budget.warm("chain", "test", info["budgets"], k, 2)["points"] for k in range(2)] == \
         [len(configs) - len(configs) // 2, len(configs) // 2]
+    # the main job with --only naming none of the section's workloads: no rows, the lanes' jobs of later sections run
+    from argparse import Namespace
+
+    from bench.harness import Job
+    lane = [Job("count", lambda: 7, timing=False)]
+    options = Namespace(only=["rnn"], tools=["tracekern"], quick=False, test=True, lane_jobs=lane, lane_results={})
+    result = budget.run(options)
+    assert result["rows"] == [] and options.lane_results == {"count": 7}
     # the targets: a curve that keeps more at a smaller budget, or runs faster, is named; so is a budget
     # that is slower than a hand-placed strategy keeping no more memory
     good = [_row("none", "hand-placed", 100, 1.0), _row("b100", "budget", 100, 1.0), _row("b50", "budget", 50, 1.2)]

@@ -636,7 +636,7 @@ class _Problem:
                             constraints=constraints, options={"time_limit": MILP_TIME_LIMIT, "mip_rel_gap": 0.0})
         x, optimal = (None, False) if res.x is None else (np.round(res.x), res.status == 0)
         while _SOLVED and len(_SOLVED) >= _SOLVED_MAX:
-            _SOLVED.pop(next(iter(_SOLVED)))
+            _SOLVED.pop(next(iter(_SOLVED), None), None)   # (another thread may have taken the oldest first)
         _SOLVED[key] = (None if x is None else x.copy(), optimal)
         return x, optimal
 
