@@ -57,8 +57,8 @@ def _check_operand(x, fname: str) -> None:
 
 
 def _holds_tracer(x) -> bool:
-    """Whether a (nested) list or tuple holds a traced value."""
-    return any(isinstance(v, Tracer) or isinstance(v, (list, tuple)) and _holds_tracer(v) for v in x)
+    """Whether x is a traced value or a (nested) list or tuple holding one."""
+    return isinstance(x, Tracer) or isinstance(x, (list, tuple)) and any(_holds_tracer(v) for v in x)
 
 
 def _array(x, fname: str = "tk.numpy"):

@@ -450,7 +450,7 @@ def _update(x, idx, values, mode: str):
         return _scatter_axis(x, i, broadcast_to(values, target), axis, mode)
     # in general: the flat positions of the selected elements (x's element numbers, indexed the same way)
     # (with traced indices, from iota, which kernels compute from their loop indices: not a constant of x's size)
-    traced = any(isinstance(e, Tracer) or isinstance(e, (list, tuple)) and _holds_tracer(e) for e in idx)
+    traced = _holds_tracer(idx)
     labels = getitem(bind(P.iota, shape=shape) if traced else np.arange(math.prod(shape), dtype=np.int64).reshape(shape), idx)
     target = _shape(labels)
     flat = reshape(x, (math.prod(shape),))

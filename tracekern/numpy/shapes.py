@@ -25,6 +25,7 @@ from ._core import (
     _axis,
     _cast,
     _dtype,
+    _holds_tracer,
     _promote,
     _reject,
     _shape,
@@ -477,7 +478,7 @@ def roll(a, shift, axis=None):
     a = _array(a, "roll")
     if axis is None:
         return reshape(roll(ravel(a), shift, 0), _shape(a))
-    if _has_tracer(shift) or _has_tracer(axis):
+    if _holds_tracer(shift) or _holds_tracer(axis):
         raise TypeError(with_location("np.roll: the shift and axis must be static (Python ints or NumPy arrays)"))
     try:   # (NumPy's rule: shift and axis broadcast against each other)
         pairs = np.broadcast(shift, axis)
@@ -599,8 +600,8 @@ def pad(array, pad_width, mode="constant", **kwargs):
         warnings.simplefilter("ignore")
         probe = np.pad(np.zeros(_shape(array), np.float64), pad_width, mode=mode,
                        **{**kwargs, **{k: 0 for k in values}})
-    if mode in ("constant", "empty") and _has_tracer(values.get("constant_values", 0)):
-        return _pad_by_axis(array, pad_width, probe.shape,
+    if mode == "constant" and _holds_tracer(values.get("constant_values", 0)):
+        return _pad_by_axis(array, pad_width,
                             lambda x, axis, widths, pair: [_fill(pair[0], x, axis, widths[0]),
                                                            _fill(pair[1], x, axis, widths[1])],
                             _as_pairs(values["constant_values"], len(_shape(array))))
@@ -614,12 +615,12 @@ def pad(array, pad_width, mode="constant", **kwargs):
     if mode in ("reflect", "symmetric") and kwargs.get("reflect_type", "even") == "odd":
         return _pad_odd(array, pad_width, include_edge=mode == "symmetric")
     if mode == "linear_ramp":
-        return _pad_by_axis(array, pad_width, probe.shape, _linear_ramps,
+        return _pad_by_axis(array, pad_width, _linear_ramps,
                             _as_pairs(kwargs.get("end_values", 0), len(_shape(array))))
     if mode in ("maximum", "minimum", "mean", "median"):
         lengths = kwargs.get("stat_length")   # (NumPy's _as_pairs(as_index=True): rounded to integers)
         lengths = _as_pairs(None if lengths is None else np.round(lengths).astype(np.intp), len(_shape(array)))
-        return _pad_by_axis(array, pad_width, probe.shape,
+        return _pad_by_axis(array, pad_width,
                             lambda x, axis, widths, pair: _stats(x, axis, widths, pair, mode), lengths)
     return _rearrange(array, lambda labels: np.pad(labels, pad_width, mode=mode, **kwargs), "pad")
 
@@ -628,18 +629,12 @@ _PAD_MODES = ("constant", "empty", "edge", "wrap", "reflect", "symmetric", "line
               "mean", "median")
 
 
-def _has_tracer(v) -> bool:
-    if isinstance(v, Tracer):
-        return True
-    return isinstance(v, (tuple, list)) and builtins.any(_has_tracer(e) for e in v)
-
-
 def _as_pairs(x, ndim: int):
     """NumPy's _as_pairs: a (before, after) pair of values per axis, from a scalar, a pair, or one pair per
     axis; traced values (or lists holding them) are indexed, not converted."""
     if x is None:
         return ((None, None),) * ndim
-    if _has_tracer(x) and not isinstance(x, Tracer):
+    if _holds_tracer(x) and not isinstance(x, Tracer):
         x = stack([_array(e, "pad") if not isinstance(e, (tuple, list)) else stack([_array(f, "pad") for f in e])
                    for e in x])
     traced_ = isinstance(x, Tracer)
@@ -654,15 +649,19 @@ def _as_pairs(x, ndim: int):
     return tuple((x[i, 0], x[i, 1]) for i in range(ndim))
 
 
-def _pad_by_axis(x, pad_width, out_shape: tuple, sides: Callable, pairs):
-    """Pads axis after axis as NumPy does: `sides(x, axis, (left, right), pairs[axis])` gives the two pieces
-    to put on either side of x, the array padded along the axes before `axis`."""
-    nd = len(_shape(x))
+def _pad_widths(nd: int, pad_width) -> list[tuple[int, int]]:
+    """(before, after) for each of nd axes, as np.pad reads pad_width (its own checks and rounding, by padding a
+    single element and finding it)."""
     probe = np.pad(np.zeros((1,) * nd), pad_width, mode="constant", constant_values=1)
     lefts = [int(i) for i in np.argwhere(probe == 0)[0]] if nd else []
+    return [(left, probe.shape[axis] - 1 - left) for axis, left in enumerate(lefts)]
+
+
+def _pad_by_axis(x, pad_width, sides: Callable, pairs):
+    """Pads axis after axis as NumPy does: `sides(x, axis, (left, right), pairs[axis])` gives the two pieces
+    to put on either side of x, the array padded along the axes before `axis`."""
     dtype = _dtype(x)
-    for axis in range(nd):
-        widths = (lefts[axis], out_shape[axis] - _shape(x)[axis] - lefts[axis])
+    for axis, widths in enumerate(_pad_widths(len(_shape(x)), pad_width)):
         if not builtins.any(widths):
             continue
         left, right = sides(x, axis, widths, pairs[axis])
@@ -717,18 +716,14 @@ def _pad_odd(x, pad_width, include_edge: bool):
     """np.pad's reflect_type="odd" (2 * edge - the reflection: not a rearrangement), NumPy's own
     algorithm on traced slices: axis by axis, chunks of at most the array's length, each reflected
     about the current edge (so a pad wider than the array reflects its reflections, as NumPy's)."""
-    nd = len(_shape(x))
     dtype = _dtype(x)
-    probe = np.pad(np.zeros((1,) * nd), pad_width, mode="constant", constant_values=1)
-    lefts = [int(i) for i in np.argwhere(probe == 0)[0]] if nd else []
 
     def cut(a, axis, lo, hi, step=1):   # a[lo:hi:step] along axis (lo, hi as slice.indices gives them)
         index = tuple((lo, hi, step) if d == axis else (0, s, 1) for d, s in enumerate(_shape(a)))
         return bind(P.slice_, a, index=index)
 
-    for axis in range(nd):
+    for axis, (left, right) in enumerate(_pad_widths(len(_shape(x)), pad_width)):
         n = _shape(x)[axis]
-        left, right = lefts[axis], probe.shape[axis] - 1 - lefts[axis]
         if not (left or right):
             continue
         if n == 1:   # NumPy's legacy: a length-1 axis is extended with its edge
