@@ -230,8 +230,9 @@ def test_s_without_axes_names_the_last_axes_as_numpy():
         warnings.simplefilter("ignore", DeprecationWarning)
         tk.jit(lambda x: np.fft.fftn(x, s=(2, 4)), backend="interpret")(x)
     a = np.arange(12.0).reshape(3, 4)
-    with pytest.warns(DeprecationWarning, match="axes"):
+    with pytest.warns(DeprecationWarning, match="axes") as caught:
         got = tk.jit(lambda a: np.fft.ifftn(a, s=(6,)), backend="interpret")(a)
+    assert caught[0].filename == __file__, caught[0].filename    # (the warning names the user's line)
     with pytest.warns(DeprecationWarning):
         want = np.fft.ifftn(a, s=(6,))
     np.testing.assert_allclose(got, want, rtol=1e-12)

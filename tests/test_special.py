@@ -192,3 +192,21 @@ def test_betaln_of_a_large_and_a_small_argument_is_scipys(backend):
     np.testing.assert_allclose(ga[2:], -b[2:6] / a[2:6], rtol=1e-8)
     np.testing.assert_allclose(gb[:2], sp.psi(b[:2]) - sp.psi(a[:2] + b[:2]), rtol=1e-12)
     np.testing.assert_allclose(gb[2:], sp.psi(b[2:6]) - np.log(a[2:6]), rtol=1e-9)
+
+
+@pytest.mark.parametrize("backend", ["interpret", "cpu"])
+def test_betaln_at_nonpositive_integers_is_scipys(backend):
+    """A nonpositive integer argument is a pole of gamma, where gammaln(a) + gammaln(b) - gammaln(a + b) was inf - inf
+    = NaN: SciPy's lbeta reflects to log |B(1 - a - b, b)| where b is an integer and 1 - a - b > 0 (betaln(-5, 2) is
+    log(1/20), betaln(-1e7, 2) finite), and is inf otherwise (a non-integer b, 1 - a - b <= 0, a = 0, and
+    a <= -(2**31 - 1), where Cephes' int arithmetic overflows); gradients finite where the value is."""
+    a = np.array([-5.0, -5.0, -1e7, -5.0, -5.0, 3.0, -5.0, -1e10, -2.0 ** 31, -2.0 ** 31 + 1, -2.0 ** 31 + 2, 0.0, 0.0,
+                  -3.0, -3.0, -3.0, 2.0, -0.0, -2.5])
+    b = np.array([2.0, 2.5, 2.0, 7.0, -2.0, -2.0, 0.0, 2.0, 2.0, 2.0, 2.0, 2.0, -1.0, 3.0, 4.0, 1.0, -3.0, 1.0, 3.0])
+    want = sp.betaln(a, b)
+    assert np.isfinite(want).sum() >= 6 and np.isinf(want).sum() >= 8
+    f = tk.jit(lambda a, b: sp.betaln(a, b), backend=backend)
+    np.testing.assert_allclose(f(a, b), want, rtol=1e-12)
+    np.testing.assert_allclose(f(b, a), want, rtol=1e-12)
+    ga, gb = tk.jit(tk.grad(lambda a, b: np.sum(sp.betaln(a, b)), argnums=(0, 1)), backend=backend)(a, b)
+    assert np.all(np.isfinite(ga)) and np.all(np.isfinite(gb))

@@ -11,6 +11,7 @@ import warnings
 
 import numpy as np
 
+from ..errors import user_stacklevel
 from ..ir import complex_dtype, is_complex
 from ._core import P, ShapeError, Tracer, _array, _cast, _dtype, _reject, _shape, bind, with_location
 from .shapes import moveaxis, roll
@@ -37,7 +38,7 @@ def _real(a, fname):
     return a if dtype in (np.float32, np.float64) else _cast(a, np.float64)
 
 
-def _plan(a, s, axes, fname: str, default_all: bool):
+def _plan(a, s, axes, fname: str):
     """(normalized axes, their lengths): NumPy's rules for s= and axes= (an axis may repeat; s without axes
     names the last len(s) axes, with NumPy 2's DeprecationWarning; an s entry of -1 keeps that axis's length)."""
     nd = len(_shape(a))
@@ -46,7 +47,7 @@ def _plan(a, s, axes, fname: str, default_all: bool):
             axes = list(range(nd))
         else:
             warnings.warn(f"np.fft.{fname}: `axes` should not be `None` if `s` is not `None` (Deprecated in NumPy 2.0); "
-                          f"pass axes=[0, ..., k-1] for an array of dimension k", DeprecationWarning, stacklevel=3)
+                          f"pass axes=[0, ..., k-1] for an array of dimension k", DeprecationWarning, stacklevel=user_stacklevel())
             axes = list(range(-len(s), 0))
     axes = [int(ax) for ax in (axes if isinstance(axes, (list, tuple)) else (axes,))]
     for ax in axes:
@@ -100,9 +101,9 @@ def _transform(a, axes, kind: str, inverse: bool, n_last: int | None = None):
     return y if axes == last else moveaxis(y, last, axes)
 
 
-def _c2c(a, s, axes, norm, inverse: bool, fname: str, default_all: bool = True):
+def _c2c(a, s, axes, norm, inverse: bool, fname: str):
     a = _complex(_array(a, fname), fname)
-    axes, s = _plan(a, s, axes, fname, default_all)
+    axes, s = _plan(a, s, axes, fname)
     if len(set(axes)) != len(axes):   # (NumPy's loop: 1-D transforms from the last axis, each cropping, padding
         for ax, n in reversed(list(zip(axes, s))):   # and normalizing by its own n)
             a = _c2c(a, [n], [ax], norm, inverse, fname)
@@ -155,7 +156,7 @@ def rfftn(a, s=None, axes=None, norm=None, out=None, fname="rfftn"):
     """The real transform over the last of `axes`, then complex ones over the others."""
     _reject(fname, out=out)
     a = _real(_array(a, fname), fname)
-    axes, s = _plan(a, s, axes, fname, True)
+    axes, s = _plan(a, s, axes, fname)
     if len(set(axes)) != len(axes):   # (NumPy's loop: rfft over the last axis, then 1-D ffts from the last,
         s = [_shape(a)[ax] if n is None else n for n, ax in zip(s, axes)]   # s defaulting to the input's lengths)
         a = rfftn(a, [s[-1]], [axes[-1]], norm, None, fname)
@@ -174,7 +175,7 @@ def irfftn(a, s=None, axes=None, norm=None, out=None, fname="irfftn"):
     axis's output length is s[-1] (default 2 (m - 1)), its input cropped or padded to s[-1] // 2 + 1."""
     _reject(fname, out=out)
     a = _complex(_array(a, fname), fname)
-    axes, s = _plan(a, s, axes, fname, True)
+    axes, s = _plan(a, s, axes, fname)
     last = axes[-1]
     n_last = s[-1] if s[-1] is not None else 2 * (_shape(a)[last] - 1)
     if isinstance(n_last, Tracer):

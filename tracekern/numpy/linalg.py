@@ -30,7 +30,6 @@ from .sorting import argsort
 from .ufuncs import (
     absolute,
     add,
-    conj,
     copysign,
     divide,
     equal,
@@ -295,12 +294,11 @@ def pinv(a, rcond=None, hermitian=False, *, rtol=np._NoValue):
         raise ValueError(with_location("pinv: `rtol` and `rcond` can't be both set"))
     if isinstance(rcond, Tracer) or not np.all(np.asarray(rcond) <= np.sqrt(np.finfo(_dtype(a)).eps)):
         return _pinv_of_svd(a, rcond, hermitian)   # (a cutoff that may drop large singular values: see _pinv)
-    if hermitian:   # (svd(hermitian=True) reads the lower triangle: the gradient goes through that Hermitian matrix)
+    if hermitian:   # (svd(hermitian=True) reads the lower triangle: the gradient goes through that symmetric matrix)
         low = tril(a, -1)
         diag = _diagonal(a, axis1=-2, axis2=-1)
-        diag = real(diag) if is_complex(_dtype(a)) else diag
-        a = add(add(low, conj(matrix_transpose(low)) if is_complex(_dtype(a)) else matrix_transpose(low)),
-                multiply(reshape(_cast(diag, _dtype(a)), _shape(diag) + (1,)), np.eye(_shape(a)[-1], dtype=_dtype(a))))
+        a = add(add(low, matrix_transpose(low)),
+                multiply(reshape(diag, _shape(diag) + (1,)), np.eye(_shape(a)[-1], dtype=_dtype(a))))
     return _pinv(a, rcond, hermitian)
 
 
@@ -352,12 +350,9 @@ def _with_gradient(fwd, *xs):
 
 
 def _pinv_cotangent(a, p, g):
-    """-p^H g p^H + (I - a p) g^H p p^H + p^H p g^H (I - p a), associated so that every product is at most
+    """-p^T g p^T + (I - a p) g^T p p^T + p^T p g^T (I - p a), associated so that every product is at most
     min(m, n) wide on one side (no m x m product of a tall a, no n x n one of a wide a)."""
-    def adjoint(x):
-        return conj(matrix_transpose(x)) if is_complex(_dtype(x)) else matrix_transpose(x)
-
-    ph, gh = adjoint(p), adjoint(g)
+    ph, gh = matrix_transpose(p), matrix_transpose(g)   # (real matrices: pinv refuses complex ones, _real_only)
     m, n = _shape(a)[-2:]
     if m >= n:
         first = matmul(ph, matmul(g, ph))

@@ -26,6 +26,7 @@ from .ufuncs import (
     divide,
     equal,
     exp,
+    floor,
     greater,
     isfinite,
     less,
@@ -33,6 +34,8 @@ from .ufuncs import (
     log,
     log1p,
     logical_and,
+    logical_not,
+    logical_or,
     multiply,
     negative,
     sign,
@@ -155,6 +158,27 @@ def betaln(a, b):
     a, b = _float("betaln", a, b)
     dtype = _dtype(a)
     a, b = _cast(a, np.float64), _cast(b, np.float64)
+    # A nonpositive integer argument (a pole of gamma), as lbeta's lbeta_negint: log |B(1 - a - b, b)| where the other
+    # argument b is an integer and 1 - a - b > 0 (the poles' ratio is finite: betaln(-5, 2) is log(1/20)), inf
+    # otherwise, and inf for a <= -(2**31 - 1), where Cephes' int arithmetic overflows (gammaln(a) - ... was inf - inf)
+    a_pole, b_pole = _nonpositive_integer(a), _nonpositive_integer(b)
+    pole = logical_or(a_pole, b_pole)
+    at_pole, other = where(a_pole, a, b), where(a_pole, b, a)
+    reflected = subtract(subtract(1.0, at_pole), other)
+    finite = logical_and(logical_and(equal(other, floor(other)), greater(reflected, 0)),
+                         logical_and(greater(at_pole, -2147483647.0), logical_not(_nonpositive_integer(other))))
+    infinite = logical_and(pole, logical_not(finite))
+    a = where(infinite, 1.0, where(pole, reflected, a))   # (finite stand-ins where the result is inf: finite gradients)
+    b = where(infinite, 1.0, where(pole, other, b))
+    return _cast(where(infinite, np.inf, _betaln_off_poles(a, b)), dtype)
+
+
+def _nonpositive_integer(x):
+    return logical_and(less_equal(x, 0), equal(x, floor(x)))
+
+
+def _betaln_off_poles(a, b):
+    """betaln of float64 a, b, neither a nonpositive integer."""
     swap = less(absolute(a), absolute(b))
     big, small = where(swap, b, a), where(swap, a, b)
     asymptotic = logical_and(greater(big, 1e6), greater(absolute(big), multiply(absolute(small), 1e6)))
@@ -168,7 +192,7 @@ def betaln(a, b):
                                        multiply(multiply(inv, inv), multiply(inv, 1 / 12))))
     tail = add(subtract(gammaln(small), multiply(small, log(big))), series)
     direct = subtract(add(gammaln(a), gammaln(b)), gammaln(add(a, b)))
-    return _cast(where(asymptotic, tail, direct), dtype)
+    return where(asymptotic, tail, direct)
 
 
 def polygamma(n, x):
