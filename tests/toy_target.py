@@ -22,7 +22,7 @@ _MATH = ("exp", "log", "log1p", "expm1", "sin", "cos", "tan", "tanh", "sqrt", "a
 
 def _functions(dtype: np.dtype, exact: bool = False) -> dict[str, str]:
     """The scalar templates' math names: NumPy's ufuncs on scalars, and scalar_rules' helpers."""
-    return {**{f: f"np.{f}" for f in _MATH}, "pow": "np.power", "abs": "abs", "sign": "sign_f",
+    return {**{f: f"np.{f}" for f in _MATH}, "pow": "np.power", "abs": "abs", "sign": "np.sign",
             "maximum": "maximum_f", "minimum": "minimum_f", "radd": "radd", "rmul": "rmul", "div": "rdiv"}
 
 
@@ -31,7 +31,7 @@ TARGET = Target("toy", on_device=False, functions=_functions, casts=render.CASTS
 IDIOMS = Idioms(empty=lambda dims, dtype: f"np.empty(({''.join(f'{d}, ' for d in dims)}), np.{np.dtype(dtype).name})",
                 copy="{x}.copy()", assign="{dst}[...] = {src}", truth="{x}[()]", contiguous="np.ascontiguousarray({x})")
 _HEADER = """import numpy as np
-from tracekern.backends.scalar_rules import maximum_f, minimum_f, sign_f
+from tracekern.backends.scalar_rules import maximum_f, minimum_f
 from tracekern.schedule import actions as schedule_actions, slots as schedule_slots
 f32, f64, i32, i64, boolean = np.float32, np.float64, np.int32, np.int64, np.bool_
 c64, c128 = np.complex64, np.complex128

@@ -393,7 +393,7 @@ for _name, _fn in LIBM.items():   # arctan_f32, arctan_f64, sinh_f32, ... (gener
 
 
 # the scalar rules shared with the CUDA backend (backends/scalar_rules.py)
-sign_f, sign_i, maximum_f, minimum_f, maximum_i, minimum_i, pow_unchecked = (njit(**INLINE)(fn) for fn in scalar_rules.ALL)
+sign_i, maximum_f, minimum_f, maximum_i, minimum_i, pow_unchecked = (njit(**INLINE)(fn) for fn in scalar_rules.ALL)
 # (NumPy's ValueError for an integer to a negative power; the dispatcher named, for Numba's cache of the closure)
 pow_i = jit_named("pow_i_checked")(scalar_rules.raising_negative_powers(_named(pow_unchecked, "pow_unchecked")))
 RAISING = ("pow_i",)   # the functions above that raise (backends/cpu.py runs a loop that calls one serially)

@@ -27,7 +27,7 @@ f32, f64, i32, i64, boolean = np.float32, np.float64, np.int32, np.int64, np.boo
 ACCUMULATOR = {"float32": "float32", "float64": "float64", "int32": "int64", "int64": "int64", "bool": "int64"}
 
 _device = cuda.jit(device=True)
-sign_f, sign_i, maximum_f, minimum_f, maximum_i, minimum_i, pow_i = (_device(fn) for fn in scalar_rules.ALL)
+sign_i, maximum_f, minimum_f, maximum_i, minimum_i, pow_i = (_device(fn) for fn in scalar_rules.ALL)
 
 
 @_device
@@ -93,7 +93,7 @@ def functions(dtype: np.dtype) -> dict[str, str]:
         sfx = "f32" if name == "float32" else "f64"
         fns = {f: f"math.{f}" for f in ("exp", "log", "log1p", "expm1", "sin", "cos", "tan", "tanh", "pow", "sqrt")}
         fns.update({f: f"{f}_{sfx}" for f in ("floor", "ceil", "rint", *LIBM)})
-        fns.update(arctan="math.atan", abs="abs", sign="sign_f", maximum="maximum_f", minimum="minimum_f",
+        fns.update(arctan="math.atan", abs="abs", sign=f"sign_{sfx}", maximum="maximum_f", minimum="minimum_f",
                    radd="radd", rmul="rmul", div="rdiv")
         fns.update({f: f"{f}_{sfx}" for f in FLOAT_FUNCTIONS})   # (issue 19)
         fns.update(to_int32=f"to_int32_{sfx}", to_int64=f"to_int64_{sfx}")
@@ -156,6 +156,9 @@ for _T, _sfx in ((f32, "f32"), (f64, "f64")):
     # (issue 25: exp and log1p are only called in their domains here, so Python's math serves the simulator too)
     globals()[f"logaddexp_{_sfx}"] = _device(scalar_rules.logaddexp(math.exp, math.log1p, _T))
     globals()[f"logaddexp2_{_sfx}"] = _device(scalar_rules.logaddexp(globals()[f"exp2_{_sfx}"], math.log1p, _T, base2=True))
+
+for _T, _sfx in ((f32, "f32"), (f64, "f64")):   # (sign_f32, sign_f64: the cpu backend's too)
+    globals()[f"sign_{_sfx}"] = _device(scalar_rules.sign_float(_T))
 
 for _T, _sfx in ((f32, "f32"), (f64, "f64")):   # (to_int32_f32, ...: Convert's float -> integer)
     for _bits in (32, 64):
