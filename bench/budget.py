@@ -40,6 +40,7 @@ import time
 from bench.harness import (
     Job,
     Section,
+    child_result,
     in_process,
     interleaved,
     load_average,
@@ -500,16 +501,16 @@ SECTION = Section("budget", run, table, plot, compare, markdown, hosts_lanes=Tru
 def main(argv=None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--plan"]:       # --plan WORKLOAD[,WORKLOAD...] SIZE: {workload: plan(workload, SIZE)}
-        print(json.dumps({name: plan(name, argv[2]) for name in argv[1].split(",")}))
+        child_result({name: plan(name, argv[2]) for name in argv[1].split(",")})
     elif argv[:1] == ["--warm"]:
-        print(json.dumps(warm(argv[1], argv[2], json.loads(argv[3]), int(argv[4]), int(argv[5]))))
+        child_result(warm(argv[1], argv[2], json.loads(argv[3]), int(argv[4]), int(argv[5])))
     elif argv[:1] == ["--time"]:
         tool, name, size = argv[1:4]
         if tool == "tracekern":
             out = time_tracekern(name, size, json.loads(argv[4]))
         else:
             out = {"jax": time_jax, "torch": time_torch}[tool](name, size)
-        print(json.dumps(out))
+        child_result(out)
     else:
         main_job([SECTION], argv, prog="python -m bench.budget", doc=__doc__, name="budget")
 

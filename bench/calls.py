@@ -24,13 +24,12 @@ JSON: the section "calls" holds {"size", "notes", "rows": [{"workload", "strateg
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
 import time
 
-from bench.harness import ROOT, Job, Section, in_process, main_job, two_lanes
+from bench.harness import ROOT, Job, Section, child_result, in_process, main_job, two_lanes
 
 
 def _count(staged, args) -> tuple[int, int, int]:
@@ -213,7 +212,7 @@ SECTION = Section("calls", run, table, markdown=markdown, jobs=jobs)
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--count"]:     # --count SIZE WORKLOAD ...: a list of each workload's rows
-        print(json.dumps([count_workload(name, argv[1]) for name in argv[2:]]))
+        child_result([count_workload(name, argv[1]) for name in argv[2:]])
         return None
     return main_job([SECTION], argv, prog="python -m bench.calls", doc=__doc__, name="calls",
                     options=lambda ap: ap.add_argument("--against", metavar="CHECKOUT",

@@ -37,7 +37,7 @@ import sys
 import tempfile
 import time
 
-from bench.harness import Section, in_process, load_average, main_job, peer_tools
+from bench.harness import Section, child_result, in_process, load_average, main_job, peer_tools
 
 CONFIGS = {   # (workload, its inputs' sizes, label)
     "full": [("mlp", (2, 256, 64), "MLP 2 layers"), ("mlp", (8, 256, 64), "MLP 8 layers"),
@@ -376,7 +376,7 @@ def run_stages(labels: list[str]) -> None:
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--stages-child"]:
-        print(json.dumps(child_stages(argv[1], tuple(json.loads(argv[2])))))
+        child_result(child_stages(argv[1], tuple(json.loads(argv[2]))))
         return None
     if argv[:1] == ["--stages"]:
         return run_stages(argv[1:])
@@ -384,10 +384,10 @@ def main(argv=None):
         kind, name, sizes = argv[1], argv[2], tuple(json.loads(argv[3]))
         result = (child_tracekern(name, sizes, argv[4] or None, argv[5:6] == ["tiers"]) if kind == "tracekern"
                   else child_jax(name, sizes))
-        print(json.dumps(result))
+        child_result(result)
         return None
     if argv[:1] == ["--programs"]:
-        print(json.dumps(child_programs(int(argv[1]), argv[2])))
+        child_result(child_programs(int(argv[1]), argv[2]))
         return None
     return main_job([SECTION, PROGRAMS], argv, prog="python -m bench.compile", doc=__doc__, name="compile")
 

@@ -27,7 +27,7 @@ import numpy as np
 
 import kernels
 import tracekern as tk
-from bench.harness import in_process, interleaved, machine, save, script
+from bench.harness import child_result, in_process, interleaved, machine, save, script
 
 WORKLOADS = {   # name -> (kernels module, inputs at full size, at quick size, whether it has matmuls)
     "W1": ("chain", (1 << 26,), (1 << 10,), False),
@@ -217,7 +217,7 @@ def report(r: dict) -> str:
 def main(argv=None) -> dict | None:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--compile"]:
-        print(json.dumps(compile_child(argv[1], tuple(json.loads(argv[2])), argv[3], argv[4])))
+        child_result(compile_child(argv[1], tuple(json.loads(argv[2])), argv[3], argv[4]))
         return None
     return script("python -m bench.cuda", __doc__, run, report, "cuda.json", argv,
                   options=lambda ap: ap.add_argument("--only", nargs="+", choices=list(WORKLOADS), metavar="NAME",

@@ -38,7 +38,20 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from bench.harness import RESULTS, Section, first_call, in_process, interleaved, load, main_job, mb, ms, peer_tools, sampled_peak
+from bench.harness import (
+    RESULTS,
+    Section,
+    child_result,
+    first_call,
+    in_process,
+    interleaved,
+    load,
+    main_job,
+    mb,
+    ms,
+    peer_tools,
+    sampled_peak,
+)
 from bench.plot import plot
 
 TOOLS = ("tracekern", "jax", "tensorflow", "torch", "torch_compile")
@@ -342,13 +355,13 @@ SECTION = Section("recompute", run, table, plot=plot, compare=compare, markdown=
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--compile"]:
-        print(json.dumps(compile_one(*argv[1:4])))
+        child_result(compile_one(*argv[1:4]))
     elif argv[:1] == ["--compile-queue"]:    # --compile-queue SIZE DIR: compile_one of each configuration it takes
-        print(json.dumps(compile_queue(argv[1], argv[2])))
+        child_result(compile_queue(argv[1], argv[2]))
     elif argv[:1] == ["--time"]:
         tool, name, size = argv[1:4]
-        print(json.dumps(time_tracekern(name, size, memory="--memory-known" not in argv) if tool == "tracekern"
-                         else time_peer(tool, name, size)))
+        child_result(time_tracekern(name, size, memory="--memory-known" not in argv) if tool == "tracekern"
+                         else time_peer(tool, name, size))
     else:
         return main_job([SECTION], argv, prog="python -m bench.recompute", doc=__doc__)
 

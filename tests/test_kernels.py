@@ -6,6 +6,8 @@ unannotated version's (on the interpreter, and on cpu for the cheaper ones), and
 peer's version of it (JAX, TensorFlow, PyTorch: each where installed)."""
 import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -291,6 +293,30 @@ def test_a_measuring_process_s_cpu_time_counts_the_processes_it_waited_for(tmp_p
     assert 0.55 <= ran[0]["cpu_s"] < ran[0]["wall_s"] + 5, ran
     with pytest.raises(RuntimeError, match="tk_burn"):   # (a failing process still raises with its output)
         harness.in_process("tk_burn", "x", "y", env={"PYTHONPATH": "/nonexistent"})
+
+
+def test_a_measuring_process_answers_then_ends_without_the_interpreter_s_teardown(tmp_path):
+    """harness.child_result in a process in_process started: its JSON is the answer, its exit handlers run (compile
+    workers are closed as at a normal exit), then it ends at once: neither the code after it nor the interpreter's
+    teardown of its modules runs. Run by hand (no in_process), it only prints and the program goes on."""
+    (tmp_path / "tk_quick.py").write_text(
+        "import atexit, sys\n"
+        "from bench.harness import child_result\n"
+        "atexit.register(lambda: open(sys.argv[1] + '/atexit', 'w').close())\n"
+        "class Late:\n"
+        "    def __del__(self):\n"
+        "        open(sys.argv[1] + '/teardown', 'w').close()\n"
+        "late = Late()\n"
+        "child_result({'ok': True})\n"
+        "print('after')\n")
+    path = os.pathsep.join([str(tmp_path), harness.ROOT])
+    assert harness.in_process("tk_quick", str(tmp_path), env={"PYTHONPATH": path}) == {"ok": True}
+    assert (tmp_path / "atexit").exists() and not (tmp_path / "teardown").exists()
+    (tmp_path / "atexit").unlink()
+    env = {k: v for k, v in os.environ.items() if k != harness.CHILD_ENV}
+    out = subprocess.run([sys.executable, "-m", "tk_quick", str(tmp_path)], env=dict(env, PYTHONPATH=path), cwd=tmp_path,
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.splitlines() == ['{"ok": true}', "after"] and (tmp_path / "atexit").exists()
 
 
 def test_two_lanes_never_runs_two_timing_jobs_at_once_and_keeps_each_job_after_its_own():
