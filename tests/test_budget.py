@@ -182,6 +182,42 @@ def test_a_budget_planned_again_reuses_its_solutions(monkeypatch):
     assert len(remat._SOLVED) <= 2
 
 
+def test_a_budget_solved_in_another_process_is_read_from_the_disk_cache(monkeypatch, tmp_path):
+    """With the plan cache on, each MILP solution is also kept in the disk cache by the problem's digest: a new process
+    (its in-process memo empty) planning the same budget reads it and asks HiGHS nothing, with the same plan; a file
+    that fails its seal is solved again (and written anew); with the plan cache off, nothing is read."""
+    from scipy import optimize
+
+    monkeypatch.setenv("TRACEKERN_CACHE_DIR", str(tmp_path / "cache"))
+    calls = []
+    real = optimize.milp
+    monkeypatch.setattr(optimize, "milp", lambda *a, **k: calls.append(1) or real(*a, **k))
+    monkeypatch.setattr(remat, "_SOLVED", {})
+    ws, x = mlp_args(depth=5, width=10)
+
+    def planned(budget):   # (a new function each time: nothing kept of an earlier trace)
+        got = tk.make_ir(lambda ws, x: mlp_loss(ws, x), mode="vjp", memory_budget=budget)(ws, x)
+        return got.residual_bytes, got.solver, [str(v.aval) for v in got.residuals]
+
+    with tk.config.override(plan_cache=True):
+        probe = tk.make_ir(mlp_loss, mode="vjp", memory_budget=1.0)(ws, x)
+        budget = (probe.unconstrained_bytes + probe.smallest_budget) // 2
+        first = planned(budget)
+        files = sorted((tmp_path / "cache" / "plans").glob("milp-*"))
+        assert calls and len(files) >= 2, (calls, files)
+        monkeypatch.setattr(remat, "_SOLVED", {})   # (a new process)
+        solved = len(calls)
+        assert planned(budget) == first and len(calls) == solved
+        for f in files:
+            f.write_bytes(f.read_bytes()[:-1])
+        monkeypatch.setattr(remat, "_SOLVED", {})
+        assert planned(budget) == first and len(calls) > solved
+        assert sorted((tmp_path / "cache" / "plans").glob("milp-*")) == files
+    monkeypatch.setattr(remat, "_SOLVED", {})
+    solved = len(calls)
+    assert planned(budget) == first and len(calls) > solved
+
+
 def test_a_budgeted_grad_step_runs_the_plan():
     """The grad step under a budget is the plan's forward, then its backward: the equations it
     re-runs read saved values through barriers (so CSE cannot merge them back into the forward)."""

@@ -18,11 +18,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import passes
+from . import backends, passes
 from .errors import IRError, MemoryBudgetError
 from .ir import Eqn, Graph, Var, verify
 from .primitives.annotations import Call, recompute_call, remat_barrier
 from .primitives.core import literal_value
+from .settings import config
 
 # ----------------------------------------------------------------------------- policies
 
@@ -366,6 +367,36 @@ _SOLVED: dict[bytes, tuple] = {}
 _SOLVED_MAX = 256
 
 
+def _remember(key: bytes, x: np.ndarray | None, optimal: bool) -> None:
+    while _SOLVED and len(_SOLVED) >= _SOLVED_MAX:
+        _SOLVED.pop(next(iter(_SOLVED), None), None)   # (another thread may have taken the oldest first)
+    _SOLVED[key] = (None if x is None else x.copy(), optimal)
+
+
+# A solution is also kept in the disk cache, beside the plan cache's finished steps (tk.config.plan_cache
+# turns both off), under the problem's digest and the SciPy that solved it: a budget planned in one process
+# (a step's lower(), tk.vjp, make_ir, a benchmark's planning process) is not solved again in the next one.
+# The file holds the solution's 0/1 entries (no pickle), then whether HiGHS proved it optimal.
+def _disk_key(key: bytes) -> str:
+    import scipy
+
+    return f"milp-{key.hex()}-scipy{scipy.__version__}"
+
+
+def _solved_on_disk(key: bytes, size: int) -> tuple[np.ndarray, bool] | None:
+    if not config.plan_cache:
+        return None
+    data = backends.load_plan(_disk_key(key))
+    if data is None or len(data) != size + 1 or not set(data) <= {0, 1}:
+        return None
+    return np.frombuffer(data[:size], np.uint8).astype(np.float64), bool(data[size])
+
+
+def _save_solved(key: bytes, x: np.ndarray, optimal: bool) -> None:
+    if config.plan_cache and np.all((x == 0) | (x == 1)):
+        backends.save_plan(_disk_key(key), x.astype(np.uint8).tobytes() + bytes([bool(optimal)]))
+
+
 def _digest(*arrays: np.ndarray) -> bytes:
     h = hashlib.blake2b(digest_size=20)
     for a in arrays:
@@ -627,6 +658,10 @@ class _Problem:
         if key in _SOLVED:
             x, optimal = _SOLVED[key]
             return (None if x is None else x.copy()), optimal
+        got = _solved_on_disk(key, self.size)
+        if got is not None:
+            _remember(key, *got)
+            return got
         constraints = []
         if n:
             constraints.append(optimize.LinearConstraint(sparse.csr_array((d, (r, k)), shape=(n, self.size)), -np.inf, 0.0))
@@ -635,9 +670,9 @@ class _Problem:
         res = optimize.milp(c, integrality=np.ones(self.size), bounds=optimize.Bounds(self.lower, np.ones(self.size)),
                             constraints=constraints, options={"time_limit": MILP_TIME_LIMIT, "mip_rel_gap": 0.0})
         x, optimal = (None, False) if res.x is None else (np.round(res.x), res.status == 0)
-        while _SOLVED and len(_SOLVED) >= _SOLVED_MAX:
-            _SOLVED.pop(next(iter(_SOLVED), None), None)   # (another thread may have taken the oldest first)
-        _SOLVED[key] = (None if x is None else x.copy(), optimal)
+        _remember(key, x, optimal)
+        if x is not None:
+            _save_solved(key, x, optimal)
         return x, optimal
 
     def used_bytes(self, x: np.ndarray) -> int:
