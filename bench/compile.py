@@ -59,7 +59,8 @@ def _workload(name: str, sizes: tuple):
     return module.loss, module.inputs(*sizes)
 
 
-def child_tracekern(name: str, sizes: tuple, probe_dir: str | None, tiers: bool = False) -> dict:
+def child_tracekern(name: str, sizes: tuple, probe_dir: str | None, tiers: bool = False,
+                    cache_probe: str | None = None) -> dict:
     import numpy as np
 
     import tracekern as tk
@@ -100,6 +101,11 @@ def child_tracekern(name: str, sizes: tuple, probe_dir: str | None, tiers: bool 
                 compiled_at = time.perf_counter() - t0
                 break
     after = units.compiled()
+    if cache_probe:   # (after the measurements: the probe compiled into its directory, for the warm processes)
+        sys.path.insert(0, cache_probe)
+        from tk_probe import probe
+
+        probe(1)
     return {"first_s": t1 - t0, "second_s": t2 - t1, "numba_start_s": numba_start, "threads_s": threads_s, "kernels": step.units,
             "calls": step.driver.count("# kernel "), "jitted_driver": step.jitted, "compiled_at_s": compiled_at,
             "compiled": after["kernels"] - before["kernels"] + after["drivers"] - before["drivers"]}
@@ -128,15 +134,16 @@ def run(options) -> dict:
     with tempfile.TemporaryDirectory() as probe_dir:
         with open(os.path.join(probe_dir, "tk_probe.py"), "w") as fh:
             fh.write(_PROBE)
-        in_process("bench.compile", "--child", "tracekern", "chain", json.dumps([64]), probe_dir)   # caches the probe
-        for name, sizes, label in CONFIGS[size]:
+        for k, (name, sizes, label) in enumerate(CONFIGS[size]):
             print(f"{label} ...", end="", flush=True, file=sys.stderr)
             with tempfile.TemporaryDirectory() as cache:
                 tiered = in_process("bench.compile", "--child", "tracekern", name, json.dumps(sizes), "", "tiers",
                                     env={"TRACEKERN_CACHE_DIR": cache})
             with tempfile.TemporaryDirectory() as cache:
                 env = {"TRACEKERN_CACHE_DIR": cache}
-                cold = in_process("bench.compile", "--child", "tracekern", name, json.dumps(sizes), "", env=env)
+                # (the first cold process also compiles the probe, after its measurements: the warm ones load it)
+                cold = in_process("bench.compile", "--child", "tracekern", name, json.dumps(sizes), "",
+                                  *([f"cache-probe={probe_dir}"] if k == 0 else []), env=env)
                 warm = in_process("bench.compile", "--child", "tracekern", name, json.dumps(sizes), probe_dir, env=env)
             row = {"workload": name, "sizes": list(sizes), "label": label, "kernels": cold["kernels"],
                    "calls": cold["calls"], "jitted_driver": cold["jitted_driver"], "compiled": cold["compiled"],
@@ -382,7 +389,9 @@ def main(argv=None):
         return run_stages(argv[1:])
     if argv[:1] == ["--child"]:
         kind, name, sizes = argv[1], argv[2], tuple(json.loads(argv[3]))
-        result = (child_tracekern(name, sizes, argv[4] or None, argv[5:6] == ["tiers"]) if kind == "tracekern"
+        flags = argv[5:]   # "tiers"; "cache-probe=DIR"
+        probe = next((f.split("=", 1)[1] for f in flags if f.startswith("cache-probe=")), None)
+        result = (child_tracekern(name, sizes, argv[4] or None, "tiers" in flags, probe) if kind == "tracekern"
                   else child_jax(name, sizes))
         child_result(result)
         return None
