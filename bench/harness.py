@@ -230,8 +230,10 @@ def in_process(module: str, *args: str, env: dict | None = None) -> object:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-# set in the processes in_process starts: their one answer is the last line of their output (child_result)
+# set in the processes in_process starts: their one answer is the last line of their output (child_result);
+# taken out of the environment when this module loads, so that the process's own children do not see it
 CHILD_ENV = "TK_BENCH_CHILD"
+_CHILD = os.environ.pop(CHILD_ENV, None) == "1"
 
 
 def child_result(result) -> None:
@@ -239,12 +241,15 @@ def child_result(result) -> None:
     in_process started then ends at once: its exit handlers run (a step's compile workers are closed and waited
     for, as at a normal exit) but not the interpreter's teardown of its modules, which frees what Numba, LLVM and
     JAX made one object at a time: 0.13-0.26 s a process, measured (against 0.02), paid by about 60 processes one
-    after another in the main job, after their measurements. Elsewhere (run by hand), it only prints."""
+    after another in the main job, after their measurements. First, as at a normal exit, its non-daemon threads
+    are joined. Elsewhere (run by hand), it only prints."""
     print(json.dumps(result), flush=True)
-    if os.environ.get(CHILD_ENV) != "1":
+    if not _CHILD:
         return
-    sys.stderr.flush()
+    getattr(threading, "_shutdown", lambda: None)()   # (what a normal exit does first: its non-daemon threads joined)
     atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
     os._exit(0)
 
 

@@ -183,15 +183,20 @@ def test_a_budget_planned_again_reuses_its_solutions(monkeypatch):
 
 
 def test_a_budget_solved_in_another_process_is_read_from_the_disk_cache(monkeypatch, tmp_path):
-    """With the plan cache on, each MILP solution is also kept in the disk cache by the problem's digest: a new process
-    (its in-process memo empty) planning the same budget reads it and asks HiGHS nothing, with the same plan; a file
-    that fails its seal is solved again (and written anew); with the plan cache off, nothing is read."""
+    """With the plan cache on, each proven-optimal MILP solution is also kept in the disk cache by the problem's
+    digest (budget.SOLUTIONS): a new process (its in-process memo empty) planning the same budget reads it and asks
+    HiGHS nothing, with the same plan; a file that fails its seal, or holds a solution that breaks its problem's
+    constraints, is solved again and written anew; with the plan cache off, nothing is read or written."""
     from scipy import optimize
 
+    from tracekern import backends, budget
+
+    plans = tmp_path / "cache" / "plans"
     monkeypatch.setenv("TRACEKERN_CACHE_DIR", str(tmp_path / "cache"))
-    calls = []
-    real = optimize.milp
+    calls, read = [], []
+    real, load = optimize.milp, backends.load_plan
     monkeypatch.setattr(optimize, "milp", lambda *a, **k: calls.append(1) or real(*a, **k))
+    monkeypatch.setattr(backends, "load_plan", lambda key: read.append(key) or load(key))
     monkeypatch.setattr(remat, "_SOLVED", {})
     ws, x = mlp_args(depth=5, width=10)
 
@@ -199,23 +204,58 @@ def test_a_budget_solved_in_another_process_is_read_from_the_disk_cache(monkeypa
         got = tk.make_ir(lambda ws, x: mlp_loss(ws, x), mode="vjp", memory_budget=budget)(ws, x)
         return got.residual_bytes, got.solver, [str(v.aval) for v in got.residuals]
 
+    def new_process():
+        monkeypatch.setattr(remat, "_SOLVED", {})
+        read.clear()
+        return len(calls)
+
     with tk.config.override(plan_cache=True):
         probe = tk.make_ir(mlp_loss, mode="vjp", memory_budget=1.0)(ws, x)
-        budget = (probe.unconstrained_bytes + probe.smallest_budget) // 2
-        first = planned(budget)
-        files = sorted((tmp_path / "cache" / "plans").glob("milp-*"))
+        target = (probe.unconstrained_bytes + probe.smallest_budget) // 2
+        first = planned(target)
+        files = sorted(plans.glob("milp-*"))
         assert calls and len(files) >= 2, (calls, files)
-        monkeypatch.setattr(remat, "_SOLVED", {})   # (a new process)
-        solved = len(calls)
-        assert planned(budget) == first and len(calls) == solved
-        for f in files:
+        solved = new_process()
+        assert planned(target) == first and len(calls) == solved
+        used = list(read)
+        assert used and all(load(k) is not None for k in used)
+        for f in files:   # (damaged: solved again, each file it needs written anew)
             f.write_bytes(f.read_bytes()[:-1])
-        monkeypatch.setattr(remat, "_SOLVED", {})
-        assert planned(budget) == first and len(calls) > solved
-        assert sorted((tmp_path / "cache" / "plans").glob("milp-*")) == files
+        solved = new_process()
+        assert planned(target) == first and len(calls) > solved
+        assert all(load(k) is not None for k in used)
+        size = len(load(used[0])) - 1   # (a planted solution, sealed but all zeros: it breaks the needed values' bounds)
+        backends.save_plan(used[0], bytes(size + 1), what="a test's solution")
+        solved = new_process()
+        assert planned(target) == first and len(calls) > solved and load(used[0]) != bytes(size + 1)
+    for f in plans.glob("milp-*"):
+        f.unlink()
+    solved = new_process()
+    assert planned(target) == first and len(calls) > solved and not read and not list(plans.glob("milp-*"))
+    assert budget.SOLUTIONS.get(b"x", 3) is None
+
+
+def test_a_solution_cut_short_by_the_time_limit_is_kept_in_this_process_only(monkeypatch, tmp_path):
+    """A MILP answer HiGHS did not prove optimal (its time limit) stays in the process's memo, never on disk: a
+    slow moment must not fix a worse plan for every later process."""
+    from scipy import optimize
+
+    monkeypatch.setenv("TRACEKERN_CACHE_DIR", str(tmp_path / "cache"))
+    real = optimize.milp
+
+    def cut_short(*a, **k):
+        res = real(*a, **k)
+        res.status = 1   # (HiGHS's "time limit reached", with its best answer so far)
+        return res
+    monkeypatch.setattr(optimize, "milp", cut_short)
     monkeypatch.setattr(remat, "_SOLVED", {})
-    solved = len(calls)
-    assert planned(budget) == first and len(calls) > solved
+    ws, x = mlp_args(depth=5, width=10)
+    with tk.config.override(plan_cache=True):
+        probe = tk.make_ir(lambda ws, x: mlp_loss(ws, x), mode="vjp", memory_budget=1.0)(ws, x)   # (a new function:
+        got = tk.make_ir(lambda ws, x: mlp_loss(ws, x), mode="vjp",                            # nothing kept of
+                         memory_budget=(probe.unconstrained_bytes + probe.smallest_budget) // 2)(ws, x)   # earlier traces)
+    assert "time limit" in got.solver and remat._SOLVED
+    assert not list((tmp_path / "cache" / "plans").glob("milp-*"))
 
 
 def test_a_budgeted_grad_step_runs_the_plan():

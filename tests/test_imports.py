@@ -136,7 +136,7 @@ LAYERS = {
     "tracekern.passes": ["tracekern.trace", "tracekern.autodiff", "tracekern.api"],
     "tracekern.trace": ["tracekern.autodiff", "tracekern.remat", "tracekern.numpy", "tracekern.api",
                         "tracekern.staging", "tracekern.backends"],
-    "tracekern.remat": ["tracekern.trace", "tracekern.autodiff", "tracekern.api"],
+    "tracekern.remat": ["tracekern.trace", "tracekern.autodiff", "tracekern.api", "tracekern.backends"],
     "tracekern.autodiff": ["tracekern.numpy", "tracekern.api", "tracekern.staging", "tracekern.backends"],
     "tracekern.forward": ["tracekern.numpy", "tracekern.api", "tracekern.staging", "tracekern.backends"],
     "tracekern.staging": ["tracekern.api", "tracekern.vectorize", "tracekern.jacobians"],

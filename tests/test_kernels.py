@@ -298,11 +298,15 @@ def test_a_measuring_process_s_cpu_time_counts_the_processes_it_waited_for(tmp_p
 def test_a_measuring_process_answers_then_ends_without_the_interpreter_s_teardown(tmp_path):
     """harness.child_result in a process in_process started: its JSON is the answer, its exit handlers run (compile
     workers are closed as at a normal exit), then it ends at once: neither the code after it nor the interpreter's
-    teardown of its modules runs. Run by hand (no in_process), it only prints and the program goes on."""
+    teardown of its modules runs (its non-daemon threads are joined first, as at a normal exit); the variable that
+    marks it is not passed on to its own children. Run by hand (no in_process), it only prints and the program goes
+    on."""
     (tmp_path / "tk_quick.py").write_text(
-        "import atexit, sys\n"
+        "import atexit, os, sys, threading, time\n"
         "from bench.harness import child_result\n"
+        "open(sys.argv[1] + '/env', 'w').write(repr(os.environ.get('TK_BENCH_CHILD')))\n"
         "atexit.register(lambda: open(sys.argv[1] + '/atexit', 'w').close())\n"
+        "threading.Thread(target=lambda: time.sleep(0.2) or open(sys.argv[1] + '/thread', 'w').close()).start()\n"
         "class Late:\n"
         "    def __del__(self):\n"
         "        open(sys.argv[1] + '/teardown', 'w').close()\n"
@@ -311,7 +315,8 @@ def test_a_measuring_process_answers_then_ends_without_the_interpreter_s_teardow
         "print('after')\n")
     path = os.pathsep.join([str(tmp_path), harness.ROOT])
     assert harness.in_process("tk_quick", str(tmp_path), env={"PYTHONPATH": path}) == {"ok": True}
-    assert (tmp_path / "atexit").exists() and not (tmp_path / "teardown").exists()
+    assert (tmp_path / "atexit").exists() and (tmp_path / "thread").exists() and not (tmp_path / "teardown").exists()
+    assert (tmp_path / "env").read_text() == "None"
     (tmp_path / "atexit").unlink()
     env = {k: v for k, v in os.environ.items() if k != harness.CHILD_ENV}
     out = subprocess.run([sys.executable, "-m", "tk_quick", str(tmp_path)], env=dict(env, PYTHONPATH=path), cwd=tmp_path,

@@ -9,11 +9,14 @@ import dataclasses
 import functools
 from collections.abc import Callable
 
+import numpy as np
+
 from . import autodiff, backends, passes, remat
 from .arguments import fun_name
 from .backends import fusion
 from .errors import MemoryBudgetError, with_location
 from .ir import Graph
+from .settings import config
 
 
 @functools.cache
@@ -32,6 +35,36 @@ def forward_arrays(graph: Graph) -> set:
     return {v for e in graph.eqns for v in e.outputs if rename.get(v, v) in made}
 
 
+class _DiskSolutions:
+    """The planner's MILP solutions in the disk cache, beside the plan cache's finished steps (off with
+    tk.config.plan_cache), by the problem's digest and the SciPy that solved it: a budget solved in one
+    process is read, not solved, in the next. A file holds the solution's 0/1 entries, then whether HiGHS
+    proved it optimal (always, as remat puts only those): bytes, no pickle; remat checks a solution against
+    its problem's constraints before using it."""
+
+    @staticmethod
+    def _key(key: bytes) -> str:
+        import scipy
+
+        return f"milp-{key.hex()}-scipy{scipy.__version__}"
+
+    def get(self, key: bytes, size: int) -> tuple[np.ndarray, bool] | None:
+        if not config.plan_cache:
+            return None
+        data = backends.load_plan(self._key(key))
+        if data is None or len(data) != size + 1 or not set(data) <= {0, 1}:
+            return None
+        return np.frombuffer(data[:size], np.uint8).astype(np.float64), bool(data[size])
+
+    def put(self, key: bytes, x: np.ndarray, optimal: bool) -> None:
+        if config.plan_cache and np.all((x == 0) | (x == 1)):
+            backends.save_plan(self._key(key), x.astype(np.uint8).tobytes() + bytes([bool(optimal)]),
+                               what="the memory plan's solution")
+
+
+SOLUTIONS = _DiskSolutions()
+
+
 def plan_split(fun: Callable, joint: Graph, num_primals: int, num_outputs: int,
                memory_budget: int | float | None, fused: bool = False) -> remat.SplitVJP:
     """remat.split_joint of a joint graph, planned under memory_budget when one is given (`fused`: for
@@ -41,7 +74,7 @@ def plan_split(fun: Callable, joint: Graph, num_primals: int, num_outputs: int,
         return remat.split_joint(joint, num_primals, num_outputs)
     try:
         return remat.split_joint(joint, num_primals, num_outputs, memory_budget, cost_model(), fused=fused,
-                                 arrays_of=forward_arrays if fused else None)
+                                 arrays_of=forward_arrays if fused else None, store=SOLUTIONS)
     except MemoryBudgetError as err:
         asked = f"memory_budget={memory_budget!r}" + (f" ({err.requested} bytes)" if isinstance(memory_budget, float) else "")
         raise MemoryBudgetError(with_location(f"{fun_name(fun)}: {asked}: {err}"), err.smallest, err.requested) from None

@@ -15,15 +15,15 @@ import math
 import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
-from . import backends, passes
+from . import passes
 from .errors import IRError, MemoryBudgetError
 from .ir import Eqn, Graph, Var, verify
 from .primitives.annotations import Call, recompute_call, remat_barrier
 from .primitives.core import literal_value
-from .settings import config
 
 # ----------------------------------------------------------------------------- policies
 
@@ -140,7 +140,7 @@ class SplitVJP:
 
 def split_joint(joint: Graph, num_primals: int, num_outputs: int, memory_budget: int | float | None = None,
                 costs: CostModel | None = None, exact_limit: int | None = None, fused: bool = False,
-                arrays_of: Callable[[Graph], Collection[Var]] | None = None) -> SplitVJP:
+                arrays_of: Callable[[Graph], Collection[Var]] | None = None, store: SolutionStore | None = None) -> SplitVJP:
     """Split `joint` (inputs: primals then cotangents; outputs: primal outputs then input cotangents)
     by dependence on the cotangent inputs. Constants the backward needs are re-made there, not saved.
 
@@ -205,7 +205,7 @@ def split_joint(joint: Graph, num_primals: int, num_outputs: int, memory_budget:
         unconstrained = int(sum(v.aval.nbytes for v in kept))
         plan = plan_residuals(fwd_eqns, joint.inputs[:num_primals], residuals, budget_bytes(memory_budget, unconstrained),
                               costs or CostModel(), materialized, EXACT_LIMIT if exact_limit is None else exact_limit,
-                              arrays=backward_arrays(fwd_eqns, bwd_eqns), arrays_only=fused)
+                              arrays=backward_arrays(fwd_eqns, bwd_eqns), arrays_only=fused, store=store)
         chosen, recomputed = list(plan.saved), [e for e in plan.recomputed if e not in copied]
         bwd_order = copied + _just_in_time(recomputed, bwd_eqns, joint.outputs[num_outputs:])
     fwd = passes.simplify(Graph(joint.inputs[:num_primals], tuple(fwd_eqns), primal_outs + tuple(chosen)))
@@ -365,6 +365,7 @@ _SCALE = 1e12              # costs go to the solver as integer picoseconds (exac
 # takes 10 to 100 ms. The oldest of _SOLVED_MAX entries goes first.
 _SOLVED: dict[bytes, tuple] = {}
 _SOLVED_MAX = 256
+_SOLVER_FORMAT = 1   # (in the digest: a change to how a problem is posed or solved makes new keys)
 
 
 def _remember(key: bytes, x: np.ndarray | None, optimal: bool) -> None:
@@ -373,28 +374,14 @@ def _remember(key: bytes, x: np.ndarray | None, optimal: bool) -> None:
     _SOLVED[key] = (None if x is None else x.copy(), optimal)
 
 
-# A solution is also kept in the disk cache, beside the plan cache's finished steps (tk.config.plan_cache
-# turns both off), under the problem's digest and the SciPy that solved it: a budget planned in one process
-# (a step's lower(), tk.vjp, make_ir, a benchmark's planning process) is not solved again in the next one.
-# The file holds the solution's 0/1 entries (no pickle), then whether HiGHS proved it optimal.
-def _disk_key(key: bytes) -> str:
-    import scipy
+class SolutionStore(Protocol):
+    """Where solutions outlive the process (budget.py's, in the disk cache): get(key, size) -> (x, proven
+    optimal) or None; put(key, x, optimal). The planner checks what get() gives against the problem's
+    constraints before it uses it, and puts only proven-optimal solutions."""
 
-    return f"milp-{key.hex()}-scipy{scipy.__version__}"
+    def get(self, key: bytes, size: int) -> tuple[np.ndarray, bool] | None: ...
 
-
-def _solved_on_disk(key: bytes, size: int) -> tuple[np.ndarray, bool] | None:
-    if not config.plan_cache:
-        return None
-    data = backends.load_plan(_disk_key(key))
-    if data is None or len(data) != size + 1 or not set(data) <= {0, 1}:
-        return None
-    return np.frombuffer(data[:size], np.uint8).astype(np.float64), bool(data[size])
-
-
-def _save_solved(key: bytes, x: np.ndarray, optimal: bool) -> None:
-    if config.plan_cache and np.all((x == 0) | (x == 1)):
-        backends.save_plan(_disk_key(key), x.astype(np.uint8).tobytes() + bytes([bool(optimal)]))
+    def put(self, key: bytes, x: np.ndarray, optimal: bool) -> None: ...
 
 
 def _digest(*arrays: np.ndarray) -> bytes:
@@ -584,6 +571,7 @@ class _Problem:
 
     def __init__(self, fwd_eqns: Sequence[Eqn], inputs: Sequence[Var], needed: Sequence[Var], model: CostModel,
                  materialized: set[Var], arrays: Collection[Var] = (), arrays_only: bool = False):
+        self.store: SolutionStore | None = None   # (plan_residuals': where solutions outlive the process)
         self.producer = {v: e for e in fwd_eqns for v in e.outputs}
         self.position = {e: i for i, e in enumerate(fwd_eqns)}
         self.input_index = {v: i for i, v in enumerate(inputs)}
@@ -654,14 +642,15 @@ class _Problem:
         if not self.size:   # (nothing to choose: the backward reads no forward value)
             return np.zeros(0), True
         r, k, d, n = self.closure
-        key = _digest(c, self.lower, r, k, d, np.array([n, MILP_TIME_LIMIT]), *(x for a, b in extra for x in (a, np.array([b]))))
+        key = _digest(c, self.lower, r, k, d, np.array([n, MILP_TIME_LIMIT, _SOLVER_FORMAT]),
+                      *(x for a, b in extra for x in (a, np.array([b]))))
         if key in _SOLVED:
             x, optimal = _SOLVED[key]
             return (None if x is None else x.copy()), optimal
-        got = _solved_on_disk(key, self.size)
-        if got is not None:
+        got = None if self.store is None else self.store.get(key, self.size)
+        if got is not None and self.satisfies(got[0], extra):
             _remember(key, *got)
-            return got
+            return got[0].copy(), got[1]
         constraints = []
         if n:
             constraints.append(optimize.LinearConstraint(sparse.csr_array((d, (r, k)), shape=(n, self.size)), -np.inf, 0.0))
@@ -671,9 +660,18 @@ class _Problem:
                             constraints=constraints, options={"time_limit": MILP_TIME_LIMIT, "mip_rel_gap": 0.0})
         x, optimal = (None, False) if res.x is None else (np.round(res.x), res.status == 0)
         _remember(key, x, optimal)
-        if x is not None:
-            _save_solved(key, x, optimal)
+        if self.store is not None and x is not None and optimal:   # (one cut short by the time limit: this process only)
+            self.store.put(key, x, optimal)
         return x, optimal
+
+    def satisfies(self, x: np.ndarray, extra: Sequence[tuple[np.ndarray, float]] = ()) -> bool:
+        """Whether x (0/1, of this problem's size) meets its bounds, its closure rows and the rows `extra`."""
+        r, k, d, n = self.closure
+        if x.shape != (self.size,) or np.any(x < self.lower):
+            return False
+        rows = np.zeros(n)
+        np.add.at(rows, r, d * x[k])
+        return not np.any(rows > 1e-9) and all(float(a @ x) <= b + 1e-9 * max(1.0, abs(b)) for a, b in extra)
 
     def used_bytes(self, x: np.ndarray) -> int:
         return int(round(float(self.bytes @ x)))
@@ -722,7 +720,7 @@ class _Problem:
 
 def plan_residuals(fwd_eqns: Sequence[Eqn], inputs: Sequence[Var], needed: Sequence[Var], budget: int,
                    model: CostModel, materialized: set[Var], exact_limit: int = EXACT_LIMIT,
-                   arrays: Collection[Var] = (), arrays_only: bool = False) -> Plan:
+                   arrays: Collection[Var] = (), arrays_only: bool = False, store: SolutionStore | None = None) -> Plan:
     """Choose, for every value the backward pass reads, whether the forward saves it or the backward
     recomputes it from saved values, minimising the model's estimated cost with residual bytes <=
     `budget`; among the cheapest plans, the one with the fewest bytes (so a smaller budget never
@@ -737,6 +735,7 @@ def plan_residuals(fwd_eqns: Sequence[Eqn], inputs: Sequence[Var], needed: Seque
     "saving" it would keep those arrays alive and still do the work: the plan's bytes would not be
     what the step keeps, and its cost not what the step pays."""
     problem = _Problem(fwd_eqns, inputs, needed, model, materialized, arrays, arrays_only)
+    problem.store = store
     cost = problem.objective()
     # the fewest bytes any plan saves (and the cheapest such plan)
     x_min, _ = problem.solve(problem.bytes)

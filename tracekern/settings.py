@@ -70,7 +70,8 @@ class Config:
         # returns (tk.jit(f, tiers=...) decides for one function)
         self.tiers: bool = _flag_from_env("TRACEKERN_TIERS", True)
         # a cpu step whose kernels are compiled on disk is found by the digest of the traced function
-        # and its transform, without differentiating or planning it again (staging's plan cache)
+        # and its transform, without differentiating or planning it again (staging's plan cache); and
+        # the memory planner's MILP solutions are kept there too (budget.py), read when a budget is planned
         self.plan_cache: bool = _flag_from_env("TRACEKERN_PLAN_CACHE", True)
         # the plan cache also keys a step by a digest of the function's code and what it reads, found
         # without tracing (tracekern/fingerprint.py): a faster warm start, but a hit does not run the

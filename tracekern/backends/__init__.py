@@ -78,9 +78,10 @@ def get_compiler(name: str, *, tiers: bool | None = None, **options) -> Callable
     return compile_
 
 
-def save_plan(key: str, data: bytes) -> None:
-    """Save a finished step's pickle under its plan key, in the disk cache (backends/cache.py)."""
-    importlib.import_module("tracekern.backends.cache").save_plan(key, data)
+def save_plan(key: str, data: bytes, what: str | None = None) -> None:
+    """Save a finished step's pickle under its plan key, in the disk cache (backends/cache.py); `what`:
+    other bytes kept there (the warning, should the write fail, names them)."""
+    importlib.import_module("tracekern.backends.cache").save_plan(key, data, what)
 
 
 def load_plan(key: str) -> bytes | None:

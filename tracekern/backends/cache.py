@@ -940,23 +940,29 @@ def load_plan(key: str) -> bytes | None:
     return blob[:-n]
 
 
-def save_plan(key: str, data: bytes) -> None:
-    """Save `data` (a pickle) under `key`, sealed with its SHA-256 like Numba's files here."""
+def save_plan(key: str, data: bytes, what: str | None = None) -> None:
+    """Save `data` (a finished step's pickle, or the bytes `what` names) under `key`, sealed with its
+    SHA-256 like Numba's files here. A failed write warns once per file, or with `what` once per
+    directory (the planner's solutions: many small files)."""
     path = plan_path(key)
     private = in_use(str(cache_dir())) is not False
     try:
         _make_dirs(path.parent, not private)
         _write_file(str(path), data + _SEAL + hashlib.sha256(data).digest(), private)
     except OSError as err:
-        _warn_unsaved(str(path), err)
+        if what is None:
+            _warn_unsaved(str(path), err)
+        else:
+            _warn_unsaved(str(path), err, f"{what} is used in this process but not kept for others", str(path.parent))
 
 
-def _warn_unsaved(path: str, err: Exception) -> None:
-    if path in _WARNED:
+def _warn_unsaved(path: str, err: Exception, what: str = "the compiled code is used in this process but not cached for others",
+                  once: str | None = None) -> None:
+    once = once or path
+    if once in _WARNED:
         return
-    _WARNED.add(path)
-    warnings.warn(CacheWarning(f"tracekern could not write the cache file {path} ({type(err).__name__}: {err}): the "
-                               "compiled code is used in this process but not cached for others."),
+    _WARNED.add(once)
+    warnings.warn(CacheWarning(f"tracekern could not write the cache file {path} ({type(err).__name__}: {err}): {what}."),
                   stacklevel=_stacklevel())
 
 
