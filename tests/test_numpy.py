@@ -574,6 +574,39 @@ def test_solve_propagates_non_finite_entries_and_raises_on_a_singular_matrix_as_
         vector(np.ones((3, 3)), np.ones(3))
 
 
+@pytest.mark.parametrize("backend", ["interpret", "cpu"])
+def test_inv_det_and_slogdet_propagate_non_finite_entries_and_treat_a_singular_matrix_as_numpy_does(backend):
+    """np.linalg.inv, det and slogdet: NaN or inf entries give LAPACK's results, as NumPy's (inv by ?gesv against the
+    identity, det and slogdet from ?getrf; the cpu kernels raised "Array must not contain infs or NaNs", Numba's
+    check, until 2026-11-27), the other matrices of a batch theirs; a singular matrix: inv raises NumPy's
+    LinAlgError("Singular matrix"), det is 0 and slogdet (0, -inf); a 0 x 0 matrix: det 1, slogdet (1, 0)."""
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((4, 3, 3)) + 3 * np.eye(3)
+    a[1, 0, 0], a[2, 1, 2] = np.nan, np.inf
+    a[3] = [[-1.0, 2.0, 0.5], [np.inf, 1.0, 0.0], [0.0, 0.0, -2.0]]
+
+    def same(got, want):
+        assert got.shape == want.shape and got.dtype == want.dtype
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
+        finite = np.isfinite(want)
+        np.testing.assert_allclose(got[finite], want[finite], rtol=1e-12)
+
+    with np.errstate(invalid="ignore"):   # (NumPy's own warning on NaN in det and slogdet: the interpreter's too)
+        same(tk.jit(np.linalg.inv, backend=backend)(a), np.linalg.inv(a))
+        same(tk.jit(np.linalg.det, backend=backend)(a), np.linalg.det(a))
+        for got, want in zip(tk.jit(lambda m: tuple(np.linalg.slogdet(m)), backend=backend)(a), np.linalg.slogdet(a)):
+            same(got, want)
+    singular = np.ones((3, 3))
+    with pytest.raises(np.linalg.LinAlgError, match="Singular matrix"):
+        tk.jit(np.linalg.inv, backend=backend)(singular)
+    assert tk.jit(np.linalg.det, backend=backend)(singular) == 0.0
+    assert tuple(tk.jit(lambda m: tuple(np.linalg.slogdet(m)), backend=backend)(singular)) == (0.0, -np.inf)
+    empty = np.zeros((0, 0))
+    assert tk.jit(np.linalg.det, backend=backend)(empty) == 1.0
+    assert tuple(tk.jit(lambda m: tuple(np.linalg.slogdet(m)), backend=backend)(empty)) == (1.0, 0.0)
+
+
 def test_linalg_factorizations_raise_on_cuda_naming_the_function():
     a = np.eye(3) * 2.0
     for fn, name in ((np.linalg.solve, "np.linalg.solve"), (np.linalg.inv, "np.linalg.inv"),

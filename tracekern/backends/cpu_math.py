@@ -266,19 +266,87 @@ def np_solve(a, b):
     return x
 
 
+def _getrf(a, ipiv):
+    """LAPACK's ?getrf on column-major storage: a (n x n) given as the C-ordered array of its transpose; its LU
+    factors replace it. Its info (0, or > 0 where a pivot is exactly zero)."""
+
+
+@overload(_getrf)
+def _getrf_lapack(a, ipiv):
+    numba_linalg.ensure_lapack()
+    xgetrf = numba_linalg._LAPACK().numba_xxgetrf(a.dtype)
+    kind = ord(numba_linalg.get_blas_kind(a.dtype, "slogdet"))
+
+    def impl(a, ipiv):
+        n = a.shape[0]
+        return xgetrf(kind, n, n, a.ctypes, n, ipiv.ctypes)
+    return impl
+
+
 @njit(**INLINE)
 def np_inv(a):
-    return np.linalg.inv(a)
+    """np.linalg.inv of one square matrix (C-contiguous) as NumPy computes it: LAPACK's ?gesv against the identity.
+    Non-finite entries are LAPACK's to propagate (Numba's np.linalg.inv raised "Array must not contain infs or
+    NaNs" on them, and used ?getrf and ?getri); a singular matrix raises LinAlgError("Singular matrix")."""
+    n = a.shape[0]
+    at = np.empty((n, n), a.dtype)          # a's column-major storage: at[j, i] = a[i, j]
+    for i in range(n):
+        for j in range(n):
+            at[j, i] = a[i, j]
+    x = np.zeros((n, n), a.dtype)           # the identity, whose storage is its own; the inverse's transpose after
+    for i in range(n):
+        x[i, i] = 1
+    if n > 0:
+        ipiv = np.empty(n, numba_linalg.F_INT_nptype)
+        if _gesv(at, ipiv, x) > 0:
+            raise np.linalg.LinAlgError("Singular matrix")
+    return x.T.copy()
 
 
 @njit(**INLINE)
 def np_slogdet(a):
-    return np.linalg.slogdet(a)
+    """np.linalg.slogdet of one square matrix (C-contiguous) as NumPy computes it: LAPACK's ?getrf on its
+    column-major copy, the sign from the pivots and the diagonal's signs (phases), the log of the product of the
+    diagonal's magnitudes summed. Non-finite entries propagate as in NumPy (sign 1 and a NaN or inf logarithm
+    where no pivot is negative; Numba's slogdet raised on them); an exactly zero pivot gives (0, -inf)."""
+    n = a.shape[0]
+    one = np.ones(1, a.dtype)[0]
+    if n == 0:
+        return one, 0.0
+    at = np.empty((n, n), a.dtype)
+    for i in range(n):
+        for j in range(n):
+            at[j, i] = a[i, j]
+    ipiv = np.empty(n, numba_linalg.F_INT_nptype)
+    if _getrf(at, ipiv) > 0:
+        return one * 0, -np.inf
+    sign = one
+    for k in range(n):
+        if ipiv[k] != k + 1:
+            sign = -sign
+    logdet = 0.0
+    for k in range(n):
+        d = at[k, k]
+        sign = sign * _phase(d)
+        logdet += np.log(np.abs(d))
+    return sign, logdet
+
+
+def _phase(d):
+    """A pivot's contribution to the determinant's sign, as NumPy's slogdet takes it: -1 where a real pivot is
+    negative, else 1 (NaN included); a complex pivot's phase d / |d|."""
+
+
+@overload(_phase)
+def _phase_impl(d):
+    if isinstance(d, types.Complex):
+        return lambda d: d / np.abs(d)
+    return lambda d: -1.0 if d < 0 else 1.0
 
 
 @njit(**INLINE)
 def np_det(a):   # (NumPy's det: sign * exp(log|det|))
-    sign, logdet = np.linalg.slogdet(a)
+    sign, logdet = np_slogdet(a)
     return sign * np.exp(logdet)
 
 
