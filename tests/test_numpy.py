@@ -607,6 +607,37 @@ def test_inv_det_and_slogdet_propagate_non_finite_entries_and_treat_a_singular_m
     assert tuple(tk.jit(lambda m: tuple(np.linalg.slogdet(m)), backend=backend)(empty)) == (1.0, 0.0)
 
 
+@pytest.mark.parametrize("backend", ["interpret", "cpu"])
+def test_qr_and_svd_treat_non_finite_entries_as_numpy_does(backend):
+    """np.linalg.qr and svd (and pinv, matrix_rank, norm(ord=2) through it): NaN or inf entries give LAPACK's results
+    as NumPy's (?geqrf and ?orgqr; ?gesdd), and a NaN that LAPACK's SVD refuses raises NumPy's LinAlgError("SVD did
+    not converge"), where the cpu kernels raised Numba's "Array must not contain infs or NaNs" until 2026-11-27;
+    finite and empty matrices as before."""
+    rng = np.random.default_rng(11)
+    nan = np.array([[np.nan, 1.0], [1.0, 2.0]])
+    inf = np.array([[np.inf, 1.0], [1.0, 2.0]])
+
+    def same(got, want):
+        assert got.shape == want.shape and got.dtype == want.dtype
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        finite = np.isfinite(want)
+        np.testing.assert_allclose(got[finite], want[finite], rtol=1e-12, atol=1e-14)
+
+    qr = tk.jit(lambda m: tuple(np.linalg.qr(m)), backend=backend)
+    with np.errstate(invalid="ignore"):
+        for m in (nan, inf, rng.standard_normal((5, 3)), rng.standard_normal((3, 5)), np.zeros((3, 0))):
+            for got, want in zip(qr(m), np.linalg.qr(m)):
+                same(got, want)
+        for f in (lambda m: tuple(np.linalg.svd(m)), lambda m: tuple(np.linalg.svd(m, full_matrices=False)),
+                  np.linalg.pinv, np.linalg.matrix_rank, lambda m: np.linalg.norm(m, 2)):
+            with pytest.raises(np.linalg.LinAlgError, match="SVD did not converge"):
+                tk.jit(f, backend=backend)(nan)
+            for m in (inf, rng.standard_normal((4, 3))):
+                got, want = tk.jit(f, backend=backend)(m), f(m)
+                for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
+                    same(np.asarray(g), np.asarray(w))
+
+
 def test_linalg_factorizations_raise_on_cuda_naming_the_function():
     a = np.eye(3) * 2.0
     for fn, name in ((np.linalg.solve, "np.linalg.solve"), (np.linalg.inv, "np.linalg.inv"),

@@ -355,26 +355,120 @@ def np_cholesky(a):
     return np.linalg.cholesky(a)
 
 
+def _geqrf(q, tau):
+    """LAPACK's ?geqrf on column-major storage: q (m x n) given as the C-ordered array of its transpose; R and the
+    reflectors replace it, tau gets their scales. Its info."""
+
+
+@overload(_geqrf)
+def _geqrf_lapack(q, tau):
+    numba_linalg.ensure_lapack()
+    xgeqrf = numba_linalg._LAPACK().numba_ez_geqrf(q.dtype)
+    kind = ord(numba_linalg.get_blas_kind(q.dtype, "qr"))
+
+    def impl(q, tau):
+        n, m = q.shape
+        return xgeqrf(kind, m, n, q.ctypes, m, tau.ctypes)
+    return impl
+
+
+def _orgqr(q, tau):
+    """LAPACK's ?orgqr (?ungqr): the first k = tau.size columns of Q from ?geqrf's reflectors in q (as _geqrf's)."""
+
+
+@overload(_orgqr)
+def _orgqr_lapack(q, tau):
+    numba_linalg.ensure_lapack()
+    xgqr = numba_linalg._LAPACK().numba_ez_xxgqr(q.dtype)
+    kind = ord(numba_linalg.get_blas_kind(q.dtype, "qr"))
+
+    def impl(q, tau):
+        m = q.shape[1]
+        k = tau.size
+        return xgqr(kind, m, k, k, q.ctypes, m, tau.ctypes)
+    return impl
+
+
 @njit(**INLINE)
 def np_qr(a):
-    return np.linalg.qr(a)
+    """np.linalg.qr (mode 'reduced') of one matrix (C-contiguous) as NumPy computes it: LAPACK's ?geqrf, then ?orgqr
+    on the column-major copy. Non-finite entries are LAPACK's to propagate, as NumPy's (Numba's qr raised "Array
+    must not contain infs or NaNs" on them, and on an empty matrix, where NumPy gives empty factors)."""
+    m, n = a.shape
+    k = min(m, n)
+    if k == 0:
+        return np.zeros((m, 0), a.dtype), np.zeros((0, n), a.dtype)
+    q = np.empty((n, m), a.dtype)           # a's column-major storage: q[j, i] = a[i, j]
+    for i in range(m):
+        for j in range(n):
+            q[j, i] = a[i, j]
+    tau = np.empty(k, a.dtype)
+    _geqrf(q, tau)
+    r = np.zeros((k, n), a.dtype)
+    for i in range(k):
+        for j in range(i, n):
+            r[i, j] = q[j, i]
+    _orgqr(q, tau)
+    qm = np.empty((m, k), a.dtype)
+    for i in range(m):
+        for j in range(k):
+            qm[i, j] = q[j, i]
+    return qm, r
+
+
+def _gesdd(a, s, u, vt, full):
+    """LAPACK's ?gesdd on column-major storage (each array the C-ordered array of its transpose: a m x n, u m x
+    ucols, vt vrows x n); jobz 'A' where `full`, else 'S'. Its info (> 0: it did not converge; < 0: an argument
+    LAPACK refused)."""
+
+
+@overload(_gesdd)
+def _gesdd_lapack(a, s, u, vt, full):
+    numba_linalg.ensure_lapack()
+    xgesdd = numba_linalg._LAPACK().numba_ez_gesdd(a.dtype)
+    kind = ord(numba_linalg.get_blas_kind(a.dtype, "svd"))
+    all_, some = ord("A"), ord("S")
+
+    def impl(a, s, u, vt, full):
+        n, m = a.shape
+        return xgesdd(kind, all_ if full else some, m, n, a.ctypes, m, s.ctypes, u.ctypes, m, vt.ctypes, vt.shape[1])
+    return impl
 
 
 @njit(**INLINE)
-def np_svd_full(a):   # (Numba's raises for an empty matrix; NumPy's gives identities)
+def _svd(a, full):
+    """np.linalg.svd of one nonempty matrix (C-contiguous) as NumPy computes it: LAPACK's ?gesdd on the column-major
+    copy; non-finite entries are LAPACK's (Numba's svd raised on them), and where it does not converge, NumPy's
+    LinAlgError("SVD did not converge") (Numba's: a ValueError)."""
+    m, n = a.shape
+    k = min(m, n)
+    at = np.empty((n, m), a.dtype)
+    for i in range(m):
+        for j in range(n):
+            at[j, i] = a[i, j]
+    ucols = m if full else k
+    vrows = n if full else k
+    s = np.empty(k, np.float64)
+    ut = np.empty((ucols, m), a.dtype)      # u's column-major storage
+    v = np.empty((n, vrows), a.dtype)       # vt's
+    if _gesdd(at, s, ut, v, full) != 0:   # (as NumPy: any failure, e.g. a NaN entry, which LAPACK's scaling refuses)
+        raise np.linalg.LinAlgError("SVD did not converge")
+    return ut.T.copy(), s, v.T.copy()
+
+
+@njit(**INLINE)
+def np_svd_full(a):   # (an empty matrix: NumPy's identities)
     if a.size == 0:
         return np.eye(a.shape[0]), np.zeros(0), np.eye(a.shape[1])
-    u, s, vh = np.linalg.svd(a, full_matrices=True)
-    return np.ascontiguousarray(u), s, np.ascontiguousarray(vh)
+    return _svd(a, True)
 
 
 @njit(**INLINE)
-def np_svd_reduced(a):   # (Numba's raises for an empty matrix)
+def np_svd_reduced(a):
     if a.size == 0:
         k = min(a.shape[0], a.shape[1])
         return np.zeros((a.shape[0], k)), np.zeros(k), np.zeros((k, a.shape[1]))
-    u, s, vh = np.linalg.svd(a, full_matrices=False)
-    return np.ascontiguousarray(u), s, np.ascontiguousarray(vh)
+    return _svd(a, False)
 
 
 @njit(**INLINE)
