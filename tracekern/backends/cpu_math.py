@@ -245,25 +245,13 @@ def np_solve(a, b):
     and error messages took 3.9 s to compile, the largest of the math library's helpers (now about 0.5 s)."""
     n = a.shape[0]
     nrhs = 1 if b.ndim == 1 else b.shape[b.ndim - 1]
-    bv = b.reshape(n, nrhs)
-    at = np.empty((n, n), a.dtype)          # a's column-major storage: at[j, i] = a[i, j]
-    for i in range(n):
-        for j in range(n):
-            at[j, i] = a[i, j]
-    bt = np.empty((nrhs, n), a.dtype)       # b's
-    for i in range(n):
-        for j in range(nrhs):
-            bt[j, i] = bv[i, j]
+    at = a.T.copy()                         # a's column-major storage (the C-ordered array of its transpose)
+    bt = b.reshape(n, nrhs).T.copy()        # b's
     if n > 0:
         ipiv = np.empty(n, numba_linalg.F_INT_nptype)
         if _gesv(at, ipiv, bt) > 0:
             raise np.linalg.LinAlgError("Singular matrix")
-    x = np.empty(b.shape, a.dtype)
-    xv = x.reshape(n, nrhs)
-    for i in range(n):
-        for j in range(nrhs):
-            xv[i, j] = bt[j, i]
-    return x
+    return bt.T.copy().reshape(b.shape)
 
 
 def _getrf(a, ipiv):
@@ -289,13 +277,8 @@ def np_inv(a):
     Non-finite entries are LAPACK's to propagate (Numba's np.linalg.inv raised "Array must not contain infs or
     NaNs" on them, and used ?getrf and ?getri); a singular matrix raises LinAlgError("Singular matrix")."""
     n = a.shape[0]
-    at = np.empty((n, n), a.dtype)          # a's column-major storage: at[j, i] = a[i, j]
-    for i in range(n):
-        for j in range(n):
-            at[j, i] = a[i, j]
-    x = np.zeros((n, n), a.dtype)           # the identity, whose storage is its own; the inverse's transpose after
-    for i in range(n):
-        x[i, i] = 1
+    at = a.T.copy()                         # a's column-major storage
+    x = np.eye(n, dtype=a.dtype)            # the identity, whose storage is its own; the inverse's transpose after
     if n > 0:
         ipiv = np.empty(n, numba_linalg.F_INT_nptype)
         if _gesv(at, ipiv, x) > 0:
@@ -313,10 +296,7 @@ def np_slogdet(a):
     one = np.ones(1, a.dtype)[0]
     if n == 0:
         return one, 0.0
-    at = np.empty((n, n), a.dtype)
-    for i in range(n):
-        for j in range(n):
-            at[j, i] = a[i, j]
+    at = a.T.copy()                         # a's column-major storage
     ipiv = np.empty(n, numba_linalg.F_INT_nptype)
     if _getrf(at, ipiv) > 0:
         return one * 0, -np.inf
@@ -398,22 +378,12 @@ def np_qr(a):
     k = min(m, n)
     if k == 0:
         return np.zeros((m, 0), a.dtype), np.zeros((0, n), a.dtype)
-    q = np.empty((n, m), a.dtype)           # a's column-major storage: q[j, i] = a[i, j]
-    for i in range(m):
-        for j in range(n):
-            q[j, i] = a[i, j]
+    q = a.T.copy()                          # a's column-major storage
     tau = np.empty(k, a.dtype)
     _geqrf(q, tau)
-    r = np.zeros((k, n), a.dtype)
-    for i in range(k):
-        for j in range(i, n):
-            r[i, j] = q[j, i]
+    r = np.triu(q.T[:k])                    # R: the upper triangle of the first k rows (before ?orgqr overwrites q)
     _orgqr(q, tau)
-    qm = np.empty((m, k), a.dtype)
-    for i in range(m):
-        for j in range(k):
-            qm[i, j] = q[j, i]
-    return qm, r
+    return q[:k].T.copy(), r
 
 
 def _gesdd(a, s, u, vt, full):
@@ -442,10 +412,7 @@ def _svd(a, full):
     LinAlgError("SVD did not converge") (Numba's: a ValueError)."""
     m, n = a.shape
     k = min(m, n)
-    at = np.empty((n, m), a.dtype)
-    for i in range(m):
-        for j in range(n):
-            at[j, i] = a[i, j]
+    at = a.T.copy()                         # a's column-major storage
     ucols = m if full else k
     vrows = n if full else k
     s = np.empty(k, np.float64)
