@@ -107,6 +107,9 @@ def _programs():
             return out, t, f_jvp(u), tk.jvp(tk.grad(lambda v: f(v)[0].sum()), (x,), (u,))[1]
         yield tangents, (x, x * 0.5), False
         yield (lambda x, u: tk.jvp(_softplus_with_a_custom_gradient, (x,), (u,))), (x, x * 0.5), False
+        # float64 the program asks for: betaln of float32 computes in float64 and rounds, as SciPy's float32 loop
+        # (SciPy 1.18 found it: its ufuncs take betaln(x, 3) of float32 as float32; 1.17's as float64)
+        yield (lambda x: tk.scipy.special.betaln(x, np.float32(3)) * 2), (np.abs(x) + 0.5,), grad
         # random numbers: Threefry on int64 words, mantissas converted to float32 (no float64 anywhere)
         yield (lambda x: x * tk.random.uniform(tk.random.key(3), (4,)) + tk.random.normal(tk.random.fold_in(
             tk.random.key(1), 2), (4,)) * np.where(tk.random.bernoulli(tk.random.key(2), 0.5, (4,)), x, 0)), (x,), grad
@@ -210,6 +213,8 @@ def _check(i: int) -> str:
         bad = ptx_check.ptx_float64(py_func, list(params), CC)
     except Exception as err:   # a typing error the simulator cannot see
         return f"does not compile: {type(err).__name__}: {str(err)[:400]}\n{body}"
+    if bad and ptx_check.asks_for_float64(body):
+        return ""   # (the program's own float64: betaln of float32 in float64, rounded, as SciPy's float32 loop)
     return f"float64 in a float32 kernel: {bad[:3]}\n{body}" if bad else ""
 
 

@@ -20,6 +20,16 @@ _F64 = re.compile(r"\.f64\b|%fd\d")   # a float64 instruction or register (not %
 _LIBDEVICE_F64 = re.compile(r"^\s*(\.reg \.f64\s|cvt\.rn\.f64\.s64\s|mul\.f64\s+%fd\d+, %fd\d+, 0d3BF921FB54442D19;|cvt\.rn\.f32\.f64\s)")
 
 
+_EXPLICIT_F64 = re.compile(r"= f64\((s|acc|pt)_?\d+(_\d+)?\)\s*# convert\b")   # s_7 = f64(s_3)  # convert
+
+
+def asks_for_float64(source: str) -> bool:
+    """Whether a kernel's source converts a value to float64 (a `convert` equation of the program's own:
+    betaln of float32 computes in float64 and rounds, as SciPy's float32 loop does): its float64
+    instructions are the program's, not an accident (a constant, an accumulator, a promoting function)."""
+    return bool(_EXPLICIT_F64.search(source))
+
+
 def ptx_float64(py_func, params: list[tuple[str, int]], cc=(8, 0)) -> list[str]:
     """Compile one generated kernel to PTX (no GPU needed; a typing error raises) and return its
     float64 instructions if its arrays are float32 (or complex64), with integers or not (an accidental
