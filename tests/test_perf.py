@@ -266,6 +266,75 @@ def test_results_a_caller_holds_are_never_overwritten_by_later_calls():
         assert not step._spare
 
 
+def test_a_result_s_memory_is_reused_once_the_caller_drops_it_and_never_while_anything_holds_it():
+    """A slot whose buffer a call returns gets, on later calls, one of the last two buffers it handed out
+    if nothing references it any more (no result, no view of one, no memoryview): no fresh pages a call.
+    The caller gets its own view of the buffer, so a result it drops dies (a weak reference to it too)
+    while the memory stays for reuse; whatever it still holds keeps its values."""
+    import threading
+    import weakref
+
+    from tracekern.backends import cpu_runtime
+
+    def f(x):
+        h = np.tanh(x) * 2.0
+        g = np.sin(h) + x
+        return {"g": g, "gt": g.T, "row": g[1], "s": np.sum(g * h)}
+
+    rng = np.random.default_rng(3)
+    xs = [rng.normal(size=(3, 4)) for _ in range(8)]
+    jf, step = _cpu_step(f, xs[0])
+    jf(xs[0])   # (the output slots are learned: from here on the results' buffers come from the pools)
+    r = jf(xs[0])
+    base = weakref.ref(r["g"].base)
+    result = weakref.ref(r["g"])
+    assert base() is not None and np.shares_memory(r["g"], base())
+    del r
+    assert result() is None and base() is not None   # (the caller's array dies, the step keeps the memory)
+    r = jf(xs[1])
+    assert r["g"].base is base()                     # (reused: nothing held it)
+    np.testing.assert_allclose(r["g"], f(xs[1])["g"], rtol=1e-12, atol=1e-12)
+    # a loop `r = jf(x)` holds the last result while it calls: two buffers take turns
+    seen = set()
+    for x in xs:
+        r = jf(x)
+        seen.add(id(r["g"].base))
+        np.testing.assert_allclose(r["g"], f(x)["g"], rtol=1e-12, atol=1e-12)
+    assert len(seen) == cpu_runtime.POOL_DEPTH, seen
+    # held in every way but the result itself: a view, a memoryview, a transposed output; never overwritten
+    keep = []
+    for i, x in enumerate(xs):
+        out = jf(x)
+        keep.append((i, out["g"][1:], memoryview(out["g"]), out["gt"], out["row"]))
+        del out
+    for i, tail, mv, gt, row in keep:
+        want = f(xs[i])
+        np.testing.assert_allclose(tail, want["g"][1:], rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(np.asarray(mv), want["g"], rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(gt, want["gt"], rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(row, want["row"], rtol=1e-12, atol=1e-12)
+    # a result fed back as the next call's input
+    h, want = xs[0], xs[0]
+    for _ in range(6):
+        h, want = jf(h)["g"], f(want)["g"]
+    np.testing.assert_allclose(h, want, rtol=1e-10, atol=1e-12)
+    # threads calling one step at once, each holding its results
+    errors = []
+
+    def run(seed):
+        local = np.random.default_rng(seed)
+        got = [(x, jf(x)) for x in (local.normal(size=(3, 4)) for _ in range(30))]
+        for x, out in got:
+            if not np.allclose(out["g"], f(x)["g"], rtol=1e-12, atol=1e-12):
+                errors.append(seed)
+    threads = [threading.Thread(target=run, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+
+
 def test_kernels_called_past_their_dispatchers_get_the_types_they_were_compiled_for():
     """The entry points are bound per argument types: a strided, a read-only and a float32 input after a
     contiguous float64 one each run their own kernels (results equal NumPy's), and the gradient's step

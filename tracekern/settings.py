@@ -80,8 +80,9 @@ class Config:
         # traced graph's digest)
         self.plan_code_key: bool = _flag_from_env("TRACEKERN_PLAN_CODE_KEY", False)
         # a cpu step whose driver is plain Python keeps its intermediate buffers between calls when they
-        # hold at most 32 MiB in all (backends/cpu_runtime.py, WORKSPACE_KEEP_BYTES): no allocation and no
-        # fresh pages a call; False: they are allocated every call and freed when it returns (the least
+        # hold at most 32 MiB in all (backends/cpu_runtime.py, WORKSPACE_KEEP_BYTES), and the memory of its
+        # last two calls' results for reuse once the caller drops them: no allocation and no fresh pages a
+        # call; False: they are allocated every call and freed when it returns (the least
         # memory held between calls; a call's own peak is the same either way)
         self.keep_buffers: bool = _flag_from_env("TRACEKERN_KEEP_BUFFERS", True)
 
