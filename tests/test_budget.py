@@ -575,6 +575,7 @@ def test_measured_saved_state_of_vjp_matches_the_plan():
         import ctypes, gc, json, os, sys
         import numpy as np
         import tracekern as tk
+        tk.config.keep_buffers = False   # (a step's kept buffers and its results' memory would be resident before)
         libc = ctypes.CDLL("libc.so.6")
         libc.mallopt(-3, 16384); libc.mallopt(-1, 0)
         page = os.sysconf("SC_PAGE_SIZE")

@@ -301,6 +301,12 @@ def test_a_result_s_memory_is_reused_once_the_caller_drops_it_and_never_while_an
         seen.add(id(r["g"].base))
         np.testing.assert_allclose(r["g"], f(x)["g"], rtol=1e-12, atol=1e-12)
     assert len(seen) == cpu_runtime.POOL_DEPTH, seen
+    # a caller that drops its results before the next call: one buffer a slot, the other freed
+    del r
+    kept = jf(xs[1])
+    (ws,) = step._spare
+    assert ws._pools and max(len(pool) for pool in ws._pools.values()) == 1, ws._pools
+    assert kept["g"].base is ws._pools[min(ws._pools)][0] or any(kept["g"].base is p[0] for p in ws._pools.values())
     # held in every way but the result itself: a view, a memoryview, a transposed output; never overwritten
     keep = []
     for i, x in enumerate(xs):

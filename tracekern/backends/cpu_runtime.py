@@ -396,7 +396,8 @@ class Workspace:
     whose buffer a call returns (an output, or a view of one) is never used again while anything holds it:
     the slot is learned, emptied when the call returns (the caller's result is not kept alive by the
     workspace) and, before every later call, given a buffer nothing else references: one of the last
-    POOL_DEPTH it handed out, if the caller has dropped every array that uses it, or a new one. The caller
+    POOL_DEPTH it handed out, if the caller has dropped every array that uses it (the others it dropped are
+    freed then: a slot holds at most one buffer beyond those the caller holds), or a new one. The caller
     gets a view of the pooled buffer (its own object, which it alone holds: a weak reference to a result
     dies with it), so no result a caller holds, or any view of one, is ever overwritten. Reusing the
     memory spares each call glibc's fresh pages (a result of some MiB: mmap, page faults, munmap, or a
@@ -420,9 +421,12 @@ class Workspace:
         pool = self._pools.get(k)
         if pool is None:
             pool = self._pools[k] = []
-        for i in range(len(pool)):
-            if _refs(pool, i) == _UNHELD:
-                return pool[i].view()
+        free = [i for i in range(len(pool)) if _refs(pool, i) == _UNHELD]
+        if free:
+            buf = pool[free[0]]
+            for i in reversed(free[1:]):
+                del pool[i]   # (at most one buffer nothing holds stays beyond those the caller holds: freed)
+            return buf.view()
         buf = np.empty(*spec)
         if not _POOLS:
             return buf
