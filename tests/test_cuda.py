@@ -292,6 +292,8 @@ def test_every_kernel_compiles_to_ptx_without_float64_in_float32_kernels():
     assert report["distinct"] >= 500, report         # the corpus reaches every renderer path
     assert report["kernels"] >= 180 and report["float32_kernels"] >= 100, report
     assert report["problems"] == [], "\n".join(report["problems"])
+    # float32 kernels whose float64 is the program's own (a convert to float64 in their source): betaln's only
+    assert report["exempt"] and all("gammaln_f64" in e.split() for e in report["exempt"]), report["exempt"]
 
 
 def test_float_products_are_not_contracted_into_fma_on_a_gpu():

@@ -692,6 +692,8 @@ def test_the_tables_cuda_kernels_compile_to_ptx():
     report = json.loads(out.stdout.strip().splitlines()[-1])
     assert report["kernels"] >= 60 and report["float32_kernels"] >= 30, report
     assert report["problems"] == [], "\n".join(report["problems"])
+    # (betaln of float32 computes in float64, as SciPy's float32 loop: SciPy 1.18 types betaln(x, 3) float32)
+    assert all("gammaln_f64" in e.split() for e in report["exempt"]), report["exempt"]
 
 
 @pytest.mark.parametrize("fn", [

@@ -7,6 +7,7 @@ from __future__ import annotations
 import bisect
 import os
 import sys
+import sysconfig
 import threading
 import types
 import weakref
@@ -382,10 +383,12 @@ def _refs(pool: list, i: int) -> int:
     return sys.getrefcount(pool[i])
 
 
-# _refs of a buffer that nothing but its pool holds (measured, not assumed: the interpreter's own references
-# while it evaluates are its business). A free-threaded interpreter's counts are not exact: no pools there.
-_UNHELD = _refs([np.empty(0)], 0)
-_POOLS = getattr(sys, "_is_gil_enabled", lambda: True)()
+# a buffer that nothing but its pool holds: _refs of it, measured on every call beside the pools' (not assumed:
+# the interpreter's own references while it evaluates are its business, and may change as it specialises)
+_SENTINEL = [np.empty(0)]
+_UNHELD = _refs(_SENTINEL, 0)
+# a free-threaded interpreter's reference counts are not exact: no pools there
+_POOLS = not sysconfig.get_config_var("Py_GIL_DISABLED") and getattr(sys, "_is_gil_enabled", lambda: True)()
 # results' buffers a slot keeps for reuse: two, as a loop `loss, grads = step(params, x)` still holds the last
 # call's results while it makes the next call
 POOL_DEPTH = 2
@@ -414,14 +417,15 @@ class Workspace:
 
     def fresh(self, step: CompiledStep) -> None:
         """Buffers nothing references in the slots the step's calls return."""
+        unheld = _refs(_SENTINEL, 0)
         for k in step._escaping:
-            self.arrays[k] = self._unheld(k, step.arena[k])
+            self.arrays[k] = self._unheld(k, step.arena[k], unheld)
 
-    def _unheld(self, k: int, spec: tuple):
+    def _unheld(self, k: int, spec: tuple, unheld: int):
         pool = self._pools.get(k)
         if pool is None:
             pool = self._pools[k] = []
-        free = [i for i in range(len(pool)) if _refs(pool, i) == _UNHELD]
+        free = [i for i in range(len(pool)) if _refs(pool, i) == unheld]
         if free:
             buf = pool[free[0]]
             for i in reversed(free[1:]):
