@@ -409,7 +409,8 @@ class Workspace:
     __slots__ = ("arrays", "_bounds", "_known", "_kept_ids", "_pools")
 
     def __init__(self, step: CompiledStep):
-        self.arrays = [np.empty(shape, dtype) for shape, dtype in step.arena]
+        escaping = step._escaping   # (their buffers come from fresh(), before every call)
+        self.arrays = [None if k in escaping else np.empty(shape, dtype) for k, (shape, dtype) in enumerate(step.arena)]
         self._bounds: list[tuple[int, int, int]] = []
         self._known = None
         self._kept_ids: set[int] = set()
