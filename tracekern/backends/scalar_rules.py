@@ -22,12 +22,13 @@ def sign_i(x):
 
 
 def maximum_f(a, b):
-    # NumPy's maximum: NaN in either operand gives NaN
-    return a if (a >= b or a != a) else b
+    # NumPy's maximum: NaN in either operand gives NaN, and of equal operands the second (maximum(0.0, -0.0) is
+    # -0.0; a reduction's accumulator is the first operand: np.max([0.0, -0.0]) is -0.0)
+    return a if (a > b or a != a) else b
 
 
 def minimum_f(a, b):
-    return a if (a <= b or a != a) else b
+    return a if (a < b or a != a) else b
 
 
 def maximum_i(a, b):

@@ -261,7 +261,9 @@ def _pick(c, a, b):
 
 
 def fmax(x1, x2):
-    """maximum that ignores a NaN operand (NaN only when both are)."""
+    """maximum that ignores a NaN operand (NaN only when both are). Of equal operands (0.0 and -0.0) the second, as
+    maximum's and NumPy's SIMD loops' (NumPy's own answer depends on the array's length: its loop for the last
+    few elements of a short array gives the first)."""
     x1, x2 = _promote("fmax", x1, x2)
     if not is_float(_dtype(x1)):
         return maximum(x1, x2)
