@@ -237,3 +237,43 @@ def test_sign_at_infinities_is_numpys(backend):
     for T in (np.float64, np.float32):   # (the rule both backends compile)
         sign = scalar_rules.sign_float(T)
         assert [sign(T(v)) for v in (np.inf, -np.inf, 2.5, -0.0)] == [1, -1, 1, 0] and np.isnan(sign(T(np.nan)))
+
+
+@pytest.mark.parametrize("backend", ["interpret", "cpu"])
+@pytest.mark.parametrize("dtype", [np.complex64, np.complex128])
+def test_complex_products_are_numpy_s_bit_for_bit(backend, dtype):
+    """NumPy's complex multiply, where its SIMD loop has FMA (x86-64 with AVX2 or AVX-512), rounds ar*br once inside
+    the real part (fma(ar, br, -(ai*bi))) and ar*bi once inside the imaginary part: the two-roundings formula
+    (Numba's) differed in the last bit for about 45% of products, and gave nan+infj for (1e300+1e300j)**2 where
+    NumPy gives -inf+infj. The cpu kernels ask this process's NumPy which it does (cpu_math.numpy_complex_fma) and
+    multiply the same way: products, squares, z ** 2 and running products equal NumPy's exactly, on either kind of
+    machine; np.prod of complex128 too (NumPy's reduction multiplies with two roundings). And x ** 0.5 is NumPy's
+    sqrt (its operator's fast path, and np.power's for floats): -0.0 at -0.0 and NaN at -inf, not C pow's +0, +inf."""
+    rng = np.random.default_rng(4)
+    z = (rng.normal(size=513) + 1j * rng.normal(size=513)).astype(dtype)
+    w = (rng.normal(size=513) + 1j * rng.normal(size=513)).astype(dtype)
+
+    # (not z ** 2 on interpret, which computes np.power(z, 2.0): NumPy's operator squares, its np.power does not;
+    # nor negative strides: NumPy's complex64 loop for them multiplies with two roundings)
+    def f(a, b):
+        return (a * b, np.multiply(a[::3], b[1::3]), np.square(a), a[1::2] * b[:-1:2] + 1, np.cumprod(a[:12]),
+                *((a ** 2,) if backend != "interpret" else ()))
+
+    got, want = tk.jit(f, backend=backend)(z, w), f(z, w)
+    assert tk.tree_flatten(got)[1] == tk.tree_flatten(want)[1]
+    for g, v in zip(got, want):
+        assert g.dtype == v.dtype
+        np.testing.assert_array_equal(g, v)
+    if dtype == np.complex128:
+        np.testing.assert_array_equal(tk.jit(np.prod, backend=backend)(z[:40]), np.prod(z[:40]))
+    big = np.array([1e300 + 1e300j, -1e300 + 1e300j, 1e200 - 3e200j], np.complex128)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for g, v in zip(tk.jit(lambda a: (a * a, np.square(a)), backend=backend)(big), (big * big, np.square(big))):
+            np.testing.assert_array_equal(g, v)
+        if backend == "cpu":
+            np.testing.assert_array_equal(tk.jit(lambda a: a ** 2)(big), big ** 2)
+    x = np.array([-0.0, -np.inf, 4.0, 2.0, 1e-310, np.nan, -1.0, np.inf], dtype(0).real.dtype)
+    with np.errstate(invalid="ignore"):
+        for g in tk.jit(lambda v: (v ** 0.5, np.power(v, 0.5)), backend=backend)(x):
+            np.testing.assert_array_equal(g, x ** 0.5)
+            np.testing.assert_array_equal(np.signbit(g), np.signbit(x ** 0.5))

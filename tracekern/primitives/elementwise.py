@@ -188,7 +188,9 @@ neg = Elementwise("neg", np.negative, [lambda ct, x, out: ops.neg(ct)], dtypes="
 # x ** k for a literal k: multiplications, as exact as NumPy (k = 1, 2) or within one rounding (k = 3, 4)
 power = Elementwise("pow", np.power, [_pow_base, lambda ct, x, y, out: ops.mul(ops.mul(ct, _safe_log(x)), out)],
                     dtypes="numeric", scalar="{pow}({0}, {1})",
-                    literal_scalars={(1, 1.0): "{0}", (1, 2.0): "({0} * {0})", (1, 3.0): "({0} * {0} * {0})",
+                    # (x ** 0.5 is NumPy's sqrt, for x ** 0.5 and np.power(x, 0.5) of floats alike: -0.0 at -0.0 and
+                    # NaN at -inf, where C's pow gives +0.0 and +inf; of complex, x ** 0.5 (np.power's own differs))
+                    literal_scalars={(1, 0.5): "{sqrt}({0})", (1, 1.0): "{0}", (1, 2.0): "({0} * {0})", (1, 3.0): "({0} * {0} * {0})",
                                      (1, 4.0): "(({0} * {0}) * ({0} * {0}))"})
 absolute = Elementwise("abs", np.absolute, [lambda ct, x, out: ops.mul(ct, ops.sign(x))], scalar="{abs}({0})")
 sign = Elementwise("sign", np.sign, None, scalar="{sign}({0})")
