@@ -56,9 +56,7 @@ def _index(idx: Sequence[str]) -> str:
 
 
 TARGET = Target("cpu", on_device=False, functions=cpu_math.functions, casts=cpu_math.CASTS, index=_index,
-                kernels=cpu_calls.KERNELS, loops="prange over chunks of axis 0, a loop nest per chunk",
-                # (a complex product as NumPy's loop computes it on this machine: cpu_math.numpy_complex_fma)
-                complex_templates={"({0} * {1})": "{cmul}({0}, {1})", "({0} * {0})": "{cmul}({0}, {0})"})
+                kernels=cpu_calls.KERNELS, loops="prange over chunks of axis 0, a loop nest per chunk")
 
 def _module(what: str, functions: list[Lines], imports: Sequence[str] = ()) -> tuple[str, dict]:
     """A generated module's source from its functions, and its line -> equation map."""

@@ -6,11 +6,9 @@ with a `reassoc` flag (intrinsics below) so their loops vectorise too. Accuracy:
 from __future__ import annotations
 
 import cmath  # noqa: F401  (generated modules may call cmath.*)
-import functools
 import math
 
 import numpy as np
-from llvmlite import ir as llvm_ir
 from numba import njit, types
 from numba.extending import intrinsic, overload
 from numba.np import linalg as numba_linalg
@@ -66,8 +64,7 @@ def functions(dtype: np.dtype, exact: bool = False) -> dict[str, str]:
     name = np.dtype(dtype).name
     if name in ("complex64", "complex128"):
         sfx = CASTS[name]
-        mul = f"cmul_fma_{sfx}" if numpy_complex_fma(name) else "cmul"
-        return {**{f: f"{f}_{sfx}" for f in COMPLEX_FUNCTIONS}, "radd": "cadd", "rmul": "cmul", "cmul": mul, "div": f"div_{sfx}"}
+        return {**{f: f"{f}_{sfx}" for f in COMPLEX_FUNCTIONS}, "radd": "cadd", "rmul": "cmul", "div": f"div_{sfx}"}
     if name in ("float32", "float64"):
         sfx = "f32" if name == "float32" else "f64"
         fns = {f: f"{f}_{sfx}" for f in ("exp", "log", "log1p", "expm1", "sin", "cos", "tan", "tanh", "pow")}
@@ -102,19 +99,6 @@ def _reassoc(op: str):
 
 radd = _reassoc("add")  # a + b that LLVM may reorder: reductions vectorise
 rmul = _reassoc("mul")
-
-
-@intrinsic
-def fma(typingctx, a, b, c):
-    """a * b + c with one rounding (LLVM's llvm.fma: the machine's instruction, or libm's fma without one)."""
-    if not (isinstance(a, types.Float) and a == b == c):
-        return None
-
-    def codegen(context, builder, signature, args):
-        t = args[0].type
-        return builder.call(builder.module.declare_intrinsic("llvm.fma", [t], llvm_ir.FunctionType(t, [t, t, t])), args)
-
-    return a(a, b, c), codegen
 
 
 @intrinsic
@@ -706,31 +690,6 @@ def cadd(a, b):
 @njit(**INLINE)
 def cmul(a, b):
     return a * b
-
-
-# NumPy's complex multiply where its SIMD loops have FMA (x86-64 with AVX2 or AVX-512, ...): the real part
-# ar*br - ai*bi with one rounding of ar*br (fma(ar, br, -(ai*bi))), the imaginary part fma(ar, bi, ai*br). Its
-# results differ from the two-roundings formula's (Numba's) in the last bit for about 45% of products, and
-# where a product overflows (1e300+1e300j squared: -inf+infj, not nan+infj). Its square and its product
-# reductions are the same multiply. Used where numpy_complex_fma says NumPy's loop is this one.
-def _cmul_fma(T, R):
-    @jit_named(f"cmul_fma_{CASTS[np.dtype(T).name]}")
-    def cmul_fma(a, b):
-        return T(complex(fma(a.real, b.real, -(a.imag * b.imag)), fma(a.real, b.imag, a.imag * b.real)))
-    return cmul_fma
-
-
-cmul_fma_c64, cmul_fma_c128 = _cmul_fma(c64, f32), _cmul_fma(c128, f64)
-
-
-@functools.cache
-def numpy_complex_fma(dtype_name: str) -> bool:
-    """Whether this process's NumPy multiplies complex numbers of this dtype with fma (its SIMD loop on this
-    machine) rather than with two roundings: one product where the two differ, ar = br = 1 + 2**-27
-    (2**-12 in float32), ai = bi = 1: ar*br rounds to 1 + 2**-26 (2**-11), fma keeps its last term."""
-    eps = 2.0 ** (-12 if dtype_name == "complex64" else -27)
-    z = np.full(64, complex(1 + eps, 1), dtype_name)   # (64: the SIMD loop's length, not a scalar remainder)
-    return bool((z * z)[0].real != (2 * eps))
 
 
 # -- issue 30: scipy.special's functions (scalar_rules.special_functions), computed in float64; the float32

@@ -70,7 +70,6 @@ class Target:
     kernels: dict[str, Callable]                     # whole-array kernels, registered per primitive
     loops: str                                       # its loop kernels' skeleton, in words (its renderer writes it)
     float_templates: dict[str, str] = field(default_factory=dict)   # scalar templates it writes otherwise for floats
-    complex_templates: dict[str, str] = field(default_factory=dict)   # and for complex numbers
     call: str = "{fn}({args})"                       # a kernel call in its driver or host launcher ({grid}, {block}: a launch's)
     leading: tuple[str, ...] = ()                    # parameters its driver functions take before the graph's inputs
 
@@ -102,8 +101,7 @@ def scalar_statement(target: Target, stmt, array: Callable, exact: bool = False,
     folded = constants is not None and bool(stmt.args) and all(a in constants for a in stmt.args)
     if folded:
         constants.add(stmt.name)
-    others = target.float_templates if dtype.kind == "f" else target.complex_templates if dtype.kind == "c" else {}
-    template = stmt.template if folded else others.get(stmt.template, stmt.template)
+    template = stmt.template if folded or dtype.kind != "f" else target.float_templates.get(stmt.template, stmt.template)
     expr = template.format(*stmt.args, **target.functions(dtype, exact))
     out = e.outputs[0].dtype
     if not (out.kind == "f" and all(v.dtype == out for v in e.inputs)):
