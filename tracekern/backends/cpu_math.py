@@ -225,11 +225,16 @@ def _gesv(a, ipiv, b):
     transposes; the solution replaces b. Its info (0, or > 0 where the matrix is singular)."""
 
 
+def _lapack(routine: str, dtype, purpose: str):
+    """Numba's binding of a LAPACK routine for this dtype (numba_linalg._LAPACK().<routine>), and the kind
+    character its calls take first."""
+    numba_linalg.ensure_lapack()
+    return getattr(numba_linalg._LAPACK(), routine)(dtype), ord(numba_linalg.get_blas_kind(dtype, purpose))
+
+
 @overload(_gesv)
 def _gesv_lapack(a, ipiv, b):
-    numba_linalg.ensure_lapack()
-    xgesv = numba_linalg._LAPACK().numba_xgesv(a.dtype)
-    kind = ord(numba_linalg.get_blas_kind(a.dtype, "solve"))
+    xgesv, kind = _lapack("numba_xgesv", a.dtype, "solve")
 
     def impl(a, ipiv, b):
         n = a.shape[0]
@@ -261,9 +266,7 @@ def _getrf(a, ipiv):
 
 @overload(_getrf)
 def _getrf_lapack(a, ipiv):
-    numba_linalg.ensure_lapack()
-    xgetrf = numba_linalg._LAPACK().numba_xxgetrf(a.dtype)
-    kind = ord(numba_linalg.get_blas_kind(a.dtype, "slogdet"))
+    xgetrf, kind = _lapack("numba_xxgetrf", a.dtype, "slogdet")
 
     def impl(a, ipiv):
         n = a.shape[0]
@@ -342,9 +345,7 @@ def _geqrf(q, tau):
 
 @overload(_geqrf)
 def _geqrf_lapack(q, tau):
-    numba_linalg.ensure_lapack()
-    xgeqrf = numba_linalg._LAPACK().numba_ez_geqrf(q.dtype)
-    kind = ord(numba_linalg.get_blas_kind(q.dtype, "qr"))
+    xgeqrf, kind = _lapack("numba_ez_geqrf", q.dtype, "qr")
 
     def impl(q, tau):
         n, m = q.shape
@@ -358,9 +359,7 @@ def _orgqr(q, tau):
 
 @overload(_orgqr)
 def _orgqr_lapack(q, tau):
-    numba_linalg.ensure_lapack()
-    xgqr = numba_linalg._LAPACK().numba_ez_xxgqr(q.dtype)
-    kind = ord(numba_linalg.get_blas_kind(q.dtype, "qr"))
+    xgqr, kind = _lapack("numba_ez_xxgqr", q.dtype, "qr")
 
     def impl(q, tau):
         m = q.shape[1]
@@ -394,9 +393,7 @@ def _gesdd(a, s, u, vt, full):
 
 @overload(_gesdd)
 def _gesdd_lapack(a, s, u, vt, full):
-    numba_linalg.ensure_lapack()
-    xgesdd = numba_linalg._LAPACK().numba_ez_gesdd(a.dtype)
-    kind = ord(numba_linalg.get_blas_kind(a.dtype, "svd"))
+    xgesdd, kind = _lapack("numba_ez_gesdd", a.dtype, "svd")
     all_, some = ord("A"), ord("S")
 
     def impl(a, s, u, vt, full):

@@ -406,7 +406,7 @@ class Workspace:
     memory spares each call glibc's fresh pages (a result of some MiB: mmap, page faults, munmap, or a
     heap trimmed and grown again every call): the 4-block transformer's quick step 20 -> 14 ms."""
 
-    __slots__ = ("arrays", "_bounds", "_known", "_kept_ids", "_pools")
+    __slots__ = ("arrays", "_bounds", "_known", "_kept_ids", "_pools", "_pooled")
 
     def __init__(self, step: CompiledStep):
         escaping = step._escaping   # (their buffers come from fresh(), before every call)
@@ -415,6 +415,7 @@ class Workspace:
         self._known = None
         self._kept_ids: set[int] = set()
         self._pools: dict[int, list] = {}
+        self._pooled: set[int] = set()   # ids of the pools' buffers (a result that is a view of one overlaps no kept buffer)
 
     def fresh(self, step: CompiledStep) -> None:
         """Buffers nothing references in the slots the step's calls return."""
@@ -430,14 +431,15 @@ class Workspace:
         if free:
             buf = pool[free[0]]
             for i in reversed(free[1:]):
-                del pool[i]   # (at most one buffer nothing holds stays beyond those the caller holds: freed)
+                self._pooled.discard(id(pool.pop(i)))   # (at most one buffer nothing holds stays beyond those the caller holds: freed)
             return buf.view()
         buf = np.empty(*spec)
         if not _POOLS:
             return buf
         pool.append(buf)
+        self._pooled.add(id(buf))
         if len(pool) > POOL_DEPTH:
-            del pool[0]   # (the oldest: a caller still holds it, and keeps it alive alone)
+            self._pooled.discard(id(pool.pop(0)))   # (the oldest: a caller still holds it, and keeps it alive alone)
         return buf.view()
 
     def returned(self, step: CompiledStep, outs) -> None:
@@ -452,8 +454,9 @@ class Workspace:
         for o in outs:
             if not isinstance(o, np.ndarray) or not o.size or not self._bounds:
                 continue
-            if o.base is None and id(o) not in self._kept_ids:
-                continue   # (an array of its own that is no kept buffer: it overlaps none)
+            base = o.base
+            if id(o) not in self._kept_ids if base is None else id(base) in self._pooled:
+                continue   # (an array of its own that is no kept buffer, or a view of a pooled one: it overlaps none)
             at = o.__array_interface__["data"][0]
             j = bisect.bisect_right(self._bounds, (at, float("inf"), 0)) - 1
             if j >= 0 and self._bounds[j][0] <= at < self._bounds[j][1]:
